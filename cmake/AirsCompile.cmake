@@ -1,0 +1,23 @@
+# Warnings, sanitizers and the helper every target uses.
+set(AIRS_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+    -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wconversion -Wsign-conversion
+    -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+if(AIRS_WERROR)
+  list(APPEND AIRS_WARNINGS -Werror)
+endif()
+
+if(AIRS_SANITIZE)
+  string(REPLACE "," ";" _san "${AIRS_SANITIZE}")
+  list(JOIN _san "," _san_flag)
+  add_compile_options(-fsanitize=${_san_flag} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_san_flag})
+endif()
+
+add_compile_options(-fstack-protector-strong)
+add_compile_definitions($<$<NOT:$<CONFIG:Debug>>:_FORTIFY_SOURCE=2>)
+
+# airs_target(NAME): apply project warnings to one of our own targets (not to
+# generated or third-party code).
+function(airs_target name)
+  target_compile_options(${name} PRIVATE ${AIRS_WARNINGS})
+endfunction()

@@ -1,0 +1,37 @@
+// Readers for /proc and /sys. Each takes its path as a parameter so tests can
+// point it at a fixture file; defaults are the real locations.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/result.hpp"
+
+namespace airs::sys {
+
+// Whole file as text (procfs files report size 0, so this reads until EOF).
+[[nodiscard]] Result<std::string> read_text_file(const std::string& path, size_t max_bytes = 1 << 20);
+// Writes `text` to an existing file (sysctl/sysfs knobs).
+[[nodiscard]] Status write_text_file(const std::string& path, const std::string& text);
+// A file holding one unsigned integer (sysfs counters).
+[[nodiscard]] Result<uint64_t> read_u64_file(const std::string& path);
+
+// /proc/meminfo: key → value in bytes for "kB" lines, raw number otherwise
+// (HugePages_Total etc. are page counts).
+[[nodiscard]] Result<std::map<std::string, uint64_t>> read_meminfo(const std::string& path = "/proc/meminfo");
+
+struct HugePageSize {
+  uint64_t bytes = 0;      // e.g. 2 MiB
+  uint64_t nr = 0;         // nr_hugepages
+  uint64_t free = 0;       // free_hugepages
+  uint64_t resv = 0;       // resv_hugepages
+  uint64_t surplus = 0;    // surplus_hugepages
+};
+// Every size under /sys/kernel/mm/hugepages (hugepages-<N>kB), ascending.
+[[nodiscard]] Result<std::vector<HugePageSize>> read_hugepage_sizes(
+    const std::string& dir = "/sys/kernel/mm/hugepages");
+
+}  // namespace airs::sys

@@ -1,0 +1,60 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sys/procfs.hpp"
+
+namespace fs = std::filesystem;
+using namespace airs;
+
+namespace {
+fs::path fixture_dir() {
+  auto d = fs::temp_directory_path() / ("airs-procfs-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+void write(const fs::path& p, const std::string& s) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << s;
+}
+}  // namespace
+
+TEST(Procfs, MeminfoConvertsKilobytesAndKeepsPageCounts) {
+  auto d = fixture_dir();
+  write(d / "meminfo",
+        "MemTotal:       24576000 kB\nMemAvailable:    1000 kB\nHugePages_Total:     512\nHugepagesize:       2048 kB\n");
+  auto m = sys::read_meminfo((d / "meminfo").string());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->at("MemTotal"), 24576000ull * 1024);
+  EXPECT_EQ(m->at("MemAvailable"), 1000ull * 1024);
+  EXPECT_EQ(m->at("HugePages_Total"), 512u);
+  EXPECT_EQ(m->at("Hugepagesize"), 2048ull * 1024);
+  fs::remove_all(d);
+}
+
+TEST(Procfs, HugepageSizesAreDiscoveredNotAssumed) {
+  auto d = fixture_dir() / "hp";
+  // A 16 KiB-page arm64 kernel: 64 KiB, 2 MiB (cont-PTE), 32 MiB (PMD), 1 GiB.
+  for (auto [kb, nr] : {std::pair{32768, 8}, {64, 0}, {2048, 3}, {1048576, 0}}) {
+    auto sub = d / ("hugepages-" + std::to_string(kb) + "kB");
+    write(sub / "nr_hugepages", std::to_string(nr) + "\n");
+    write(sub / "free_hugepages", "1\n");
+    write(sub / "resv_hugepages", "0\n");
+    write(sub / "surplus_hugepages", "0\n");
+  }
+  auto sizes = sys::read_hugepage_sizes(d.string());
+  ASSERT_TRUE(sizes) << sizes.error().message;
+  ASSERT_EQ(sizes->size(), 4u);
+  EXPECT_EQ((*sizes)[0].bytes, 64u * 1024);
+  EXPECT_EQ((*sizes)[2].bytes, 32u * 1024 * 1024);
+  EXPECT_EQ((*sizes)[2].nr, 8u);
+  EXPECT_EQ((*sizes)[3].bytes, 1024ull * 1024 * 1024);
+  fs::remove_all(d.parent_path());
+}
+
+TEST(Procfs, MissingHugepageDirSaysWhy) {
+  auto sizes = sys::read_hugepage_sizes("/nonexistent/hugepages");
+  ASSERT_FALSE(sizes);
+  EXPECT_NE(sizes.error().message.find("hugetlbfs"), std::string::npos);
+}
