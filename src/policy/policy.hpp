@@ -1,0 +1,116 @@
+// Eviction policy: a pure function from the pool's state, the pressure level
+// and the time to an ordered eviction plan. No I/O, no clocks of its own —
+// `now` is a parameter — so every rule is tested with plain values.
+//
+// The order (seed §6.3/§6.4, DESIGN §2.3/§2.4), first evicted first:
+//   0. cached prefix blocks nobody references (least recently used first)
+//   1. background KV
+//   2. system KV
+//   3. interactive KV idle longer than `idle_threshold`
+//   4. models with no references, least recently used first
+// Never: interactive KV that is active (not idle), pinned models, models with
+// references. Within a KV level, partially filled blocks go before full ones,
+// and sessions are taken coldest first (DAMON access rate where known, else
+// last use).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace airs::policy {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Priority : uint8_t { Interactive = 0, System = 1, Background = 2 };
+enum class Level : uint8_t { None = 0, Some = 1, Full = 2 };
+
+struct SessionState {
+  uint64_t id = 0;
+  Priority priority = Priority::Background;
+  uint32_t blocks = 0;          // blocks this session holds that eviction can take (private, plus shared ones only it references)
+  uint32_t partial_blocks = 0;  // of those, blocks not completely filled with tokens (0 or 1 in practice: the tail)
+  uint64_t block_bytes = 0;
+  Clock::time_point last_used{};
+  // Accesses per second measured by DAMON over the session's arena range, if
+  // the kernel offers DAMON; ranks idle KV within a level before last_used.
+  std::optional<double> access_rate;
+};
+
+struct CachedBlocks {  // unreferenced prefix-cache blocks of one arena
+  uint64_t arena_id = 0;
+  uint32_t blocks = 0;
+  uint64_t block_bytes = 0;
+  Clock::time_point last_used{};
+};
+
+struct ModelState {
+  uint64_t id = 0;
+  std::string name;
+  uint64_t resident_bytes = 0;
+  uint32_t refcount = 0;
+  bool pinned = false;
+  Clock::time_point last_used{};
+};
+
+struct PoolState {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  std::vector<SessionState> sessions;
+  std::vector<CachedBlocks> cached;
+  std::vector<ModelState> models;
+};
+
+struct Config {
+  std::chrono::seconds idle_threshold{300};
+  // Bytes to free when pressure is reported, per level.
+  uint64_t target_some_bytes = 0;
+  uint64_t target_full_bytes = 0;
+};
+
+// What the caller wants freed: `bytes` at least (0 = use the level's target).
+// `max_kind` bounds how deep the plan may go (e.g. KV allocation for an
+// interactive session may go through level 3; admin eviction by priority
+// stops at that priority).
+struct Request {
+  uint64_t bytes = 0;
+  Level level = Level::None;
+  // Only consider sessions of these priorities (empty = all).
+  std::vector<Priority> priorities;
+  bool include_models = true;
+  // The session asking for memory, never a victim of its own request.
+  std::optional<uint64_t> requester;
+};
+
+enum class ActionKind : uint8_t { DropCached, EvictBlocks, EvictModel };
+
+struct Action {
+  ActionKind kind = ActionKind::DropCached;
+  uint64_t id = 0;        // arena (DropCached), session (EvictBlocks) or model (EvictModel)
+  uint32_t blocks = 0;    // DropCached/EvictBlocks: how many (EvictBlocks takes from the session's tail)
+  uint64_t bytes = 0;     // what this action frees
+  std::string reason;     // "background KV", "interactive KV idle 312 s", "model unused for 40 s" …
+};
+
+struct Plan {
+  std::vector<Action> actions;
+  uint64_t bytes = 0;      // sum of actions' bytes
+  bool satisfied = false;  // bytes >= requested
+  // When not satisfied: what blocked it, for the user ("only active
+  // interactive KV left: 96 MiB").
+  std::string shortfall;
+};
+
+// Contract: pure; same inputs → same plan. Never lists an active interactive
+// session, a pinned model or a referenced model. Actions are in eviction
+// order; the plan stops as soon as `bytes` is covered.
+[[nodiscard]] Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_point now,
+                                 const Config& config);
+
+[[nodiscard]] const char* to_string(Priority p);
+[[nodiscard]] std::optional<Priority> parse_priority(std::string_view s);
+[[nodiscard]] const char* to_string(Level l);
+
+}  // namespace airs::policy
