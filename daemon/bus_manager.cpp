@@ -1,0 +1,49 @@
+#include "daemon/bus_manager.hpp"
+
+#include "daemon/daemon.hpp"
+#include "dbus/names.hpp"
+
+namespace airs::daemon {
+
+ManagerObject::ManagerObject(sdbus::IConnection& bus, Daemon& daemon)
+    : AdaptorInterfaces(bus, dbus::kManagerPath), d_(daemon) {
+  registerAdaptor();
+}
+
+ManagerObject::~ManagerObject() { unregisterAdaptor(); }
+
+dbus::Dict ManagerObject::GetStatus() {
+  (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  return d_.status();
+}
+
+sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd&, const dbus::Dict&) {
+  dbus::throw_error(dbus::kErrUnsupported, "LoadModel: model loading is not available in this build yet");
+}
+
+std::vector<dbus::Dict> ManagerObject::ListModels() { return {}; }
+
+void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool&) {
+  dbus::throw_error(dbus::kErrNotFound, "Unload: no model " + std::string(model));
+}
+
+dbus::Dict ManagerObject::Evict(const dbus::Dict&, const bool&) {
+  dbus::throw_error(dbus::kErrUnsupported, "Evict: not available in this build yet");
+}
+
+std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
+    const sdbus::ObjectPath& model, const std::string&, const dbus::Dict&) {
+  dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + std::string(model));
+}
+
+std::vector<dbus::Dict> ManagerObject::ListSessions() { return {}; }
+
+std::string ManagerObject::Version() { return AIRS_VERSION; }
+std::string ManagerObject::Profile() { return d_.profile(); }
+std::string ManagerObject::Mode() { return "none"; }
+uint64_t ManagerObject::PoolBytes() { return d_.pool_target_bytes(); }
+uint64_t ManagerObject::PoolFreeBytes() { return d_.pool_target_bytes(); }
+uint64_t ManagerObject::PageSize() { return d_.page_size(); }
+std::string ManagerObject::PressureLevel() { return "none"; }
+
+}  // namespace airs::daemon

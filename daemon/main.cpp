@@ -1,0 +1,52 @@
+// airs-memd: the model-memory daemon. Wiring only: parse the command line,
+// load and validate the configuration, build the Daemon, run its loop.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "config/config.hpp"
+#include "daemon/daemon.hpp"
+#include "util/log.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"airs-memd — huge-page model pool, lazy GGUF loading and paged KV cache for on-device LLM inference"};
+  std::string config_path = "/etc/airs/airs-memd.conf";
+  std::string dropin_dir;
+  std::string bus;
+  std::string log_level;
+  bool check_config = false;
+  app.add_option("-c,--config", config_path, "Configuration file")->capture_default_str();
+  app.add_option("--config-dir", dropin_dir, "Drop-in directory (default: <config>.d)");
+  app.add_option("--bus", bus, "D-Bus to serve on: system, session, or an address (overrides daemon.bus)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warning, error (overrides daemon.log_level)");
+  app.add_flag("--check-config", check_config, "Validate the configuration, print the effective one, and exit");
+  app.set_version_flag("--version", std::string("airs-memd ") + AIRS_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  if (dropin_dir.empty()) dropin_dir = config_path + ".d";
+  // The shipped default path may be absent (nothing installed yet): defaults
+  // apply then. An explicitly given file must exist.
+  const bool explicit_config = app.count("--config") > 0;
+  auto cfg = airs::config::load(config_path, dropin_dir, !explicit_config);
+  if (!cfg) {
+    std::fprintf(stderr, "airs-memd: configuration: %s\n", cfg.error().message.c_str());
+    return 2;
+  }
+  if (check_config) {
+    std::printf("# effective configuration (from: %s)\n%s",
+                cfg->sources.empty() ? "defaults" : fmt::format("{}", fmt::join(cfg->sources, ", ")).c_str(),
+                airs::config::to_toml(*cfg).c_str());
+    return 0;
+  }
+  airs::init_logging("airs-memd", log_level.empty() ? cfg->daemon.log_level : log_level);
+
+  airs::daemon::Options opts{std::move(cfg).value(), bus};
+  auto d = airs::daemon::Daemon::create(std::move(opts));
+  if (!d) {
+    spdlog::critical("{}", d.error().message);
+    return 1;
+  }
+  return (*d)->run();
+}

@@ -1,0 +1,30 @@
+// Helpers for a{sv} dictionaries: building them in the daemon and turning
+// them into JSON in airsctl (--json).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <sdbus-c++/sdbus-c++.h>
+
+namespace airs::dbus {
+
+using Dict = std::map<std::string, sdbus::Variant>;
+
+// Any variant built from the types we put on the bus (s b y q u t i x d o,
+// arrays of those, a{sv}, aa{sv}) as JSON.
+[[nodiscard]] nlohmann::json to_json(const sdbus::Variant& v);
+[[nodiscard]] nlohmann::json to_json(const Dict& d);
+
+// Typed lookups in a received dictionary; nullopt when absent or of another type.
+template <typename T>
+std::optional<T> get(const Dict& d, const std::string& key) {
+  auto it = d.find(key);
+  if (it == d.end() || !it->second.containsValueOfType<T>()) return std::nullopt;
+  return it->second.get<T>();
+}
+
+}  // namespace airs::dbus
