@@ -1,7 +1,7 @@
 # Warnings, sanitizers and the helper every target uses.
 set(AIRS_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
     -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wconversion -Wsign-conversion
-    -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+    -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
 if(AIRS_WERROR)
   list(APPEND AIRS_WARNINGS -Werror)
 endif()

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 / Raspberry Pi OS machine to a running
+# airs-memd: install packages, build, reserve huge pages, generate a demo GGUF
+# model, start the daemon (on the system bus when one runs, else on a private
+# bus started here), run a demo client that loads the model lazily and opens
+# a KV session, and show `airsctl status`.
+#
+# The daemon keeps running afterwards; the script prints how to talk to it
+# and how to stop it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+
+scripts/deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+
+state=/run/airs-demo
+mkdir -p "$state"
+pool_bytes=$((512 * 1024 * 1024))
+scripts/hugepages.sh "$pool_bytes"
+
+# Stop a demo daemon left by an earlier run (its pid file is ours).
+for f in "$state/airs-memd.pid" "$state/dbus.pid"; do
+  if [[ -s $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; then kill "$(cat "$f")"; sleep 0.3; fi
+  rm -f "$f"
+done
+
+if [[ -S /run/dbus/system_bus_socket ]] && [[ -f /etc/dbus-1/system.d/org.aios.Airs1.conf ]]; then
+  bus=system
+else
+  # No system bus with our policy here (e.g. a container, or not installed):
+  # a private bus of our own.
+  dbus-daemon --config-file=tests/support/test-bus.conf --print-address=3 --print-pid=4 --fork \
+    3>"$state/bus.address" 4>"$state/dbus.pid"
+  bus=$(head -1 "$state/bus.address")
+fi
+
+cat >"$state/airs-memd.conf" <<CONF
+[pool]
+size = "$pool_bytes"
+CONF
+nohup build/daemon/airs-memd --config "$state/airs-memd.conf" --bus "$bus" >"$state/airs-memd.log" 2>&1 &
+echo $! >"$state/airs-memd.pid"
+for _ in $(seq 100); do
+  grep -q "serving org.aios.Airs1" "$state/airs-memd.log" && break
+  if ! kill -0 "$(cat "$state/airs-memd.pid")" 2>/dev/null; then cat "$state/airs-memd.log"; exit 1; fi
+  sleep 0.1
+done
+
+if [[ -x build/src/gguf/airs-mkmodel ]] && [[ -x build/src/client/airs-demo ]]; then
+  build/src/gguf/airs-mkmodel --out "$state/demo.gguf" --size 256M --seed 7
+  build/src/client/airs-demo --bus "$bus" "$state/demo.gguf"
+fi
+
+echo
+build/src/airsctl/airsctl --bus "$bus" status
+echo
+echo "airs-memd is running (pid $(cat "$state/airs-memd.pid"), log $state/airs-memd.log)."
+echo "Talk to it:  build/src/airsctl/airsctl --bus '$bus' status"
+echo "Stop it:     kill \$(cat $state/airs-memd.pid)"

@@ -1,0 +1,33 @@
+#include "airsctl/common.hpp"
+
+#include <fmt/format.h>
+
+#include "dbus/names.hpp"
+#include "util/units.hpp"
+
+namespace airs::cli {
+
+std::unique_ptr<sdbus::IConnection> connect(const Globals& g) {
+  if (g.bus == "system") return sdbus::createSystemBusConnection();
+  if (g.bus == "session") return sdbus::createSessionBusConnection();
+  return sdbus::createSessionBusConnectionWithAddress(g.bus);
+}
+
+std::unique_ptr<sdbus::IProxy> manager_proxy(sdbus::IConnection& bus) {
+  return sdbus::createProxy(bus, dbus::kBusName, dbus::kManagerPath);
+}
+
+int report(const sdbus::Error& e) {
+  std::string hint;
+  if (e.getName() == "org.freedesktop.DBus.Error.ServiceUnknown" || e.getName() == "org.freedesktop.DBus.Error.NameHasNoOwner")
+    hint = " (is airs-memd running? systemctl status airs-memd)";
+  std::fprintf(stderr, "airsctl: %s%s [%s]\n", e.getMessage().c_str(), hint.c_str(), e.getName().c_str());
+  if (e.getName() == dbus::kErrAccessDenied) return 3;
+  if (e.getName() == dbus::kErrNotFound) return 4;
+  return 1;
+}
+
+std::string bytes(uint64_t b) { return format_bytes(b); }
+std::string percent(double r) { return fmt::format("{:.1f}%", r * 100.0); }
+
+}  // namespace airs::cli

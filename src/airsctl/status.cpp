@@ -1,0 +1,93 @@
+// airsctl status [--json] [--watch SECONDS]: the daemon's view of the pool,
+// models, KV and pressure.
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "airsctl/common.hpp"
+#include "airsctl/subcommands.hpp"
+
+namespace airs::cli {
+namespace {
+
+template <typename T>
+T val(const dbus::Dict& d, const char* k, T def = {}) {
+  auto v = dbus::get<T>(d, k);
+  return v ? *v : def;
+}
+
+void print_human(const dbus::Dict& s) {
+  fmt::print("airs-memd {}  profile {}  mode {}  up {} s\n", val<std::string>(s, "version"),
+             val<std::string>(s, "profile"), val<std::string>(s, "mode", "-"), val<uint64_t>(s, "uptime_s"));
+  if (auto why = dbus::get<std::string>(s, "mode_reason")) fmt::print("  mode: {}\n", *why);
+  if (auto adv = dbus::get<std::vector<std::string>>(s, "advice"))
+    for (auto& a : *adv) fmt::print("  to enable more: {}\n", a);
+  auto pool = val<dbus::Dict>(s, "pool");
+  const uint64_t page = val<uint64_t>(s, "page_size");
+  fmt::print("\nPOOL  {} pages of {}  ({})\n", val<uint64_t>(pool, "total_pages"), bytes(page),
+             val<std::string>(pool, "backend", "-"));
+  fmt::print("  total {:>12}  models {:>12}  kv {:>12}  free {:>12}\n", bytes(val<uint64_t>(pool, "total_bytes")),
+             bytes(val<uint64_t>(pool, "model_bytes")), bytes(val<uint64_t>(pool, "kv_bytes")),
+             bytes(val<uint64_t>(pool, "free_bytes")));
+  if (pool.count("kernel_hugepages_total"))
+    fmt::print("  kernel: HugePages_Total {}  Free {}  Rsvd {}   pinned: {}\n",
+               val<uint64_t>(pool, "kernel_hugepages_total"), val<uint64_t>(pool, "kernel_hugepages_free"),
+               val<uint64_t>(pool, "kernel_hugepages_rsvd"), val<bool>(pool, "pinned") ? "yes (hugetlb, never swapped)" : "-");
+  auto models = val<std::vector<dbus::Dict>>(s, "models");
+  fmt::print("\nMODELS ({})\n", models.size());
+  if (!models.empty())
+    fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}\n", "NAME", "SIZE", "RESIDENT", "STATE", "REFS", "CLIENTS");
+  for (auto& m : models) {
+    const uint64_t size = val<uint64_t>(m, "size");
+    const uint64_t res = val<uint64_t>(m, "resident_bytes");
+    fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}{}\n", val<std::string>(m, "name"), bytes(size),
+               percent(size ? static_cast<double>(res) / static_cast<double>(size) : 0.0), val<std::string>(m, "state"),
+               val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"), val<bool>(m, "pinned") ? "  pinned" : "");
+  }
+  auto kv = val<dbus::Dict>(s, "kv");
+  if (!kv.empty()) {
+    fmt::print("\nKV  sessions {}  used {}  cached {}  free {}  waste {}\n", val<uint32_t>(kv, "sessions"),
+               bytes(val<uint64_t>(kv, "used_bytes")), bytes(val<uint64_t>(kv, "cached_bytes")),
+               bytes(val<uint64_t>(kv, "free_bytes")), percent(val<double>(kv, "waste_ratio")));
+  }
+  auto pr = val<dbus::Dict>(s, "pressure");
+  if (!pr.empty()) {
+    fmt::print("\nPRESSURE  level {}  source {}\n", val<std::string>(pr, "level", "none"), val<std::string>(pr, "source", "-"));
+    if (pr.count("some_avg10"))
+      fmt::print("  some avg10 {:.2f}  full avg10 {:.2f}  evictions {}  bytes evicted {}\n", val<double>(pr, "some_avg10"),
+                 val<double>(pr, "full_avg10"), val<uint64_t>(pr, "evictions"), bytes(val<uint64_t>(pr, "evicted_bytes")));
+  }
+  fmt::print("\nMemAvailable {}\n", bytes(val<uint64_t>(s, "mem_available")));
+}
+
+}  // namespace
+
+void add_status(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("status", "Show the pool, models, KV cache and memory pressure");
+  auto watch = std::make_shared<double>(0.0);
+  cmd->add_option("--watch", *watch, "Refresh every N seconds until interrupted");
+  cmd->callback([&g, watch] {
+    try {
+      auto bus = connect(g);
+      auto mgr = manager_proxy(*bus);
+      for (;;) {
+        dbus::Dict s;
+        mgr->callMethod("GetStatus").onInterface("org.aios.Airs1.Manager").storeResultsTo(s);
+        if (*watch > 0) std::fputs("\033[H\033[2J", stdout);
+        if (g.json) {
+          std::puts(dbus::to_json(s).dump(*watch > 0 ? 2 : -1).c_str());
+        } else {
+          print_human(s);
+        }
+        std::fflush(stdout);
+        if (*watch <= 0) break;
+        std::this_thread::sleep_for(std::chrono::duration<double>(*watch));
+      }
+    } catch (const sdbus::Error& e) {
+      throw CLI::RuntimeError(report(e));
+    }
+  });
+}
+
+}  // namespace airs::cli

@@ -1,0 +1,12 @@
+// One function per subcommand file; main.cpp calls each to register it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "airsctl/common.hpp"
+
+namespace airs::cli {
+
+void add_status(CLI::App& app, Globals& g);
+
+}  // namespace airs::cli

@@ -1,0 +1,68 @@
+// The daemon on a real (private) bus: start-up, status, configuration
+// errors, clean shutdown.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon_fixture.hpp"
+
+using namespace airs::test;
+
+namespace {
+const char* kSmallPool = "[pool]\nsize = \"64M\"\n";
+}
+
+TEST(Daemon, ServesStatusOnItsBusAndStopsCleanly) {
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), kSmallPool);
+  ASSERT_TRUE(d.started()) << d.log();
+
+  auto human = run_process({airsctl_path(), "--bus", bus.address(), "status"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("POOL"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("airs-memd"), std::string::npos);
+
+  auto js = run_process({airsctl_path(), "--bus", bus.address(), "--json", "status"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["version"], "0.1.0");
+  EXPECT_EQ(j["pool"]["target_bytes"], 64u << 20);
+  EXPECT_GT(j["page_size"].get<uint64_t>(), 0u);
+
+  EXPECT_EQ(d.stop(), 0) << d.log();
+  EXPECT_NE(d.log().find("stopped"), std::string::npos);
+}
+
+TEST(Daemon, StatusWithoutDaemonSaysSo) {
+  PrivateBus bus;
+  auto r = run_process({airsctl_path(), "--bus", bus.address(), "status"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find("is airs-memd running?"), std::string::npos) << r.err;
+}
+
+TEST(Daemon, CheckConfigPrintsEffectiveConfig) {
+  auto r = run_process({airs_memd_path(), "--config", source_dir() + "/config/airs-memd.conf", "--check-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[pool]"), std::string::npos);
+  EXPECT_NE(r.out.find("prefetch_window = 2"), std::string::npos);
+}
+
+TEST(Daemon, BadConfigIsRejectedNamingTheKey) {
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), "[models]\nprefetch_window = -1\n");
+  EXPECT_FALSE(d.started());
+  EXPECT_NE(d.log().find("[models] prefetch_window: -1 is out of range"), std::string::npos) << d.log();
+}
+
+TEST(Daemon, MissingExplicitConfigIsAnError) {
+  auto r = run_process({airs_memd_path(), "--config", "/nonexistent/airs.conf", "--check-config"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/airs.conf does not exist"), std::string::npos) << r.err;
+}
+
+TEST(Daemon, UnreachableBusIsAClearStartupError) {
+  DaemonProcess d("unix:path=/nonexistent/bus", kSmallPool);
+  EXPECT_FALSE(d.started());
+  EXPECT_NE(d.log().find("cannot serve org.aios.Airs1"), std::string::npos) << d.log();
+}

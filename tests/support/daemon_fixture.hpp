@@ -1,0 +1,68 @@
+// Integration-test plumbing: a private dbus-daemon and a real airs-memd on
+// it, started as child processes and stopped by pid. Nothing here fakes the
+// daemon or the bus.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace airs::test {
+
+struct ProcessResult {
+  int exit_code = -1;   // -1 if killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Runs argv to completion, capturing stdout/stderr. `timeout` kills it.
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+class PrivateBus {
+ public:
+  PrivateBus();  // starts dbus-daemon; aborts the test on failure
+  ~PrivateBus();
+  PrivateBus(const PrivateBus&) = delete;
+  PrivateBus& operator=(const PrivateBus&) = delete;
+  [[nodiscard]] const std::string& address() const { return address_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string address_;
+};
+
+class DaemonProcess {
+ public:
+  // Writes `config_toml` to a temp file and starts airs-memd on `bus`.
+  // Waits until it owns its name (or exited: then started() is false and
+  // log() says why).
+  DaemonProcess(const std::string& bus_address, const std::string& config_toml,
+                std::vector<std::string> extra_args = {});
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  [[nodiscard]] bool started() const { return started_; }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  // SIGTERM and wait; returns the exit status (or -signal).
+  int stop(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // SIGKILL and reap.
+  void kill_hard();
+  [[nodiscard]] std::string log() const;  // its stderr so far
+
+ private:
+  pid_t pid_ = -1;
+  bool started_ = false;
+  std::string dir_;
+};
+
+// Paths of the built programs (from CMake).
+std::string airs_memd_path();
+std::string airsctl_path();
+std::string source_dir();
+
+}  // namespace airs::test
