@@ -1,0 +1,367 @@
+#include "gguf/writer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "util/units.hpp"
+
+namespace airs::gguf {
+
+// ---- Builder ---------------------------------------------------------------
+
+Builder& Builder::put(const void* p, size_t n) {
+  const auto* b = static_cast<const std::byte*>(p);
+  bytes_.insert(bytes_.end(), b, b + n);
+  return *this;
+}
+
+Builder& Builder::pad_to(uint64_t alignment) {
+  const uint64_t target = *round_up(bytes_.size(), alignment);
+  return zeros(target - bytes_.size());
+}
+
+Builder& Builder::header(uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+  return u32(kMagic).u32(version).u64(n_tensors).u64(n_kv);
+}
+
+Builder& Builder::kv_scalar(std::string_view key, const Scalar& v) {
+  str(key);
+  u32(static_cast<uint32_t>(v.index() == 8    ? ValueType::kString
+                            : v.index() <= 7  ? static_cast<ValueType>(v.index())
+                                              : static_cast<ValueType>(v.index() + 1)));
+  std::visit(
+      [&](const auto& x) {
+        using V = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          str(x);
+        } else if constexpr (std::is_same_v<V, bool>) {
+          u8(x ? 1 : 0);
+        } else {
+          put(&x, sizeof x);
+        }
+      },
+      v);
+  return *this;
+}
+
+Builder& Builder::kv_array_str(std::string_view key, std::span<const std::string> items) {
+  str(key).u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kString));
+  u64(items.size());
+  for (const auto& s : items) str(s);
+  return *this;
+}
+
+Builder& Builder::kv_array_u32(std::string_view key, std::span<const uint32_t> items) {
+  str(key).u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kUint32));
+  u64(items.size());
+  for (uint32_t v : items) u32(v);
+  return *this;
+}
+
+Builder& Builder::kv_array_f32(std::string_view key, std::span<const float> items) {
+  str(key).u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kFloat32));
+  u64(items.size());
+  for (float v : items) f32(v);
+  return *this;
+}
+
+Builder& Builder::tensor_info(std::string_view name, std::span<const uint64_t> dims, uint32_t type_id,
+                              uint64_t rel_offset) {
+  str(name).u32(static_cast<uint32_t>(dims.size()));
+  for (uint64_t d : dims) u64(d);
+  return u32(type_id).u64(rel_offset);
+}
+
+void Builder::patch_u32(size_t at, uint32_t v) { std::memcpy(bytes_.data() + at, &v, 4); }
+void Builder::patch_u64(size_t at, uint64_t v) { std::memcpy(bytes_.data() + at, &v, 8); }
+
+// ---- sizes and schemes -----------------------------------------------------
+
+std::optional<uint64_t> tensor_nbytes(uint32_t type_id, std::span<const uint64_t> dims) noexcept {
+  const TypeTraits t = type_traits(type_id);
+  if (t.status != TypeStatus::kSupported || dims.empty()) return std::nullopt;
+  if (dims[0] == 0 || dims[0] % t.block_size != 0) return std::nullopt;
+  uint64_t bytes = dims[0] / t.block_size * t.type_size;
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i] == 0 || __builtin_mul_overflow(bytes, dims[i], &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+std::optional<TypeScheme> type_scheme_by_name(std::string_view name) noexcept {
+  if (name == "mixed") return TypeScheme::kMixed;
+  if (name == "f32") return TypeScheme::kF32;
+  if (name == "f16") return TypeScheme::kF16;
+  if (name == "q8_0") return TypeScheme::kQ8_0;
+  if (name == "q4_0") return TypeScheme::kQ4_0;
+  if (name == "q4_K") return TypeScheme::kQ4_K;
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr auto id(GgmlType t) { return static_cast<uint32_t>(t); }
+
+uint32_t scheme_type(TypeScheme s, std::string_view role) {
+  if (role == "attn_norm" || role == "ffn_norm" || role == "output_norm") return id(GgmlType::kF32);
+  switch (s) {
+    case TypeScheme::kF32: return id(GgmlType::kF32);
+    case TypeScheme::kF16: return id(GgmlType::kF16);
+    case TypeScheme::kQ8_0: return id(GgmlType::kQ8_0);
+    case TypeScheme::kQ4_0: return id(GgmlType::kQ4_0);
+    case TypeScheme::kQ4_K: return id(GgmlType::kQ4_K);
+    case TypeScheme::kMixed: break;
+  }
+  if (role == "attn_v" || role == "ffn_down") return id(GgmlType::kQ8_0);
+  if (role == "ffn_gate" || role == "ffn_up") return id(GgmlType::kQ4_0);
+  if (role == "output") return id(GgmlType::kF16);
+  return id(GgmlType::kQ4_K);  // token_embd, attn_q, attn_k, attn_output
+}
+
+// A scheme's choice degrades to a smaller block size when ne0 does not fit
+// (tiny random shapes), so every spec with dims >= 1 has a valid layout.
+uint32_t fit_type(uint32_t t, uint64_t ne0) {
+  for (uint32_t cand : {t, id(GgmlType::kQ8_0), id(GgmlType::kF16)}) {
+    if (ne0 % type_traits(cand).block_size == 0) return cand;
+  }
+  return id(GgmlType::kF16);
+}
+
+Status check_u32(std::string_view field, uint64_t v) {
+  if (v == 0 || v > std::numeric_limits<uint32_t>::max()) {
+    return make_error(EINVAL, "model spec: {} = {} must be between 1 and 2^32-1", field, v);
+  }
+  return {};
+}
+
+constexpr uint64_t mix64(uint64_t z) noexcept {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// ---- planning --------------------------------------------------------------
+
+Result<ModelPlan> plan_model(const ModelSpec& s) {
+  if (s.architecture.empty()) return make_error(EINVAL, "model spec: architecture is empty");
+  if (s.version != 2 && s.version != 3) return make_error(EINVAL, "model spec: version {} is not 2 or 3", s.version);
+  AIRS_TRY(check_u32("n_layers", s.n_layers));
+  AIRS_TRY(check_u32("n_embd", s.n_embd));
+  AIRS_TRY(check_u32("n_head", s.n_head));
+  AIRS_TRY(check_u32("n_head_kv", s.n_head_kv));
+  AIRS_TRY(check_u32("n_ff", s.n_ff));
+  AIRS_TRY(check_u32("n_vocab", s.n_vocab));
+  AIRS_TRY(check_u32("context_length", s.context_length));
+  if (s.n_head % s.n_head_kv != 0) {
+    return make_error(EINVAL, "model spec: n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv);
+  }
+  if ((!s.key_length || !s.value_length) && s.n_embd % s.n_head != 0) {
+    return make_error(EINVAL, "model spec: n_embd {} is not a multiple of n_head {}", s.n_embd, s.n_head);
+  }
+  if (!is_pow2(s.alignment) || s.alignment > (uint32_t{1} << 30)) {
+    return make_error(EINVAL, "model spec: alignment {} is not a power of two up to 1 GiB", s.alignment);
+  }
+  const uint64_t kl = s.key_length.value_or(s.n_embd / s.n_head);
+  const uint64_t vl = s.value_length.value_or(s.n_embd / s.n_head);
+  AIRS_TRY(check_u32("key_length", kl));
+  AIRS_TRY(check_u32("value_length", vl));
+
+  ModelPlan plan;
+  plan.spec = s;
+  auto add = [&](std::string name, std::string_view role, std::vector<uint64_t> dims) -> Status {
+    uint32_t t = fit_type(scheme_type(s.types, role), dims[0]);
+    if (s.type_override) t = s.type_override(name, t);
+    const auto nb = tensor_nbytes(t, dims);
+    if (!nb) {
+      return make_error(EINVAL, "model spec: tensor '{}' cannot be type {} with ne0 = {}", name, type_traits(t).name,
+                        dims[0]);
+    }
+    plan.tensors.push_back(PlannedTensor{std::move(name), t, std::move(dims), 0, 0, *nb});
+    return {};
+  };
+  AIRS_TRY(add("token_embd.weight", "token_embd", {s.n_embd, s.n_vocab}));
+  for (uint64_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    AIRS_TRY(add(p + "attn_norm.weight", "attn_norm", {s.n_embd}));
+    AIRS_TRY(add(p + "attn_q.weight", "attn_q", {s.n_embd, s.n_head * kl}));
+    AIRS_TRY(add(p + "attn_k.weight", "attn_k", {s.n_embd, s.n_head_kv * kl}));
+    AIRS_TRY(add(p + "attn_v.weight", "attn_v", {s.n_embd, s.n_head_kv * vl}));
+    AIRS_TRY(add(p + "attn_output.weight", "attn_output", {s.n_head * vl, s.n_embd}));
+    AIRS_TRY(add(p + "ffn_norm.weight", "ffn_norm", {s.n_embd}));
+    AIRS_TRY(add(p + "ffn_gate.weight", "ffn_gate", {s.n_embd, s.n_ff}));
+    AIRS_TRY(add(p + "ffn_up.weight", "ffn_up", {s.n_embd, s.n_ff}));
+    AIRS_TRY(add(p + "ffn_down.weight", "ffn_down", {s.n_ff, s.n_embd}));
+  }
+  AIRS_TRY(add("output_norm.weight", "output_norm", {s.n_embd}));
+  AIRS_TRY(add("output.weight", "output", {s.n_embd, s.n_vocab}));
+
+  uint64_t rel = 0;
+  for (auto& t : plan.tensors) {
+    const auto start = round_up(rel, s.alignment);
+    if (!start || __builtin_add_overflow(*start, t.nbytes, &rel)) {
+      return make_error(EINVAL, "model spec: file size overflows at tensor '{}'", t.name);
+    }
+    t.rel_offset = *start;
+  }
+
+  const std::string& a = s.architecture;
+  const uint64_t n_tok = std::min(s.n_vocab, s.n_vocab_tokens_written);
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  tokens.reserve(n_tok);
+  for (uint64_t i = 0; i < n_tok; ++i) {
+    tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("<0x{:02X}>", i - 3));
+    scores.push_back(-static_cast<float>(i));
+  }
+  Builder b;
+  const size_t kv_count_at = 16;
+  b.header(s.version, plan.tensors.size(), 0);
+  uint64_t n_kv = 0;
+  auto kv = [&](auto&& fn) { fn(); ++n_kv; };
+  kv([&] { b.kv_str("general.architecture", a); });
+  kv([&] { b.kv_str("general.name", s.name); });
+  kv([&] { b.kv_u32("general.alignment", s.alignment); });
+  kv([&] { b.kv_u32(a + ".block_count", static_cast<uint32_t>(s.n_layers)); });
+  kv([&] { b.kv_u32(a + ".context_length", static_cast<uint32_t>(s.context_length)); });
+  kv([&] { b.kv_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd)); });
+  kv([&] { b.kv_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff)); });
+  kv([&] { b.kv_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head)); });
+  kv([&] { b.kv_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv)); });
+  if (s.key_length) kv([&] { b.kv_u32(a + ".attention.key_length", static_cast<uint32_t>(kl)); });
+  if (s.value_length) kv([&] { b.kv_u32(a + ".attention.value_length", static_cast<uint32_t>(vl)); });
+  kv([&] { b.kv_u32(a + ".rope.dimension_count", static_cast<uint32_t>(kl)); });
+  kv([&] { b.kv_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5F); });
+  kv([&] { b.kv_u32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab)); });
+  kv([&] { b.kv_str("tokenizer.ggml.model", "llama"); });
+  kv([&] { b.kv_array_str("tokenizer.ggml.tokens", tokens); });
+  kv([&] { b.kv_array_f32("tokenizer.ggml.scores", scores); });
+  kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
+  kv([&] { b.kv_bool("tokenizer.ggml.add_bos_token", true); });
+  b.patch_u64(kv_count_at, n_kv);
+  for (const auto& t : plan.tensors) b.tensor_info(t.name, t.dims, t.type_id, t.rel_offset);
+  plan.header = b.take();
+  plan.data_offset = *round_up(plan.header.size(), s.alignment);
+  for (auto& t : plan.tensors) {
+    if (__builtin_add_overflow(plan.data_offset, t.rel_offset, &t.offset)) {
+      return make_error(EINVAL, "model spec: file size overflows at tensor '{}'", t.name);
+    }
+  }
+  const auto end = round_up(rel, s.alignment);
+  if (!end || __builtin_add_overflow(plan.data_offset, *end, &plan.file_size)) {
+    return make_error(EINVAL, "model spec: file size overflows");
+  }
+  return plan;
+}
+
+Result<ModelSpec> spec_for_size(ModelSpec base, uint64_t target) {
+  auto shape = [&](uint64_t k, uint64_t vocab) {
+    ModelSpec s = base;
+    s.n_embd = 256 * k;
+    s.n_head = std::max<uint64_t>(1, s.n_embd / 128);
+    s.n_head_kv = 1;
+    for (uint64_t d = s.n_head / 4; d >= 1; --d) {
+      if (s.n_head % d == 0) {
+        s.n_head_kv = d;
+        break;
+      }
+    }
+    s.n_ff = *round_up(s.n_embd * 8 / 3, 256);
+    s.n_vocab = vocab;
+    s.key_length.reset();
+    s.value_length.reset();
+    return s;
+  };
+  auto size_of = [](const ModelSpec& s) -> uint64_t {
+    auto p = plan_model(s);
+    return p ? p->file_size : std::numeric_limits<uint64_t>::max();
+  };
+  // Small targets: shrink the vocabulary first (the embedding dominates).
+  uint64_t vocab = base.n_vocab;
+  while (vocab > 256 && size_of(shape(1, vocab)) > target) vocab = std::max<uint64_t>(256, vocab / 2);
+  ModelSpec best = shape(1, vocab);
+  uint64_t best_size = size_of(best);
+  if (best_size == std::numeric_limits<uint64_t>::max()) return make_error(EINVAL, "model spec: invalid base spec");
+  if (best_size > target * 2 + kMiB) {
+    return make_error(EINVAL, "model spec: the smallest {}-layer model is {} bytes, far above the target {}",
+                      base.n_layers, best_size, target);
+  }
+  // File size grows monotonically with n_embd; stop once past the target.
+  for (uint64_t k = 2; k <= 256; ++k) {
+    ModelSpec s = shape(k, vocab);
+    const uint64_t sz = size_of(s);
+    const auto dist = [&](uint64_t v) { return v > target ? v - target : target - v; };
+    if (dist(sz) < dist(best_size)) {
+      best = s;
+      best_size = sz;
+    }
+    if (sz > target) break;
+  }
+  return best;
+}
+
+// ---- content ---------------------------------------------------------------
+
+void fill_tensor_bytes(uint64_t seed, uint32_t tensor_index, uint64_t offset_in_tensor,
+                       std::span<std::byte> out) noexcept {
+  const uint64_t base = mix64(seed ^ mix64(uint64_t{tensor_index} + 0x9e3779b97f4a7c15ULL));
+  uint64_t word = offset_in_tensor / 8;
+  size_t skip = static_cast<size_t>(offset_in_tensor % 8);
+  size_t done = 0;
+  if (skip != 0) {
+    const uint64_t v = mix64(base + word * 0x9e3779b97f4a7c15ULL);
+    const size_t n = std::min(out.size(), 8 - skip);
+    std::memcpy(out.data(), reinterpret_cast<const std::byte*>(&v) + skip, n);
+    done = n;
+    ++word;
+  }
+  std::byte* p = out.data() + done;
+  const size_t whole = (out.size() - done) / 8;
+  for (size_t i = 0; i < whole; ++i, ++word) {
+    const uint64_t v = mix64(base + word * 0x9e3779b97f4a7c15ULL);
+    std::memcpy(p + i * 8, &v, 8);
+  }
+  done += whole * 8;
+  if (done < out.size()) {
+    const uint64_t v = mix64(base + word * 0x9e3779b97f4a7c15ULL);
+    std::memcpy(out.data() + done, &v, out.size() - done);
+  }
+}
+
+Status expected_file_bytes(const ModelPlan& plan, uint64_t file_offset, std::span<std::byte> out) {
+  if (file_offset > plan.file_size || out.size() > plan.file_size - file_offset) {
+    return make_error(EINVAL, "model plan: range [{}, +{}) passes the end of the file ({} bytes)", file_offset,
+                      out.size(), plan.file_size);
+  }
+  std::memset(out.data(), 0, out.size());
+  const uint64_t end = file_offset + out.size();
+  if (file_offset < plan.header.size()) {
+    const uint64_t n = std::min<uint64_t>(plan.header.size(), end) - file_offset;
+    std::memcpy(out.data(), plan.header.data() + file_offset, static_cast<size_t>(n));
+  }
+  // Tensors are laid out in order: find the first that ends after the start.
+  auto it = std::partition_point(plan.tensors.begin(), plan.tensors.end(),
+                                 [&](const PlannedTensor& t) { return t.offset + t.nbytes <= file_offset; });
+  for (; it != plan.tensors.end() && it->offset < end; ++it) {
+    const uint64_t a = std::max(file_offset, it->offset);
+    const uint64_t b = std::min(end, it->offset + it->nbytes);
+    if (a >= b) continue;
+    const auto index = static_cast<uint32_t>(it - plan.tensors.begin());
+    fill_tensor_bytes(plan.spec.seed, index, a - it->offset,
+                      out.subspan(static_cast<size_t>(a - file_offset), static_cast<size_t>(b - a)));
+  }
+  return {};
+}
+
+Result<std::vector<std::byte>> render_model(const ModelPlan& plan) {
+  if (plan.file_size > (uint64_t{1} << 32)) {
+    return make_error(EINVAL, "model plan: {} bytes is too large to render in memory", plan.file_size);
+  }
+  std::vector<std::byte> bytes(static_cast<size_t>(plan.file_size));
+  AIRS_TRY(expected_file_bytes(plan, 0, bytes));
+  return bytes;
+}
+
+}  // namespace airs::gguf
