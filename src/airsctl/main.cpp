@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", g.json, "Machine-readable output (one JSON document)");
   app.set_version_flag("--version", std::string("airsctl ") + AIRS_VERSION);
   airs::cli::add_status(app, g);
+  airs::cli::add_inspect(app, g);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
