@@ -152,3 +152,13 @@ Result<FsUsage> fs_usage(const std::string& path) {
 }
 
 }  // namespace airs::sys
+
+namespace airs::sys {
+
+Result<Mapping> map_shared(int fd, uint64_t len, int prot, int extra_flags, const std::string& what) {
+  void* p = ::mmap(nullptr, len, prot, MAP_SHARED | extra_flags, fd, 0);
+  if (p == MAP_FAILED) return make_error(errno, "{}: mmap of {} bytes: {}", what, len, std::strerror(errno));
+  return Mapping(p, len);
+}
+
+}  // namespace airs::sys

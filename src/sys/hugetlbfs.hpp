@@ -50,3 +50,12 @@ struct FsUsage {
 [[nodiscard]] Result<FsUsage> fs_usage(const std::string& path);
 
 }  // namespace airs::sys
+
+namespace airs::sys {
+
+// mmap(nullptr, len, prot, MAP_SHARED | extra_flags, fd, 0) as an owned
+// Mapping. On hugetlbfs, MAP_SHARED without MAP_NORESERVE reserves the pages
+// (HugePages_Rsvd); ENOMEM then means the pool cannot back the range.
+[[nodiscard]] Result<Mapping> map_shared(int fd, uint64_t len, int prot, int extra_flags, const std::string& what);
+
+}  // namespace airs::sys
