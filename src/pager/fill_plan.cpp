@@ -1,0 +1,97 @@
+#include "pager/fill_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace airs::pager {
+
+std::vector<uint32_t> rank_units(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size) {
+  const uint64_t units = file_size / unit_size + (file_size % unit_size != 0 ? 1 : 0);
+  std::vector<uint32_t> rank(units, kUnrankedUnit);
+  for (const Extent& e : extents) {
+    if (e.length == 0 || e.offset >= file_size) continue;
+    const uint64_t end = std::min(file_size, e.offset + std::min(e.length, file_size - e.offset));
+    for (uint64_t u = e.offset / unit_size; u * unit_size < end; ++u) rank[u] = std::min(rank[u], e.load_rank);
+  }
+  return rank;
+}
+
+FillPlan::FillPlan(std::vector<uint32_t> unit_rank, uint32_t prefetch_window)
+    : rank_(std::move(unit_rank)), window_(prefetch_window) {
+  const auto n = static_cast<uint32_t>(rank_.size());
+  state_.assign(n, UnitState::Empty);
+  queued_.assign(n, false);
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0U);
+  std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) { return rank_[a] < rank_[b]; });
+  rank_index_.assign(n, 0);
+  for (uint32_t pos = 0; pos < n; ++pos) {
+    const uint32_t u = order_[pos];
+    if (ranks_.empty() || ranks_.back() != rank_[u]) {
+      ranks_.push_back(rank_[u]);
+      rank_begin_.push_back(pos);
+    }
+    rank_index_[u] = static_cast<uint32_t>(ranks_.size() - 1);
+  }
+  rank_begin_.push_back(n);
+}
+
+void FillPlan::set_state(uint32_t u, UnitState s) {
+  auto count = [&](UnitState st, int d) {
+    if (st == UnitState::Ready) ready_ = static_cast<uint32_t>(static_cast<int>(ready_) + d);
+    if (st == UnitState::InFlight) in_flight_ = static_cast<uint32_t>(static_cast<int>(in_flight_) + d);
+    if (st == UnitState::Failed) failed_ = static_cast<uint32_t>(static_cast<int>(failed_) + d);
+  };
+  count(state_[u], -1);
+  state_[u] = s;
+  count(s, +1);
+}
+
+void FillPlan::on_fault(uint32_t u) {
+  if (u >= unit_count()) return;
+  if (state_[u] == UnitState::Empty && !queued_[u]) {
+    queued_[u] = true;
+    urgent_.push_back(u);
+  }
+  const uint32_t ri = rank_index_[u];
+  pf_pos_ = rank_begin_[ri];
+  pf_end_ = rank_begin_[std::min<uint64_t>(uint64_t{ri} + window_ + 1, ranks_.size())];
+}
+
+std::optional<uint32_t> FillPlan::next(ReadClass cls) {
+  switch (cls) {
+    case ReadClass::Urgent:
+      while (!urgent_.empty()) {
+        const uint32_t u = urgent_.front();
+        if (state_[u] == UnitState::Empty) return u;
+        urgent_.pop_front();
+        queued_[u] = false;
+      }
+      return std::nullopt;
+    case ReadClass::Prefetch:
+      while (pf_pos_ < pf_end_) {
+        const uint32_t u = order_[pf_pos_];
+        if (state_[u] == UnitState::Empty) return u;
+        ++pf_pos_;
+      }
+      return std::nullopt;
+    case ReadClass::Background:
+      while (bg_pos_ < order_.size()) {
+        const uint32_t u = order_[bg_pos_];
+        if (state_[u] == UnitState::Empty) return u;
+        ++bg_pos_;
+      }
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void FillPlan::reset() {
+  std::fill(state_.begin(), state_.end(), UnitState::Empty);
+  std::fill(queued_.begin(), queued_.end(), false);
+  urgent_.clear();
+  pf_pos_ = pf_end_ = bg_pos_ = 0;
+  ready_ = in_flight_ = failed_ = 0;
+}
+
+}  // namespace airs::pager

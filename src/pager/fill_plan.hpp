@@ -1,0 +1,78 @@
+// Which fill unit to read next: pure bookkeeping, no I/O, unit-tested.
+//
+// A model region is cut into fill units (one huge page each). Each unit has a
+// load rank (the minimum load_rank of the GGUF extents overlapping it; units
+// no extent covers go last) and a state EMPTY → IN_FLIGHT → READY, or FAILED
+// on a read error; eviction resets everything to EMPTY.
+// Reads are picked in three classes, first non-empty class wins:
+//   1. Urgent: units a client faulted on and waits for, oldest first;
+//   2. Prefetch: units of the last faulted rank and the W ranks after it;
+//   3. Background: everything else in rank order (warm-up).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+namespace airs::pager {
+
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t load_rank = 0;
+};
+
+enum class UnitState : uint8_t { Empty, InFlight, Ready, Failed };
+enum class ReadClass : uint8_t { Urgent, Prefetch, Background };
+
+inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
+
+// Rank of every unit of a `file_size`-byte file cut into `unit_size` units.
+// Extents past the end of the file are clipped; empty extents ignored.
+[[nodiscard]] std::vector<uint32_t> rank_units(const std::vector<Extent>& extents, uint64_t file_size,
+                                               uint64_t unit_size);
+
+class FillPlan {
+ public:
+  FillPlan(std::vector<uint32_t> unit_rank, uint32_t prefetch_window);
+
+  [[nodiscard]] uint32_t unit_count() const { return static_cast<uint32_t>(state_.size()); }
+  [[nodiscard]] UnitState state(uint32_t u) const { return state_[u]; }
+  [[nodiscard]] uint32_t rank(uint32_t u) const { return rank_[u]; }
+  // Index of the unit's rank in ranks() (ascending distinct ranks).
+  [[nodiscard]] uint32_t rank_index(uint32_t u) const { return rank_index_[u]; }
+  [[nodiscard]] const std::vector<uint32_t>& ranks() const { return ranks_; }
+  [[nodiscard]] uint32_t units_of_rank_index(uint32_t ri) const { return rank_begin_[ri + 1] - rank_begin_[ri]; }
+
+  // Transitions (any state may be set; counters follow).
+  void set_state(uint32_t u, UnitState s);
+  [[nodiscard]] uint32_t ready() const { return ready_; }
+  [[nodiscard]] uint32_t in_flight() const { return in_flight_; }
+  [[nodiscard]] uint32_t failed() const { return failed_; }
+  [[nodiscard]] bool complete() const { return ready_ + failed_ == unit_count(); }
+
+  // A client faulted on `u` (EMPTY/IN_FLIGHT): queue it as urgent if EMPTY
+  // and move the prefetch window to its rank. Idempotent for duplicates.
+  void on_fault(uint32_t u);
+  // Next EMPTY unit of `cls`, or nullopt. Does not change its state.
+  [[nodiscard]] std::optional<uint32_t> next(ReadClass cls);
+  // Everything EMPTY again (eviction): queues and cursors cleared.
+  void reset();
+
+ private:
+  std::vector<uint32_t> rank_;
+  std::vector<uint32_t> rank_index_;
+  std::vector<uint32_t> ranks_;       // distinct, ascending
+  std::vector<uint32_t> order_;       // units by (rank, index)
+  std::vector<uint32_t> rank_begin_;  // position in order_ of each rank index; size ranks+1
+  std::vector<UnitState> state_;
+  std::vector<bool> queued_;
+  std::deque<uint32_t> urgent_;
+  uint32_t window_;
+  uint32_t pf_pos_ = 0, pf_end_ = 0;
+  uint32_t bg_pos_ = 0;
+  uint32_t ready_ = 0, in_flight_ = 0, failed_ = 0;
+};
+
+}  // namespace airs::pager

@@ -1,0 +1,569 @@
+#include "pager/pager.hpp"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "sys/hugetlbfs.hpp"
+#include "sys/proc_handles.hpp"
+#include "sys/uffd.hpp"
+#include "util/units.hpp"
+
+namespace airs::pager {
+
+using Clock = std::chrono::steady_clock;
+
+void LatencyHistogram::add(uint64_t us) {
+  size_t i = 0;
+  while (i < kUpperUs.size() && us > kUpperUs[i]) ++i;
+  ++counts[i];
+  ++samples;
+  sum_us += us;
+}
+
+struct Pager::Client {
+  ClientKey key = 0;
+  pid_t pid = 0;
+  sys::UniqueFd uffd;
+  sys::UniqueFd pidfd;
+  sys::UniqueFd notify;
+  uint64_t addr = 0;
+  uint64_t len = 0;
+};
+
+struct Pager::Model {
+  Model(ModelId i, std::string n, FillPlan p) : id(i), name(std::move(n)), plan(std::move(p)) {}
+  ModelId id;
+  std::string name;
+  sys::UniqueFd gguf;         // buffered reads
+  sys::UniqueFd gguf_direct;  // O_DIRECT reopen, invalid where the fs refuses
+  uint64_t file_size = 0;
+  uint64_t unit = 0;
+  std::unique_ptr<pool::Region> region;
+  FillPlan plan;
+  sys::UniqueFd status_rw;
+  sys::UniqueFd status_ro;
+  sys::Mapping status_map;
+  client::StatusPageWriter status;
+  struct Waiter {
+    ClientKey key;
+    Clock::time_point since;
+  };
+  std::map<uint32_t, std::vector<Waiter>> waiting;
+  std::map<ClientKey, std::unique_ptr<Client>> clients;
+  client::ModelLoadState state = client::ModelLoadState::Loading;
+  bool draining = false;
+  uint32_t in_flight = 0;
+  uint64_t bytes_read = 0;
+  Clock::time_point fill_start{};
+  Clock::time_point fill_end{};
+  uint64_t faults = 0;
+  uint64_t faults_waited = 0;
+  LatencyHistogram ready_latency;
+  LatencyHistogram wait_latency;
+};
+
+struct Pager::Read {
+  bool active = false;
+  ModelId model = 0;
+  uint32_t unit = 0;
+  uint64_t done = 0;
+  uint64_t expected = 0;
+  bool direct = false;
+};
+
+Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Ring ring)
+    : loop_(loop), pool_(pool), opts_(opts), ring_(std::make_unique<sys::Ring>(std::move(ring))) {
+  reads_.resize(opts_.queue_depth);
+}
+
+Pager::~Pager() {
+  for (auto& [id, m] : models_) {
+    m->draining = true;
+    drain(*m);
+    for (auto& [key, c] : m->clients) {
+      loop_.remove(c->uffd.get());
+      loop_.remove(c->pidfd.get());
+    }
+  }
+  loop_.remove(ring_->event_fd());
+}
+
+Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts) {
+  if (opts.queue_depth == 0) opts.queue_depth = 1;
+  auto ring = sys::Ring::create(opts.queue_depth);
+  if (!ring) return std::move(ring).error();
+  auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts, std::move(ring).value()));
+  Pager* self = p.get();
+  AIRS_TRY(loop.add(self->ring_->event_fd(), EPOLLIN, [self](uint32_t) { self->on_ring(); }));
+  return p;
+}
+
+Pager::Model* Pager::find(ModelId id) const {
+  auto it = models_.find(id);
+  return it == models_.end() ? nullptr : it->second.get();
+}
+
+Result<ModelId> Pager::load(ModelSpec spec) {
+  if (spec.file_size == 0) return make_error(EINVAL, "model '{}': empty file", spec.name);
+  if (!spec.gguf) return make_error(EBADF, "model '{}': no file descriptor", spec.name);
+  for (const Extent& e : spec.extents)
+    if (e.offset > spec.file_size || e.length > spec.file_size - e.offset)
+      return make_error(EINVAL, "model '{}': extent [{}, +{}) lies past the end of the {}-byte file", spec.name,
+                        e.offset, e.length, spec.file_size);
+  const uint64_t unit = pool_.page_size();
+  const uint64_t units = pool::pages_for(spec.file_size, unit);
+  if (units > UINT32_MAX) return make_error(EFBIG, "model '{}': too large", spec.name);
+
+  auto region = pool_.create_model_region(spec.name, spec.file_size);
+  if (!region) return std::move(region).error();
+
+  const ModelId id = next_id_++;
+  auto m = std::make_unique<Model>(id, spec.name, FillPlan(rank_units(spec.extents, spec.file_size, unit),
+                                                           opts_.prefetch_window));
+  m->file_size = spec.file_size;
+  m->unit = unit;
+  m->region = std::move(region).value();
+  // O_DIRECT where the file system allows: reads go straight into the huge
+  // pages without polluting the page cache with a second copy.
+  if (auto d = sys::reopen(spec.gguf.get(), O_RDONLY | O_DIRECT)) m->gguf_direct = std::move(d).value();
+  m->gguf = std::move(spec.gguf);
+
+  // Status page: written here, sealed, handed out read-only.
+  const auto& ranks = m->plan.ranks();
+  std::vector<client::RankEntry> entries(ranks.size());
+  for (uint32_t i = 0; i < ranks.size(); ++i) entries[i] = {ranks[i], m->plan.units_of_rank_index(i), 0, 0};
+  const uint64_t sp_bytes = client::status_page_bytes(static_cast<uint32_t>(units), static_cast<uint32_t>(ranks.size()));
+  auto fd = sys::memfd_create_sealable("airs-status:" + spec.name, sp_bytes);
+  if (!fd) return std::move(fd).error();
+  auto map = sys::map_shared(fd->get(), sp_bytes, PROT_READ | PROT_WRITE, 0, "status page of '" + spec.name + "'");
+  if (!map) return std::move(map).error();
+  AIRS_TRY(sys::memfd_seal_readonly(fd->get()));
+  auto ro = sys::reopen(fd->get(), O_RDONLY);
+  if (!ro) return std::move(ro).error();
+  m->status_rw = std::move(fd).value();
+  m->status_ro = std::move(ro).value();
+  m->status_map = std::move(map).value();
+  m->status = client::StatusPageWriter(m->status_map.get(), sp_bytes);
+  m->status.init(unit, spec.file_size, static_cast<uint32_t>(units), entries.data(),
+                 static_cast<uint32_t>(entries.size()));
+  Model& ref = *m;
+  models_.emplace(id, std::move(m));
+  start_fill(ref);
+  spdlog::info("model '{}': {} in {} units of {}, {} reads", ref.name, format_bytes(ref.file_size), units,
+               format_bytes(unit), ref.gguf_direct ? "O_DIRECT" : "buffered");
+  return id;
+}
+
+int Pager::region_fd(ModelId id) const {
+  const Model* m = find(id);
+  return m ? m->region->fd() : -1;
+}
+
+int Pager::status_fd(ModelId id) const {
+  const Model* m = find(id);
+  return m ? m->status_ro.get() : -1;
+}
+
+uint64_t Pager::region_size(ModelId id) const {
+  const Model* m = find(id);
+  return m ? m->region->size() : 0;
+}
+
+std::vector<ModelId> Pager::models() const {
+  std::vector<ModelId> out;
+  for (const auto& [id, m] : models_) out.push_back(id);
+  return out;
+}
+
+void Pager::start_fill(Model& m) {
+  m.plan.reset();
+  m.state = client::ModelLoadState::Loading;
+  m.status.reset(client::ModelLoadState::Loading);
+  m.bytes_read = 0;
+  m.fill_start = Clock::now();
+  m.fill_end = {};
+  publish(m);
+  pump();
+}
+
+void Pager::publish(Model& m) {
+  m.status.publish();
+  sys::futex_wake_all(m.status.generation_word());
+}
+
+// Fill free read slots: fault-waited units of any model first, then prefetch
+// windows, then background warm-up.
+void Pager::pump() {
+  bool queued = false;
+  for (ReadClass cls : {ReadClass::Urgent, ReadClass::Prefetch, ReadClass::Background}) {
+    if (cls == ReadClass::Background && !opts_.background_warmup) break;
+    bool progress = true;
+    while (progress && reads_active_ < opts_.queue_depth) {
+      progress = false;
+      for (auto& [id, m] : models_) {
+        if (reads_active_ >= opts_.queue_depth) break;
+        if (m->draining || !m->region->reserved()) continue;
+        auto u = m->plan.next(cls);
+        if (!u) continue;
+        if (issue(*m, *u)) {
+          progress = true;
+          queued = true;
+        }
+      }
+    }
+  }
+  if (queued) {
+    if (auto st = ring_->submit(); !st) spdlog::error("pager: {}", st.error().message);
+  }
+}
+
+bool Pager::issue(Model& m, uint32_t unit) {
+  for (size_t slot = 0; slot < reads_.size(); ++slot) {
+    Read& r = reads_[slot];
+    if (r.active) continue;
+    r = Read{true, m.id, unit, 0, std::min(m.unit, m.file_size - uint64_t{unit} * m.unit), false};
+    m.plan.set_state(unit, UnitState::InFlight);
+    ++m.in_flight;
+    ++reads_active_;
+    submit_read(slot);
+    return true;
+  }
+  return false;
+}
+
+void Pager::submit_read(size_t slot) {
+  Read& r = reads_[slot];
+  Model& m = *find(r.model);
+  const uint64_t off = uint64_t{r.unit} * m.unit + r.done;
+  const uint64_t remaining = r.expected - r.done;
+  const uint64_t align = sys::base_page_size();
+  r.direct = m.gguf_direct.valid() && off % align == 0;
+  // O_DIRECT lengths must be block multiples; reading past EOF is a short read.
+  const uint64_t len = r.direct ? std::min(m.unit - r.done, *round_up(remaining, align)) : remaining;
+  const int fd = r.direct ? m.gguf_direct.get() : m.gguf.get();
+  while (!ring_->queue_read(fd, m.region->data() + off, static_cast<uint32_t>(len), off, slot)) {
+    if (auto st = ring_->submit(); !st) {
+      spdlog::error("pager: {}", st.error().message);
+      break;
+    }
+  }
+}
+
+void Pager::on_ring() {
+  ring_->reap([this](uint64_t slot, int32_t res) { on_completion(slot, res); });
+  pump();
+}
+
+void Pager::on_completion(uint64_t slot, int32_t res) {
+  Read& r = reads_[slot];
+  Model* m = find(r.model);
+  if (m == nullptr) {
+    r.active = false;
+    --reads_active_;
+    return;
+  }
+  auto requeue = [&] {
+    submit_read(slot);
+    if (auto st = ring_->submit(); !st) spdlog::error("pager: {}", st.error().message);
+  };
+  if (res == -EAGAIN || res == -EINTR) return requeue();
+  if (res == -EINVAL && r.direct) {
+    spdlog::info("model '{}': O_DIRECT refused, falling back to buffered reads", m->name);
+    m->gguf_direct.reset();
+    return requeue();
+  }
+  if (res > 0) {
+    r.done += static_cast<uint64_t>(res);
+    m->bytes_read += static_cast<uint64_t>(res);
+    if (r.done < r.expected) return requeue();  // short read: the rest
+  }
+  const uint32_t unit = r.unit;
+  const bool ok = r.done >= r.expected;
+  r.active = false;
+  --reads_active_;
+  --m->in_flight;
+  if (ok) {
+    unit_ready(*m, unit);
+  } else {
+    // res < 0: read error; res == 0 before the expected end: the file shrank.
+    unit_failed(*m, unit, res < 0 ? -res : EIO);
+  }
+}
+
+void Pager::unit_ready(Model& m, uint32_t unit) {
+  m.plan.set_state(unit, UnitState::Ready);
+  m.status.set_ready(unit, m.plan.rank_index(unit));
+  publish(m);
+  const auto now = Clock::now();
+  std::vector<ClientKey> gone;
+  // Map it into every client now (≈1.6 µs each) to save their future faults.
+  for (auto& [key, c] : m.clients)
+    if (!continue_unit(m, *c, unit)) gone.push_back(key);
+  if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
+    for (const auto& w : it->second)
+      m.wait_latency.add(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(now - w.since).count()));
+    m.waiting.erase(it);
+  }
+  for (ClientKey k : gone) drop_client(m.id, k, "gone");
+  check_resident(m);
+}
+
+void Pager::unit_failed(Model& m, uint32_t unit, int err) {
+  m.plan.set_state(unit, UnitState::Failed);
+  m.status.add_failed();
+  m.state = client::ModelLoadState::Failed;
+  m.status.set_state(client::ModelLoadState::Failed);
+  publish(m);
+  spdlog::error("model '{}': reading bytes [{}, +{}) failed: {}; faults there get SIGBUS", m.name,
+                uint64_t{unit} * m.unit, m.unit, std::strerror(err));
+  if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
+    auto waiters = std::move(it->second);
+    m.waiting.erase(it);
+    for (const auto& w : waiters)
+      if (auto c = m.clients.find(w.key); c != m.clients.end()) poison_unit(m, *c->second, unit);
+  }
+}
+
+void Pager::check_resident(Model& m) {
+  if (m.plan.ready() != m.plan.unit_count() || m.state == client::ModelLoadState::Resident) return;
+  m.state = client::ModelLoadState::Resident;
+  m.fill_end = Clock::now();
+  m.status.set_state(client::ModelLoadState::Resident);
+  publish(m);
+  for (auto& [key, c] : m.clients)
+    if (c->notify) (void)sys::eventfd_signal(c->notify.get());
+  spdlog::info("model '{}': fully resident ({} read)", m.name, format_bytes(m.bytes_read));
+}
+
+bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) {
+  const uint64_t addr = c.addr + uint64_t{unit} * m.unit;
+  auto r = sys::uffd_continue(c.uffd.get(), addr, m.unit, m.unit);
+  if (!r) {
+    // ENOENT/EINVAL: the client unmapped or unregistered the range; it no
+    // longer takes our answers.
+    spdlog::warn("model '{}': client {} (pid {}): {}; detaching it", m.name, c.key, c.pid, r.error().message);
+    return false;
+  }
+  if (r->owner_gone) return false;
+  // Already mapped (a duplicate fault, or two threads): a thread may still
+  // sleep on the fault, so wake the range; harmless if none does.
+  if (r->already_mapped_bytes > 0) (void)sys::uffd_wake(c.uffd.get(), addr, m.unit);
+  return true;
+}
+
+void Pager::poison_unit(Model& m, Client& c, uint32_t unit) {
+  auto r = sys::uffd_poison(c.uffd.get(), c.addr + uint64_t{unit} * m.unit, m.unit, m.unit);
+  if (!r) spdlog::warn("model '{}': client {}: {}", m.name, c.key, r.error().message);
+}
+
+Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify, uint64_t addr,
+                     uint64_t length) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "attach: no model {}", id);
+  if (m->clients.contains(key)) return make_error(EEXIST, "model '{}': client {} is already attached", m->name, key);
+  if (length != m->region->size() || addr % m->unit != 0)
+    return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
+                              "{}-aligned address",
+                      m->name, key, addr, length, m->region->size(), format_bytes(m->unit));
+  AIRS_TRY(ensure_loaded(id));
+  auto pidfd = sys::pidfd_open(pid);
+  if (!pidfd) return make_error(ESRCH, "model '{}': client {} (pid {}) is gone: {}", m->name, key, pid,
+                                pidfd.error().message);
+  auto c = std::make_unique<Client>();
+  c->key = key;
+  c->pid = pid;
+  c->uffd = std::move(uffd);
+  c->pidfd = std::move(pidfd).value();
+  c->notify = std::move(notify);
+  c->addr = addr;
+  c->len = length;
+  // Map every ready unit at once, one range CONTINUE per run of ready units.
+  const uint32_t n = m->plan.unit_count();
+  for (uint32_t u = 0; u < n;) {
+    if (m->plan.state(u) != UnitState::Ready) {
+      ++u;
+      continue;
+    }
+    uint32_t e = u;
+    while (e < n && m->plan.state(e) == UnitState::Ready) ++e;
+    auto r = sys::uffd_continue(c->uffd.get(), addr + uint64_t{u} * m->unit, uint64_t{e - u} * m->unit, m->unit);
+    if (!r) return make_error(r.error().code, "model '{}': client {}: {}", m->name, key, r.error().message);
+    if (r->owner_gone) return make_error(ESRCH, "model '{}': client {} (pid {}) is gone", m->name, key, pid);
+    u = e;
+  }
+  const int ufd = c->uffd.get();
+  const int pfd = c->pidfd.get();
+  AIRS_TRY(loop_.add(ufd, EPOLLIN, [this, id, key](uint32_t) { on_uffd(id, key); }));
+  if (auto st = loop_.add(pfd, EPOLLIN, [this, id, key](uint32_t) { drop_client(id, key, "exited"); }); !st) {
+    loop_.remove(ufd);
+    return st;
+  }
+  if (m->state == client::ModelLoadState::Resident && c->notify) (void)sys::eventfd_signal(c->notify.get());
+  m->clients.emplace(key, std::move(c));
+  // Faults raised before we watched the uffd are waiting in it.
+  on_uffd(id, key);
+  return {};
+}
+
+void Pager::detach(ModelId id, ClientKey key) { drop_client(id, key, "detached"); }
+
+void Pager::drop_client(ModelId id, ClientKey key, const char* why) {
+  Model* m = find(id);
+  if (m == nullptr) return;
+  auto it = m->clients.find(key);
+  if (it == m->clients.end()) return;
+  loop_.remove(it->second->uffd.get());
+  loop_.remove(it->second->pidfd.get());
+  for (auto w = m->waiting.begin(); w != m->waiting.end();) {
+    auto& v = w->second;
+    v.erase(std::remove_if(v.begin(), v.end(), [key](const auto& x) { return x.key == key; }), v.end());
+    w = v.empty() ? m->waiting.erase(w) : std::next(w);
+  }
+  spdlog::debug("model '{}': client {} (pid {}) {}", m->name, key, it->second->pid, why);
+  m->clients.erase(it);
+}
+
+void Pager::on_uffd(ModelId id, ClientKey key) {
+  Model* m = find(id);
+  if (m == nullptr) return;
+  auto it = m->clients.find(key);
+  if (it == m->clients.end()) return;
+  std::vector<uffd_msg> msgs;
+  if (auto st = sys::uffd_read_events(it->second->uffd.get(), msgs); !st) {
+    spdlog::warn("model '{}': client {}: {}", m->name, key, st.error().message);
+    return;
+  }
+  const auto t0 = Clock::now();
+  for (const uffd_msg& msg : msgs) {
+    if (msg.event != UFFD_EVENT_PAGEFAULT) continue;
+    auto c = m->clients.find(key);  // a previous fault may have dropped it
+    if (c == m->clients.end()) return;
+    handle_fault(*m, *c->second, msg.arg.pagefault.address, t0);
+  }
+  pump();
+}
+
+void Pager::handle_fault(Model& m, Client& c, uint64_t address, Clock::time_point t0) {
+  ++m.faults;
+  if (address < c.addr || address >= c.addr + c.len) return;
+  const auto unit = static_cast<uint32_t>((address - c.addr) / m.unit);
+  if (unit >= m.plan.unit_count()) return;
+  if (!m.region->reserved()) {
+    // Evicted under an attached client: reserve again and refill lazily.
+    if (auto st = ensure_loaded(m.id); !st) {
+      spdlog::error("model '{}': {}; client {} gets SIGBUS", m.name, st.error().message, c.key);
+      poison_unit(m, c, unit);
+      return;
+    }
+  }
+  switch (m.plan.state(unit)) {
+    case UnitState::Ready: {
+      const ClientKey key = c.key;
+      if (!continue_unit(m, c, unit)) return drop_client(m.id, key, "gone");
+      m.ready_latency.add(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count()));
+      return;
+    }
+    case UnitState::Failed:
+      return poison_unit(m, c, unit);
+    case UnitState::Empty:
+    case UnitState::InFlight: {
+      ++m.faults_waited;
+      auto& v = m.waiting[unit];
+      // Duplicate events (signals replay faults, threads share a page): one
+      // entry per client is enough, the CONTINUE wakes every thread.
+      if (std::none_of(v.begin(), v.end(), [&](const auto& w) { return w.key == c.key; }))
+        v.push_back({c.key, t0});
+      m.plan.on_fault(unit);
+      return;
+    }
+  }
+}
+
+void Pager::drain(Model& m) {
+  while (m.in_flight > 0) {
+    auto st = ring_->wait_and_reap([this](uint64_t slot, int32_t res) { on_completion(slot, res); });
+    if (!st) {
+      spdlog::error("pager: {}", st.error().message);
+      return;
+    }
+  }
+}
+
+Status Pager::evict(ModelId id) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "evict: no model {}", id);
+  if (!m->region->reserved()) return {};
+  if (!m->waiting.empty())
+    return make_error(EBUSY, "model '{}': cannot evict while {} client fault(s) wait for it", m->name,
+                      m->waiting.size());
+  m->draining = true;
+  drain(*m);
+  m->draining = false;
+  AIRS_TRY(pool_.release_region(*m->region));
+  m->plan.reset();
+  m->state = client::ModelLoadState::Evicted;
+  m->status.reset(client::ModelLoadState::Evicted);
+  publish(*m);
+  pump();  // the slots it held go to other models
+  return {};
+}
+
+Status Pager::ensure_loaded(ModelId id) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "no model {}", id);
+  if (m->region->reserved()) return {};
+  AIRS_TRY(pool_.reserve_region(*m->region));
+  start_fill(*m);
+  return {};
+}
+
+Status Pager::unload(ModelId id) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "unload: no model {}", id);
+  m->draining = true;
+  drain(*m);
+  std::vector<ClientKey> keys;
+  for (auto& [key, c] : m->clients) keys.push_back(key);
+  for (ClientKey k : keys) drop_client(id, k, "model unloaded");
+  m->status.reset(client::ModelLoadState::Evicted);
+  publish(*m);
+  models_.erase(id);  // the region's destructor punches and returns the pages
+  pump();
+  return {};
+}
+
+Result<ModelStats> Pager::stats(ModelId id) const {
+  const Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "no model {}", id);
+  ModelStats s;
+  s.name = m->name;
+  s.state = m->state;
+  s.file_size = m->file_size;
+  s.region_size = m->region->size();
+  s.unit_size = m->unit;
+  s.units = m->plan.unit_count();
+  s.units_ready = m->plan.ready();
+  s.units_in_flight = m->plan.in_flight();
+  s.units_failed = m->plan.failed();
+  s.resident_bytes = uint64_t{s.units_ready} * m->unit;
+  s.clients = static_cast<uint32_t>(m->clients.size());
+  s.bytes_read = m->bytes_read;
+  const auto end = m->fill_end != Clock::time_point{} ? m->fill_end : Clock::now();
+  const double secs = std::chrono::duration<double>(end - m->fill_start).count();
+  s.read_mb_per_s = secs > 0 ? static_cast<double>(m->bytes_read) / 1e6 / secs : 0;
+  s.direct_io = m->gguf_direct.valid();
+  s.faults = m->faults;
+  s.faults_waited = m->faults_waited;
+  s.ready_latency = m->ready_latency;
+  s.wait_latency = m->wait_latency;
+  return s;
+}
+
+}  // namespace airs::pager

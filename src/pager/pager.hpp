@@ -1,0 +1,160 @@
+// The lazy-fill engine: model regions filled from GGUF files with io_uring,
+// client page faults answered through userfaultfd. Runs entirely on the
+// daemon's event loop thread: every method must be called from it, and all
+// work happens in callbacks of the EventLoop given at create (no threads).
+//
+// The zero-page rules it keeps (KERNEL-FACTS.md): clients register
+// MISSING|MINOR on their own uffd before anything touches their mapping; the
+// daemon fills only through its own reserving mapping of the region and
+// answers with UFFDIO_CONTINUE once a unit's bytes are complete; read errors
+// are answered with UFFDIO_POISON (SIGBUS), never with a mapping; the region
+// stays reserved while loaded, so a fill never meets an exhausted pool.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/status_page.hpp"
+#include "pager/fill_plan.hpp"
+#include "pool/pool.hpp"
+#include "sys/event_loop.hpp"
+#include "sys/fd.hpp"
+#include "sys/uring.hpp"
+#include "util/result.hpp"
+
+namespace airs::pager {
+
+using ModelId = uint64_t;
+using ClientKey = uint64_t;
+
+struct ModelSpec {
+  std::string name;
+  sys::UniqueFd gguf;  // a dup of the client's fd; the pager owns it
+  uint64_t file_size = 0;
+  // Byte ranges of the file with their load order (0 first: header and
+  // token_embd; then blk.0 ... blk.N; output last). Need not cover the file.
+  std::vector<Extent> extents;
+};
+
+struct PagerOptions {
+  uint32_t queue_depth = 16;       // io_uring reads in flight
+  uint32_t prefetch_window = 2;    // ranks past the last faulted rank
+  bool background_warmup = true;   // false: read only what faults and the window ask for
+};
+
+// fault→resume latency (the daemon's side: fault event read → CONTINUE done).
+struct LatencyHistogram {
+  static constexpr std::array<uint64_t, 12> kUpperUs{10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000};
+  std::array<uint64_t, kUpperUs.size() + 1> counts{};  // last: above the last bound
+  uint64_t samples = 0;
+  uint64_t sum_us = 0;
+  void add(uint64_t us);
+};
+
+struct ModelStats {
+  std::string name;
+  client::ModelLoadState state = client::ModelLoadState::Loading;
+  uint64_t file_size = 0;
+  uint64_t region_size = 0;
+  uint64_t unit_size = 0;
+  uint32_t units = 0;
+  uint32_t units_ready = 0;
+  uint32_t units_in_flight = 0;
+  uint32_t units_failed = 0;
+  uint64_t resident_bytes = 0;    // ready units × unit size
+  uint32_t clients = 0;
+  uint64_t bytes_read = 0;        // since the last (re)load
+  double read_mb_per_s = 0;       // bytes_read over the time since (re)load until resident (or now)
+  bool direct_io = false;         // O_DIRECT reads in use
+  uint64_t faults = 0;            // fault events handled (all clients, duplicates included)
+  uint64_t faults_waited = 0;     // faults on units not yet ready
+  LatencyHistogram ready_latency; // faults on READY units
+  LatencyHistogram wait_latency;  // faults that waited for a read
+};
+
+class Pager {
+ public:
+  // `loop` and `pool` must outlive the pager. Errors: io_uring setup.
+  static Result<std::unique_ptr<Pager>> create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts);
+  ~Pager();
+  Pager(const Pager&) = delete;
+  Pager& operator=(const Pager&) = delete;
+
+  // Reserves the whole region (pool pages; ENOSPC "pool exhausted" leaves
+  // nothing behind), creates the status page and starts the warm-up.
+  // Errors: EINVAL for an empty file or extents past it, pool errors.
+  [[nodiscard]] Result<ModelId> load(ModelSpec spec);
+
+  // The region file (O_RDWR: lazy clients need a writable fd to register)
+  // and the status page (O_RDONLY). Owned by the pager; dup to hand out.
+  // -1 for unknown models.
+  [[nodiscard]] int region_fd(ModelId id) const;
+  [[nodiscard]] int status_fd(ModelId id) const;
+  [[nodiscard]] uint64_t region_size(ModelId id) const;
+
+  // A client mapped [addr, addr+length) of the region PROT_READ MAP_SHARED,
+  // MADV_DONTFORK, and registered it MISSING|MINOR on `uffd` (it keeps its
+  // own copy). Takes ownership of the fds; maps every ready unit into the
+  // client at once; `notify` (may be invalid) is signalled when the model is
+  // fully resident. Errors: ENOENT model, EEXIST key, ESRCH client gone,
+  // EINVAL for a range that is not the whole region.
+  [[nodiscard]] Status attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify,
+                              uint64_t addr, uint64_t length);
+  // Forget a client (its uffd is closed). No-op if unknown.
+  void detach(ModelId id, ClientKey key);
+
+  // Evict (refcount 0, never pinned models): waits for in-flight reads,
+  // punches the region, returns the pages to the pool. Attached clients that
+  // touch it later trigger a re-reserve. Errors: EBUSY while a client waits
+  // on a fault; pool errors.
+  [[nodiscard]] Status evict(ModelId id);
+  // Re-reserve an evicted model and start refilling it. No-op if loaded.
+  // Errors: ENOSPC pool exhausted (nothing changed).
+  [[nodiscard]] Status ensure_loaded(ModelId id);
+  // Evict and forget the model: clients are detached, the pages go back.
+  [[nodiscard]] Status unload(ModelId id);
+
+  [[nodiscard]] Result<ModelStats> stats(ModelId id) const;
+  [[nodiscard]] std::vector<ModelId> models() const;
+
+ private:
+  struct Client;
+  struct Model;
+  struct Read;
+  Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Ring ring);
+  Model* find(ModelId id) const;
+  void pump();
+  bool issue(Model& m, uint32_t unit);
+  void submit_read(size_t slot);
+  void on_ring();
+  void on_completion(uint64_t slot, int32_t res);
+  void unit_ready(Model& m, uint32_t unit);
+  void unit_failed(Model& m, uint32_t unit, int err);
+  void on_uffd(ModelId id, ClientKey key);
+  void handle_fault(Model& m, Client& c, uint64_t address, std::chrono::steady_clock::time_point t0);
+  bool continue_unit(Model& m, Client& c, uint32_t unit);
+  void poison_unit(Model& m, Client& c, uint32_t unit);
+  void drop_client(ModelId id, ClientKey key, const char* why);
+  void drain(Model& m);
+  void start_fill(Model& m);
+  void publish(Model& m);
+  void check_resident(Model& m);
+
+  sys::EventLoop& loop_;
+  pool::Pool& pool_;
+  PagerOptions opts_;
+  std::unique_ptr<sys::Ring> ring_;
+  std::vector<Read> reads_;  // slots, size queue_depth
+  uint32_t reads_active_ = 0;
+  std::map<ModelId, std::unique_ptr<Model>> models_;
+  ModelId next_id_ = 1;
+};
+
+}  // namespace airs::pager

@@ -1,0 +1,61 @@
+// The pool's seam to the kernel memory it is made of. Two implementations are
+// planned behind one interface and one accounting (DESIGN §2.7, issue 7):
+//   - hugetlbfs (HugetlbfsBackend): huge pages, pinned by construction;
+//   - shmem (memfd + mlock): base pages, pinned with mlock, for kernels
+//     without hugetlbfs (not written yet; the methods below are what it has
+//     to provide: files, populate/punch, a reserving mapping, kernel counts,
+//     resizing the kernel's share, and the userfaultfd features to request).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sys/fd.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "util/result.hpp"
+
+namespace airs::pool {
+
+// What the kernel says about the memory the pool is made of.
+struct KernelView {
+  uint64_t page_size = 0;
+  uint64_t total = 0;    // HugePages_Total for this size (persistent + surplus)
+  uint64_t free = 0;     // HugePages_Free
+  uint64_t reserved = 0; // HugePages_Rsvd
+  uint64_t surplus = 0;  // HugePages_Surp
+  // Pages the pool's own files hold (sum of st_blocks over them): the
+  // reserve's pages plus the filled pages of every region.
+  uint64_t files_pages = 0;
+  // The mount's statfs where the pool lives on a mount with a size= limit.
+  std::optional<sys::FsUsage> mount;
+};
+
+class PoolBackend {
+ public:
+  virtual ~PoolBackend() = default;
+  [[nodiscard]] virtual const char* name() const = 0;
+  [[nodiscard]] virtual uint64_t page_size() const = 0;
+  // The userfaultfd features a lazy client must request for this memory.
+  [[nodiscard]] virtual uint64_t uffd_features() const = 0;
+  // A new unlinked file of `size` bytes (no pages yet).
+  [[nodiscard]] virtual Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size) = 0;
+  // Populate (allocate, zero, pin) / release a page-aligned range of a file.
+  [[nodiscard]] virtual Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
+  [[nodiscard]] virtual Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
+  // The daemon's mapping of a region; it must guarantee that later faults in
+  // it cannot fail for lack of memory (hugetlbfs: MAP_SHARED without
+  // MAP_NORESERVE reserves). Errors: ENOMEM when the pages cannot be had.
+  [[nodiscard]] virtual Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) = 0;
+  // Pages the kernel could give us right now.
+  [[nodiscard]] virtual Result<uint64_t> kernel_available_pages() = 0;
+  // Kernel counters for this page size (files_pages is filled in by the pool).
+  [[nodiscard]] virtual Result<KernelView> kernel_view() = 0;
+  // Change the kernel's pool of this page size by `delta` pages (nr_hugepages
+  // for hugetlbfs); returns the change the kernel really made.
+  [[nodiscard]] virtual Result<int64_t> adjust_kernel_pages(int64_t delta) = 0;
+  // How to get `needed` more pages, for error messages.
+  [[nodiscard]] virtual std::string advice(uint64_t needed) = 0;
+};
+
+}  // namespace airs::pool

@@ -1,0 +1,271 @@
+#include "pool/pool.hpp"
+
+#include <algorithm>
+
+#include "util/units.hpp"
+
+namespace airs::pool {
+
+namespace {
+
+// Contiguous runs of indices whose `held` bit equals `want`, up to `n` pages,
+// scanning from the top (want=true: pages to punch, highest first) or the
+// bottom (want=false: holes to fill, lowest first).
+std::vector<PageRange> pick_runs(const std::vector<bool>& held, bool want, uint64_t n, bool from_top) {
+  std::vector<PageRange> runs;
+  uint64_t left = n;
+  const uint64_t size = held.size();
+  for (uint64_t k = 0; k < size && left > 0; ++k) {
+    const uint64_t i = from_top ? size - 1 - k : k;
+    if (held[i] != want) continue;
+    if (!runs.empty()) {
+      PageRange& last = runs.back();
+      if (from_top && last.first == i + 1) {
+        last.first = i;
+        ++last.count;
+        --left;
+        continue;
+      }
+      if (!from_top && last.first + last.count == i) {
+        ++last.count;
+        --left;
+        continue;
+      }
+    }
+    runs.push_back({i, 1});
+    --left;
+  }
+  return runs;
+}
+
+}  // namespace
+
+Region::Region(Pool* pool, std::string name, sys::UniqueFd fd, uint64_t size, uint64_t pages, PageKind kind)
+    : pool_(pool), name_(std::move(name)), fd_(std::move(fd)), size_(size), pages_(pages), kind_(kind) {
+  pool_->regions_.insert(this);
+}
+
+Region::~Region() {
+  // Punch before closing: clients may still map the file, and only the
+  // punch frees pages other mappers hold. Then the reserve takes them back.
+  const uint64_t charged = kind_ == PageKind::Model ? (map_.valid() ? pages_ : 0) : charged_;
+  if (charged > 0) (void)pool_->backend_->release(fd_.get(), 0, size_, name_);
+  map_.reset();
+  fd_.reset();
+  if (charged > 0) {
+    pool_->counts_.of(kind_) -= charged;
+    pool_->give_to_reserve(charged);
+  }
+  pool_->forget(this);
+}
+
+Pool::Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages)
+    : backend_(std::move(backend)), reserve_(std::move(reserve)), reserve_held_(pages, true) {
+  counts_.page_size = backend_->page_size();
+  counts_.free_pages = pages;
+}
+
+Pool::~Pool() = default;
+
+Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend, PoolOptions opts) {
+  const uint64_t ps = backend->page_size();
+  const uint64_t pages = pages_for(opts.size_bytes, ps);
+  if (pages == 0) return make_error(EINVAL, "pool: size must be at least one {} page", format_bytes(ps));
+  auto avail = backend->kernel_available_pages();
+  if (!avail) return std::move(avail).error();
+  int64_t raised = 0;
+  if (*avail < pages && opts.grow_nr_hugepages) {
+    auto r = backend->adjust_kernel_pages(static_cast<int64_t>(pages - *avail));
+    if (!r) return std::move(r).error();
+    raised = *r;
+    avail = backend->kernel_available_pages();
+    if (!avail) return std::move(avail).error();
+  }
+  auto undo_raise = [&] {
+    if (raised > 0) (void)backend->adjust_kernel_pages(-raised);
+  };
+  if (*avail < pages) {
+    const uint64_t have = *avail;
+    undo_raise();
+    return make_error(ENOMEM, "pool: need {} huge pages of {} ({}), the kernel has only {} free{}; {}", pages,
+                      format_bytes(ps), format_bytes(pages * ps), have,
+                      opts.grow_nr_hugepages ? " even after raising nr_hugepages (memory fragmented?)" : "",
+                      backend->advice(pages));
+  }
+  auto fd = backend->create_file("airs-pool-reserve", pages * ps);
+  if (!fd) {
+    undo_raise();
+    return std::move(fd).error();
+  }
+  // The pre-touch: allocates and zeroes every page now, so first use later
+  // is not slow and the pages are ours.
+  if (auto st = backend->populate(fd->get(), 0, pages * ps, "pool reserve"); !st) {
+    fd->reset();  // frees whatever fallocate had allocated
+    undo_raise();
+    return make_error(ENOMEM, "pool: pre-touching {} huge pages failed ({}); {}", pages, st.error().message,
+                      backend->advice(pages));
+  }
+  return std::unique_ptr<Pool>(new Pool(std::move(backend), std::move(fd).value(), pages));
+}
+
+Error Pool::exhausted(const std::string& what, uint64_t need) const {
+  return make_error(ENOSPC, "{}: pool exhausted: need {} pages of {} ({}), {} free of {}; evict models, free KV "
+                            "or grow the pool (pool size in the config)",
+                    what, need, format_bytes(counts_.page_size), format_bytes(need * counts_.page_size),
+                    counts_.free_pages, counts_.total_pages());
+}
+
+Status Pool::take_from_reserve(uint64_t n) {
+  const uint64_t ps = counts_.page_size;
+  for (const PageRange& r : pick_runs(reserve_held_, true, n, true)) {
+    AIRS_TRY(backend_->release(reserve_.get(), r.first * ps, r.count * ps, "pool reserve"));
+    for (uint64_t i = r.first; i < r.first + r.count; ++i) reserve_held_[i] = false;
+    counts_.free_pages -= r.count;
+  }
+  return {};
+}
+
+uint64_t Pool::give_to_reserve(uint64_t n) {
+  const uint64_t ps = counts_.page_size;
+  uint64_t holes = static_cast<uint64_t>(std::count(reserve_held_.begin(), reserve_held_.end(), false));
+  if (holes < n) {
+    const uint64_t grow_by = n - holes;
+    if (sys::resize_file(reserve_.get(), (reserve_held_.size() + grow_by) * ps, "pool reserve"))
+      reserve_held_.resize(reserve_held_.size() + grow_by, false);
+  }
+  uint64_t lost = 0;
+  for (const PageRange& r : pick_runs(reserve_held_, false, n, false)) {
+    if (backend_->populate(reserve_.get(), r.first * ps, r.count * ps, "pool reserve")) {
+      for (uint64_t i = r.first; i < r.first + r.count; ++i) reserve_held_[i] = true;
+      counts_.free_pages += r.count;
+    } else {
+      // Someone else took the pages meanwhile: leave no half-claimed run.
+      (void)backend_->release(reserve_.get(), r.first * ps, r.count * ps, "pool reserve");
+      lost += r.count;
+    }
+  }
+  return lost;
+}
+
+Result<std::unique_ptr<Region>> Pool::create_model_region(const std::string& name, uint64_t bytes) {
+  const uint64_t ps = counts_.page_size;
+  const uint64_t pages = pages_for(bytes, ps);
+  if (pages == 0) return make_error(EINVAL, "model '{}': empty region", name);
+  if (pages > counts_.free_pages) return exhausted("model '" + name + "'", pages);
+  auto fd = backend_->create_file("airs-model:" + name, pages * ps);
+  if (!fd) return std::move(fd).error();
+  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Model));
+  AIRS_TRY(reserve_region(*r));
+  return r;
+}
+
+Status Pool::reserve_region(Region& r) {
+  if (r.kind_ != PageKind::Model) return make_error(EINVAL, "region '{}' is not a model region", r.name_);
+  if (r.map_.valid()) return {};
+  if (r.pages_ > counts_.free_pages) return exhausted("model '" + r.name_ + "'", r.pages_);
+  AIRS_TRY(take_from_reserve(r.pages_));
+  auto m = backend_->map_region(r.fd(), r.size_, "model '" + r.name_ + "'");
+  if (!m) {
+    give_to_reserve(r.pages_);
+    return make_error(m.error().code, "model '{}': the kernel would not reserve {} pages ({}); another process "
+                                      "took free huge pages?",
+                      r.name_, r.pages_, m.error().message);
+  }
+  r.map_ = std::move(m).value();
+  counts_.model_pages += r.pages_;
+  return {};
+}
+
+Status Pool::release_region(Region& r) {
+  if (r.kind_ != PageKind::Model) return make_error(EINVAL, "region '{}' is not a model region", r.name_);
+  if (!r.map_.valid()) return {};
+  // The punch frees the pages and their reservation; the mapping goes too
+  // (a stale mapping would fault without a reservation).
+  AIRS_TRY(backend_->release(r.fd(), 0, r.size_, "model '" + r.name_ + "'"));
+  r.map_.reset();
+  counts_.model_pages -= r.pages_;
+  give_to_reserve(r.pages_);
+  return {};
+}
+
+Result<std::unique_ptr<Region>> Pool::create_kv_region(const std::string& name, uint64_t bytes) {
+  const uint64_t ps = counts_.page_size;
+  const uint64_t pages = pages_for(bytes, ps);
+  if (pages == 0) return make_error(EINVAL, "KV arena '{}': empty", name);
+  auto fd = backend_->create_file("airs-kv:" + name, pages * ps);
+  if (!fd) return std::move(fd).error();
+  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Kv));
+  r->held_.assign(pages, false);
+  return r;
+}
+
+Status Pool::alloc_pages(Region& r, PageRange range) {
+  if (r.kind_ != PageKind::Kv || range.first + range.count > r.pages_)
+    return make_error(EINVAL, "KV arena '{}': bad page range [{}, +{})", r.name_, range.first, range.count);
+  for (uint64_t i = range.first; i < range.first + range.count; ++i)
+    if (r.held_[i]) return make_error(EINVAL, "KV arena '{}': page {} already allocated", r.name_, i);
+  if (range.count > counts_.free_pages) return exhausted("KV arena '" + r.name_ + "'", range.count);
+  const uint64_t ps = counts_.page_size;
+  AIRS_TRY(take_from_reserve(range.count));
+  if (auto st = backend_->populate(r.fd(), range.first * ps, range.count * ps, "KV arena '" + r.name_ + "'"); !st) {
+    (void)backend_->release(r.fd(), range.first * ps, range.count * ps, "KV arena '" + r.name_ + "'");
+    give_to_reserve(range.count);
+    return st;
+  }
+  for (uint64_t i = range.first; i < range.first + range.count; ++i) r.held_[i] = true;
+  r.charged_ += range.count;
+  counts_.kv_pages += range.count;
+  return {};
+}
+
+Status Pool::free_pages(Region& r, PageRange range) {
+  if (r.kind_ != PageKind::Kv || range.first + range.count > r.pages_)
+    return make_error(EINVAL, "KV arena '{}': bad page range [{}, +{})", r.name_, range.first, range.count);
+  for (uint64_t i = range.first; i < range.first + range.count; ++i)
+    if (!r.held_[i]) return make_error(EINVAL, "KV arena '{}': page {} is not allocated", r.name_, i);
+  const uint64_t ps = counts_.page_size;
+  AIRS_TRY(backend_->release(r.fd(), range.first * ps, range.count * ps, "KV arena '" + r.name_ + "'"));
+  for (uint64_t i = range.first; i < range.first + range.count; ++i) r.held_[i] = false;
+  r.charged_ -= range.count;
+  counts_.kv_pages -= range.count;
+  give_to_reserve(range.count);
+  return {};
+}
+
+Result<KernelView> Pool::kernel_view() {
+  auto v = backend_->kernel_view();
+  if (!v) return std::move(v).error();
+  uint64_t bytes = 0;
+  auto add = [&](int fd) {
+    auto b = sys::allocated_bytes(fd);
+    if (b) bytes += *b;
+  };
+  add(reserve_.get());
+  for (Region* r : regions_) add(r->fd());
+  v->files_pages = bytes / counts_.page_size;
+  return v;
+}
+
+Result<uint64_t> Pool::shrink(uint64_t pages) {
+  const uint64_t n = std::min(pages, counts_.free_pages);
+  if (n == 0) return uint64_t{0};
+  AIRS_TRY(take_from_reserve(n));
+  // The punched pages are free in the kernel's hugetlb pool; only lowering
+  // nr_hugepages turns them into memory the rest of the system can use.
+  auto took = backend_->adjust_kernel_pages(-static_cast<int64_t>(n));
+  if (!took) return std::move(took).error();
+  return static_cast<uint64_t>(-std::min<int64_t>(0, *took));
+}
+
+Result<uint64_t> Pool::grow(uint64_t pages) {
+  if (pages == 0) return uint64_t{0};
+  auto added = backend_->adjust_kernel_pages(static_cast<int64_t>(pages));
+  if (!added) return std::move(added).error();
+  auto avail = backend_->kernel_available_pages();
+  if (!avail) return std::move(avail).error();
+  const uint64_t want = std::min(pages, *avail);
+  const uint64_t lost = give_to_reserve(want);
+  return want - lost;
+}
+
+}  // namespace airs::pool

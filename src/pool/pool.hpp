@@ -1,0 +1,131 @@
+// The model pool: pages reserved and held by the daemon, pre-touched at
+// start, lent to model regions and KV arenas and taken back. Single-threaded:
+// call everything from the daemon's event loop thread.
+//
+// Layout: one "reserve" file holds every free page (fallocated: allocated and
+// zeroed, which is the pre-touch). Giving pages to a region punches them out
+// of the reserve and immediately claims them in the region (a model region's
+// reserving MAP_SHARED mapping, or fallocate for KV chunks); freeing punches
+// the region and fallocates the reserve again. Counts are exact by kind and
+// `kernel_view()` exposes the kernel's numbers so they can be compared.
+//
+// Known window: between the punch of the reserve and the claim in the target
+// another process on the machine could take the freed pages; the claim then
+// fails with ENOMEM, the pages are claimed back into the reserve, and the
+// caller gets a PoolExhausted-style error (never a half-made region).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "pool/accounting.hpp"
+#include "pool/backend.hpp"
+#include "sys/fd.hpp"
+#include "util/result.hpp"
+
+namespace airs::pool {
+
+class Pool;
+
+// A file whose pages are charged to one kind. Model regions carry the
+// daemon's own read-write mapping while reserved. Must not outlive its Pool.
+class Region {
+ public:
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  [[nodiscard]] int fd() const { return fd_.get(); }
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] uint64_t size() const { return size_; }  // bytes, a multiple of the page size
+  [[nodiscard]] uint64_t pages() const { return pages_; }
+  [[nodiscard]] PageKind kind() const { return kind_; }
+  // Model regions: pages charged and the daemon mapping live.
+  [[nodiscard]] bool reserved() const { return map_.valid(); }
+  // The daemon's mapping (model regions while reserved), else nullptr.
+  [[nodiscard]] std::byte* data() const { return map_.bytes(); }
+  // KV regions: pages currently allocated.
+  [[nodiscard]] uint64_t charged_pages() const { return charged_; }
+
+ private:
+  friend class Pool;
+  Region(Pool* pool, std::string name, sys::UniqueFd fd, uint64_t size, uint64_t pages, PageKind kind);
+  Pool* pool_;
+  std::string name_;
+  sys::UniqueFd fd_;
+  uint64_t size_;
+  uint64_t pages_;
+  PageKind kind_;
+  sys::Mapping map_;
+  uint64_t charged_ = 0;
+  std::vector<bool> held_;  // KV: which pages are allocated
+};
+
+struct PoolOptions {
+  uint64_t size_bytes = 0;          // rounded up to the page size
+  bool grow_nr_hugepages = false;   // may raise the kernel's pool at create
+};
+
+class Pool {
+ public:
+  // Reserves and pre-touches the pool. Errors (ENOMEM): not enough pages,
+  // with the exact fix (sysctl / kernel command line, the number to set);
+  // nothing is left allocated and nr_hugepages is restored on failure.
+  static Result<std::unique_ptr<Pool>> create(std::unique_ptr<PoolBackend> backend, PoolOptions opts);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  [[nodiscard]] uint64_t page_size() const { return counts_.page_size; }
+  [[nodiscard]] const PoolCounts& counts() const { return counts_; }
+  [[nodiscard]] PoolBackend& backend() { return *backend_; }
+
+  // A model region of `bytes` (rounded up to whole pages): takes the pages
+  // from the reserve and maps the region with a reservation. Errors: ENOSPC
+  // "pool exhausted" (counts unchanged), ENOMEM if the kernel refused.
+  [[nodiscard]] Result<std::unique_ptr<Region>> create_model_region(const std::string& name, uint64_t bytes);
+  // Evict: drops the daemon mapping, punches the whole region (every mapper's
+  // PTEs go; their next access faults again) and returns its pages to the
+  // reserve. No-op if not reserved.
+  [[nodiscard]] Status release_region(Region& r);
+  // Re-reserve a released model region (same errors as create_model_region).
+  [[nodiscard]] Status reserve_region(Region& r);
+
+  // A KV arena file of `bytes` with no pages yet.
+  [[nodiscard]] Result<std::unique_ptr<Region>> create_kv_region(const std::string& name, uint64_t bytes);
+  // Give / take back pages [range] of a KV region (page indices in the file).
+  // Errors: ENOSPC when the reserve has too few free pages; EINVAL for a range
+  // outside the file or already in the requested state.
+  [[nodiscard]] Status alloc_pages(Region& r, PageRange range);
+  [[nodiscard]] Status free_pages(Region& r, PageRange range);
+
+  // The kernel's numbers plus the pages our files really hold.
+  [[nodiscard]] Result<KernelView> kernel_view();
+
+  // Hand `pages` free pages back to the kernel (punch from the reserve, lower
+  // nr_hugepages by as many). Returns how many the kernel really took back.
+  [[nodiscard]] Result<uint64_t> shrink(uint64_t pages);
+  // Ask the kernel for `pages` more and add what it gives to the reserve.
+  // Returns how many were added (may be fewer: fragmentation).
+  [[nodiscard]] Result<uint64_t> grow(uint64_t pages);
+
+ private:
+  friend class Region;
+  Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages);
+  [[nodiscard]] Status take_from_reserve(uint64_t n);
+  // Returns pages that could not be claimed back (lost to the pool).
+  uint64_t give_to_reserve(uint64_t n);
+  void forget(Region* r) { regions_.erase(r); }
+  [[nodiscard]] Error exhausted(const std::string& what, uint64_t need) const;
+
+  std::unique_ptr<PoolBackend> backend_;
+  sys::UniqueFd reserve_;
+  std::vector<bool> reserve_held_;
+  PoolCounts counts_;
+  std::unordered_set<Region*> regions_;
+};
+
+}  // namespace airs::pool

@@ -1,0 +1,44 @@
+// Small process-level handles: pidfds (client and daemon liveness), eventfds
+// (notifications), sealed memfds (read-only shared status pages).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "sys/fd.hpp"
+#include "util/result.hpp"
+
+namespace airs::sys {
+
+// pidfd_open(pid): becomes readable (EPOLLIN) when the process exits.
+// Errors: ESRCH if it is already gone.
+[[nodiscard]] Result<UniqueFd> pidfd_open(pid_t pid);
+// True if the process behind the pidfd has exited (poll with zero timeout).
+[[nodiscard]] bool pidfd_exited(int pidfd);
+
+// eventfd(0, EFD_CLOEXEC|EFD_NONBLOCK).
+[[nodiscard]] Result<UniqueFd> eventfd_create();
+// Adds `n` to the counter; EAGAIN (counter saturated) counts as delivered.
+[[nodiscard]] Status eventfd_signal(int efd, uint64_t n = 1);
+// Reads and returns the counter (0 if nothing was pending).
+uint64_t eventfd_drain(int efd);
+
+// A memfd (MFD_CLOEXEC|MFD_ALLOW_SEALING) of `size` bytes.
+[[nodiscard]] Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size);
+// Seals against shrink, grow and future writes; mappings made before keep
+// their write access (the daemon's), later ones cannot get any.
+[[nodiscard]] Status memfd_seal_readonly(int fd);
+// A new O_RDONLY open file description of `fd` (via /proc/self/fd), so its
+// holder cannot mmap it writable.
+[[nodiscard]] Result<UniqueFd> reopen(int fd, int flags);
+
+// futex wake of every waiter on a 32-bit word in shared memory (non-private:
+// waiters are other processes).
+void futex_wake_all(const uint32_t* word);
+// futex wait while *word == expected, at most `timeout_ns` (negative: forever).
+// Returns false on timeout.
+bool futex_wait(const uint32_t* word, uint32_t expected, int64_t timeout_ns);
+
+}  // namespace airs::sys

@@ -1,0 +1,151 @@
+#include "sys/uffd.hpp"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace airs::sys {
+
+Result<UniqueFd> uffd_create() {
+  const int flags = O_CLOEXEC | O_NONBLOCK;
+  int dev_errno = 0;
+  UniqueFd dev(::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC));
+  if (dev) {
+    UniqueFd fd(::ioctl(dev.get(), USERFAULTFD_IOC_NEW, flags));
+    if (fd) return fd;
+    dev_errno = errno;
+  } else {
+    dev_errno = errno;
+  }
+  UniqueFd fd(static_cast<int>(::syscall(SYS_userfaultfd, flags)));
+  if (fd) return fd;
+  const int sys_errno = errno;
+  return make_error(sys_errno,
+                    "cannot create a userfaultfd: /dev/userfaultfd: {}; userfaultfd(2): {} "
+                    "(grant access to /dev/userfaultfd, e.g. a udev rule for the client's group, or set "
+                    "vm.unprivileged_userfaultfd=1; the kernel needs CONFIG_USERFAULTFD)",
+                    std::strerror(dev_errno), std::strerror(sys_errno));
+}
+
+Result<uint64_t> uffd_api(int uffd, uint64_t features) {
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = features;
+  if (::ioctl(uffd, UFFDIO_API, &api) != 0)
+    return make_error(errno, "UFFDIO_API (features {:#x}): {} (kernel lacks a requested userfaultfd feature)",
+                      features, std::strerror(errno));
+  if ((api.features & features) != features)
+    return make_error(EOPNOTSUPP, "userfaultfd features {:#x} requested, kernel offers {:#x}", features,
+                      static_cast<uint64_t>(api.features));
+  return static_cast<uint64_t>(api.features);
+}
+
+Result<uint64_t> uffd_register(int uffd, uint64_t addr, uint64_t len, uint64_t mode) {
+  uffdio_register reg{};
+  reg.range.start = addr;
+  reg.range.len = len;
+  reg.mode = mode;
+  if (::ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
+    return make_error(errno, "UFFDIO_REGISTER [{:#x}, +{}) mode {:#x}: {}{}", addr, len, mode, std::strerror(errno),
+                      errno == EPERM ? " (the mapping must come from an O_RDWR fd without write seals)" : "");
+  return static_cast<uint64_t>(reg.ioctls);
+}
+
+Status uffd_unregister(int uffd, uint64_t addr, uint64_t len) {
+  uffdio_range r{addr, len};
+  if (::ioctl(uffd, UFFDIO_UNREGISTER, &r) != 0)
+    return make_error(errno, "UFFDIO_UNREGISTER [{:#x}, +{}): {}", addr, len, std::strerror(errno));
+  return {};
+}
+
+namespace {
+
+// The shared loop of the range ioctls: the kernel stops at the first page it
+// cannot handle and reports what it did; EAGAIN means "partial, call again".
+template <typename Op>
+Result<RangeResult> range_loop(const char* what, uint64_t addr, uint64_t len, uint64_t step, Op op) {
+  RangeResult out;
+  uint64_t pos = addr;
+  const uint64_t end = addr + len;
+  while (pos < end) {
+    int64_t progress = 0;
+    const int rc = op(pos, end - pos, progress);
+    if (rc == 0) {
+      out.done_bytes += end - pos;
+      break;
+    }
+    const int err = errno;
+    if (progress > 0) {
+      out.done_bytes += static_cast<uint64_t>(progress);
+      pos += static_cast<uint64_t>(progress);
+      continue;  // EAGAIN with partial progress: resume where it stopped.
+    }
+    if (err == EAGAIN || err == EINTR) continue;
+    if (err == EEXIST) {
+      // The page at `pos` is already mapped for this owner: skip it.
+      out.already_mapped_bytes += step;
+      pos += step;
+      continue;
+    }
+    if (err == ESRCH) {
+      out.owner_gone = true;
+      break;
+    }
+    return make_error(err, "{} [{:#x}, +{}): {}", what, pos, end - pos, std::strerror(err));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<RangeResult> uffd_continue(int uffd, uint64_t addr, uint64_t len, uint64_t step) {
+  return range_loop("UFFDIO_CONTINUE", addr, len, step, [uffd](uint64_t a, uint64_t l, int64_t& progress) {
+    uffdio_continue c{};
+    c.range.start = a;
+    c.range.len = l;
+    const int rc = ::ioctl(uffd, UFFDIO_CONTINUE, &c);
+    progress = rc == 0 ? static_cast<int64_t>(l) : c.mapped;
+    return rc;
+  });
+}
+
+Result<RangeResult> uffd_poison(int uffd, uint64_t addr, uint64_t len, uint64_t step) {
+  return range_loop("UFFDIO_POISON", addr, len, step, [uffd](uint64_t a, uint64_t l, int64_t& progress) {
+    uffdio_poison p{};
+    p.range.start = a;
+    p.range.len = l;
+    const int rc = ::ioctl(uffd, UFFDIO_POISON, &p);
+    progress = rc == 0 ? static_cast<int64_t>(l) : p.updated;
+    return rc;
+  });
+}
+
+Status uffd_wake(int uffd, uint64_t addr, uint64_t len) {
+  uffdio_range r{addr, len};
+  if (::ioctl(uffd, UFFDIO_WAKE, &r) != 0)
+    return make_error(errno, "UFFDIO_WAKE [{:#x}, +{}): {}", addr, len, std::strerror(errno));
+  return {};
+}
+
+Status uffd_read_events(int uffd, std::vector<uffd_msg>& out) {
+  out.clear();
+  uffd_msg buf[32];
+  for (;;) {
+    const ssize_t n = ::read(uffd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return {};
+      return make_error(errno, "read(userfaultfd): {}", std::strerror(errno));
+    }
+    if (n == 0) return {};
+    const auto count = static_cast<size_t>(n) / sizeof(uffd_msg);
+    out.insert(out.end(), buf, buf + count);
+    if (count < 32) return {};
+  }
+}
+
+}  // namespace airs::sys

@@ -1,0 +1,50 @@
+// io_uring for the pager's reads: a ring with an eventfd registered for the
+// event loop (the eventfd is only a hint: reap() takes every completion).
+// Never used with fixed buffers over pool pages (a later hole punch would
+// free nothing while they are registered).
+#pragma once
+
+#include <liburing.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "sys/fd.hpp"
+#include "util/result.hpp"
+
+namespace airs::sys {
+
+class Ring {
+ public:
+  // A ring with `entries` submission slots and an eventfd (EFD_NONBLOCK,
+  // EFD_CLOEXEC) registered for completions. Errors: io_uring_setup's
+  // (ENOSYS/EPERM when io_uring is disabled: kernel.io_uring_disabled).
+  static Result<Ring> create(unsigned entries);
+  Ring(Ring&& o) noexcept;
+  Ring& operator=(Ring&&) = delete;
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+  ~Ring();
+
+  // The eventfd to watch for EPOLLIN.
+  [[nodiscard]] int event_fd() const { return efd_.get(); }
+
+  // Queue a read of `len` bytes at `offset` of `fd` into `buf`; submitted by
+  // the next submit(). Returns false if the submission queue is full.
+  bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data);
+  // Submit queued entries. Errors: io_uring_submit's.
+  Status submit();
+  // Drain the eventfd and call `fn(user_data, res)` for every completion
+  // (res is bytes or -errno). Never blocks.
+  void reap(const std::function<void(uint64_t, int32_t)>& fn);
+  // Block until at least one completion is available, then reap.
+  Status wait_and_reap(const std::function<void(uint64_t, int32_t)>& fn);
+
+ private:
+  Ring() = default;
+  io_uring ring_{};
+  bool live_ = false;
+  UniqueFd efd_;
+};
+
+}  // namespace airs::sys
