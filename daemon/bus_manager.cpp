@@ -17,14 +17,24 @@ dbus::Dict ManagerObject::GetStatus() {
   return d_.status();
 }
 
-sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd&, const dbus::Dict&) {
-  dbus::throw_error(dbus::kErrUnsupported, "LoadModel: model loading is not available in this build yet");
+sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd& gguf_fd, const dbus::Dict& options) {
+  const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  auto r = d_.load_model(c, gguf_fd.get(), dbus::get<std::string>(options, "name").value_or(""));
+  if (!r) dbus::throw_error(r.error());
+  return sdbus::ObjectPath(*r);
 }
 
-std::vector<dbus::Dict> ManagerObject::ListModels() { return {}; }
+std::vector<dbus::Dict> ManagerObject::ListModels() {
+  (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  auto st = d_.status();
+  return st["models"].get<std::vector<dbus::Dict>>();
+}
 
-void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool&) {
-  dbus::throw_error(dbus::kErrNotFound, "Unload: no model " + std::string(model));
+void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool& force) {
+  const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  d_.require_admin(c, "Unload");
+  auto r = d_.unload_model(model, force);
+  if (!r) dbus::throw_error(r.error());
 }
 
 dbus::Dict ManagerObject::Evict(const dbus::Dict&, const bool&) {
@@ -40,7 +50,7 @@ std::vector<dbus::Dict> ManagerObject::ListSessions() { return {}; }
 
 std::string ManagerObject::Version() { return AIRS_VERSION; }
 std::string ManagerObject::Profile() { return d_.profile(); }
-std::string ManagerObject::Mode() { return "none"; }
+std::string ManagerObject::Mode() { return d_.mode(); }
 uint64_t ManagerObject::PoolBytes() { return d_.pool_target_bytes(); }
 uint64_t ManagerObject::PoolFreeBytes() { return d_.pool_target_bytes(); }
 uint64_t ManagerObject::PageSize() { return d_.page_size(); }

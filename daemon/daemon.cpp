@@ -1,5 +1,6 @@
 #include "daemon/daemon.hpp"
 
+#include <grp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 
@@ -8,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/bus_manager.hpp"
+#include "daemon/bus_model.hpp"
+#include "pool/hugetlbfs_backend.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
 #include "sys/procfs.hpp"
@@ -22,7 +25,11 @@ Daemon::Daemon(Options options) : cfg_(std::move(options.config)), bus_address_(
 
 Daemon::~Daemon() {
   // Bus objects first: they refer to the state below.
+  model_objects_.clear();
   manager_.reset();
+  models_.reset();
+  pager_.reset();
+  pool_.reset();
   if (bus_) {
     if (loop_ && bus_fd_ >= 0) loop_->remove(bus_fd_);
     bus_.reset();
@@ -72,8 +79,164 @@ Status Daemon::init() {
     spdlog::info("watchdog: pinging every {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(*wd / 2).count());
   }
 
+  if (pool_target_ > 0) {
+    pool::HugetlbfsOptions ho;
+    ho.page_size = cfg_.pool.page_size;
+    ho.mount_path = cfg_.pool.hugetlbfs_mount;
+    ho.numa_policy = cfg_.pool.numa_policy == "bind"         ? sys::NumaPolicy::Bind
+                     : cfg_.pool.numa_policy == "interleave" ? sys::NumaPolicy::Interleave
+                                                             : sys::NumaPolicy::Local;
+    ho.numa_nodes = cfg_.pool.numa_nodes;
+    auto backend = pool::HugetlbfsBackend::create(ho);
+    if (!backend) return std::move(backend).error();
+    pool::PoolOptions po;
+    po.size_bytes = pool_target_;
+    po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
+    auto pool = pool::Pool::create(std::move(backend).value(), po);
+    if (!pool) return std::move(pool).error();
+    pool_ = std::move(pool).value();
+    page_size_ = pool_->page_size();
+    pager::PagerOptions pgo;
+    pgo.queue_depth = cfg_.models.queue_depth;
+    pgo.prefetch_window = cfg_.models.prefetch_window;
+    auto pg = pager::Pager::create(*loop_, *pool_, pgo);
+    if (!pg) return std::move(pg).error();
+    pager_ = std::move(pg).value();
+    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models.pinned);
+    spdlog::info("pool: {} in {} pages of {} ({}), pinned: hugetlb pages are never swapped or reclaimed",
+                 format_bytes(pool_->counts().total_bytes()), pool_->counts().total_pages(), format_bytes(page_size_),
+                 pool_->backend().name());
+  } else {
+    mode_ = "cloud-only";
+    spdlog::info("profile {}: no local model pool (cloud inference only)", profile_);
+  }
+
+  auto hk = sys::PeriodicTimer::create(std::chrono::milliseconds(250));
+  if (!hk) return std::move(hk).error();
+  housekeeping_.emplace(std::move(hk).value());
+  AIRS_TRY(loop_->add(housekeeping_->fd(), EPOLLIN, [this](uint32_t) {
+    housekeeping_->acknowledge();
+    housekeeping();
+  }));
+
   AIRS_TRY(connect_bus());
   return {};
+}
+
+void Daemon::housekeeping() {
+  if (!models_) return;
+  // Resident signals for observers (clients learn it from their eventfd).
+  for (auto* m : models_->all()) {
+    auto st = models_->stats(*m);
+    if (!st) continue;
+    auto& last = last_state_[m->id];
+    if (st->state != last && st->state == client::ModelLoadState::Resident) {
+      spdlog::info("model '{}' fully resident: {} read at {:.0f} MB/s{}", m->name, format_bytes(st->bytes_read),
+                   st->read_mb_per_s, st->direct_io ? " (O_DIRECT)" : "");
+      if (auto it = model_objects_.find(m->id); it != model_objects_.end()) {
+        try {
+          it->second->emitResident();
+        } catch (const sdbus::Error& e) {
+          spdlog::warn("emitting Resident for '{}': {}", m->name, e.getMessage());
+        }
+      }
+    }
+    last = st->state;
+  }
+}
+
+std::string Daemon::model_state(const ModelEntry& m) const {
+  if (m.evicted) return "evicted";
+  auto st = models_->stats(m);
+  if (!st) return "unknown";
+  switch (st->state) {
+    case client::ModelLoadState::Loading: return "loading";
+    case client::ModelLoadState::Resident: return "resident";
+    case client::ModelLoadState::Evicted: return "evicted";
+    case client::ModelLoadState::Failed: return "failed";
+  }
+  return "unknown";
+}
+
+dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
+  dbus::Dict d;
+  d["name"] = sdbus::Variant(m.name);
+  d["object"] = sdbus::Variant(sdbus::ObjectPath(m.object_path));
+  d["size"] = sdbus::Variant(m.file_size);
+  d["state"] = sdbus::Variant(model_state(m));
+  d["refcount"] = sdbus::Variant(m.refcount());
+  uint32_t clients = 0;
+  for (auto& [k, v] : m.clients) clients += static_cast<uint32_t>(v.size());
+  d["clients"] = sdbus::Variant(clients);
+  d["pinned"] = sdbus::Variant(m.pinned);
+  d["layers"] = sdbus::Variant(static_cast<uint64_t>(m.meta.n_layers));
+  d["tensors"] = sdbus::Variant(static_cast<uint64_t>(m.meta.tensors.size()));
+  if (auto st = models_->stats(m)) {
+    d["resident_bytes"] = sdbus::Variant(m.evicted ? uint64_t{0} : st->resident_bytes);
+    d["region_bytes"] = sdbus::Variant(st->region_size);
+    d["bytes_read"] = sdbus::Variant(st->bytes_read);
+    d["read_mb_per_s"] = sdbus::Variant(st->read_mb_per_s);
+    d["direct_io"] = sdbus::Variant(st->direct_io);
+    d["faults"] = sdbus::Variant(st->faults);
+    d["faults_waited"] = sdbus::Variant(st->faults_waited);
+    d["units_failed"] = sdbus::Variant(st->units_failed);
+  }
+  return d;
+}
+
+Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) {
+  if (!models_)
+    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
+  auto m = models_->load(gguf_fd, name);
+  if (!m) return std::move(m).error();
+  if (!model_objects_.contains((*m)->id)) {
+    model_objects_.emplace((*m)->id, std::make_unique<ModelObject>(*bus_, *this, (*m)->id, (*m)->object_path));
+    spdlog::debug("{} (uid {}) loaded {}", caller.name, caller.uid, (*m)->object_path);
+  }
+  return (*m)->object_path;
+}
+
+Status Daemon::unload_model(const std::string& path, bool force) {
+  if (!models_) return make_error(ENOENT, "no model {}", path);
+  auto* m = models_->find_by_path(path);
+  if (m == nullptr) m = models_->find_by_name(path);
+  if (m == nullptr) return make_error(ENOENT, "no model {} is loaded", path);
+  const uint64_t id = m->id;
+  AIRS_TRY(models_->unload(*m, force));
+  model_objects_.erase(id);
+  last_state_.erase(id);
+  return {};
+}
+
+void Daemon::check_fd_quota(const dbus::Caller& caller, uint32_t n) {
+  uint32_t& used = fds_by_uid_[caller.uid];
+  if (used + n > cfg_.kv.max_fds_per_uid)
+    dbus::throw_error(dbus::kErrQuotaExceeded,
+                      fmt::format("uid {} holds {} of its {} file descriptors from airs-memd (kv.max_fds_per_uid); "
+                                  "close sessions or release models first",
+                                  caller.uid, used, cfg_.kv.max_fds_per_uid));
+  used += n;
+  auto& c = fds_by_caller_[caller.name];
+  c.first = caller.uid;
+  c.second += n;
+}
+
+void Daemon::fds_returned(const dbus::Caller& caller, uint32_t n) {
+  auto& used = fds_by_uid_[caller.uid];
+  used -= std::min(used, n);
+  auto& c = fds_by_caller_[caller.name];
+  c.second -= std::min(c.second, n);
+}
+
+void Daemon::require_admin(const dbus::Caller& caller, const char* method) {
+  if (caller.uid == 0) return;
+  if (!cfg_.daemon.admin_group.empty()) {
+    if (auto* gr = ::getgrnam(cfg_.daemon.admin_group.c_str()); gr != nullptr && caller.in_group(gr->gr_gid)) return;
+  }
+  dbus::throw_error(dbus::kErrAccessDenied, fmt::format("{} is an admin method: uid {} is not root{}", method, caller.uid,
+                                                        cfg_.daemon.admin_group.empty()
+                                                            ? ""
+                                                            : " nor in group " + cfg_.daemon.admin_group));
 }
 
 Status Daemon::connect_bus() {
@@ -119,6 +282,12 @@ void Daemon::on_name_owner_changed(sdbus::Message& sig) {
   sig >> name >> old_owner >> new_owner;
   if (!new_owner.empty() || name.empty() || name[0] != ':') return;
   // A client left the bus (exit or crash): everything it held goes.
+  if (models_) models_->drop_caller(name);
+  if (auto it = fds_by_caller_.find(name); it != fds_by_caller_.end()) {
+    auto& used = fds_by_uid_[it->second.first];
+    used -= std::min(used, it->second.second);
+    fds_by_caller_.erase(it);
+  }
   ids_.forget(name);
 }
 
@@ -164,14 +333,36 @@ dbus::Dict Daemon::status() {
   s["uptime_s"] = sdbus::Variant(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count()));
   s["page_size"] = sdbus::Variant(page_size_);
+  s["mode"] = sdbus::Variant(mode_);
   dbus::Dict pool;
   pool["target_bytes"] = sdbus::Variant(pool_target_);
-  if (auto m = sys::read_meminfo()) {
-    pool["kernel_hugepages_total"] = sdbus::Variant(m->count("HugePages_Total") ? m->at("HugePages_Total") : 0);
-    pool["kernel_hugepages_free"] = sdbus::Variant(m->count("HugePages_Free") ? m->at("HugePages_Free") : 0);
-    s["mem_available"] = sdbus::Variant(m->count("MemAvailable") ? m->at("MemAvailable") : 0);
+  if (pool_) {
+    const auto& c = pool_->counts();
+    pool["backend"] = sdbus::Variant(std::string(pool_->backend().name()));
+    pool["total_pages"] = sdbus::Variant(c.total_pages());
+    pool["total_bytes"] = sdbus::Variant(c.total_bytes());
+    pool["free_bytes"] = sdbus::Variant(c.free_bytes());
+    pool["model_bytes"] = sdbus::Variant(c.model_bytes());
+    pool["kv_bytes"] = sdbus::Variant(c.kv_bytes());
+    pool["free_pages"] = sdbus::Variant(c.free_pages);
+    pool["model_pages"] = sdbus::Variant(c.model_pages);
+    pool["kv_pages"] = sdbus::Variant(c.kv_pages);
+    // hugetlb pages are never swapped or reclaimed: pinned by construction.
+    pool["pinned"] = sdbus::Variant(true);
+    if (auto kv = pool_->kernel_view()) {
+      pool["kernel_hugepages_total"] = sdbus::Variant(kv->total);
+      pool["kernel_hugepages_free"] = sdbus::Variant(kv->free);
+      pool["kernel_hugepages_rsvd"] = sdbus::Variant(kv->reserved);
+      pool["kernel_hugepages_surp"] = sdbus::Variant(kv->surplus);
+      pool["files_pages"] = sdbus::Variant(kv->files_pages);
+    }
   }
+  if (auto m = sys::read_meminfo()) s["mem_available"] = sdbus::Variant(m->count("MemAvailable") ? m->at("MemAvailable") : 0);
   s["pool"] = sdbus::Variant(pool);
+  std::vector<dbus::Dict> models;
+  if (models_)
+    for (auto* m : models_->all()) models.push_back(model_dict(*m));
+  s["models"] = sdbus::Variant(models);
   return s;
 }
 

@@ -13,6 +13,9 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "config/config.hpp"
+#include "daemon/models.hpp"
+#include "pager/pager.hpp"
+#include "pool/pool.hpp"
 #include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
 #include "sys/event_loop.hpp"
@@ -21,6 +24,7 @@
 namespace airs::daemon {
 
 class ManagerObject;
+class ModelObject;
 
 struct Options {
   config::Config config;
@@ -46,6 +50,21 @@ class Daemon {
   [[nodiscard]] uint64_t pool_target_bytes() const { return pool_target_; }
   [[nodiscard]] uint64_t page_size() const { return page_size_; }
   dbus::IdentityCache& identities() { return ids_; }
+  Models& models() { return *models_; }
+  [[nodiscard]] const std::string& mode() const { return mode_; }
+  [[nodiscard]] std::string model_state(const ModelEntry& m) const;
+  [[nodiscard]] dbus::Dict model_dict(const ModelEntry& m) const;
+
+  // LoadModel on behalf of `caller`: returns the model's object path.
+  Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name);
+  Status unload_model(const std::string& path, bool force);
+
+  // Per-uid fd quota (kv.max_fds_per_uid): throws QuotaExceeded when handing
+  // `n` more fds to the caller's uid would pass it; counts them otherwise.
+  void check_fd_quota(const dbus::Caller& caller, uint32_t n);
+  void fds_returned(const dbus::Caller& caller, uint32_t n);
+  // Admin methods: root, or a member of daemon.admin_group. Throws AccessDenied.
+  void require_admin(const dbus::Caller& caller, const char* method);
 
  private:
   explicit Daemon(Options options);
@@ -54,6 +73,7 @@ class Daemon {
   void pump_bus();
   void on_name_owner_changed(sdbus::Message& sig);
   void on_signal();
+  void housekeeping();
 
   config::Config cfg_;
   std::string bus_address_;
@@ -69,6 +89,16 @@ class Daemon {
   int bus_fd_ = -1;
   dbus::IdentityCache ids_;
   std::unique_ptr<ManagerObject> manager_;
+
+  std::string mode_ = "full";
+  std::unique_ptr<pool::Pool> pool_;
+  std::unique_ptr<pager::Pager> pager_;
+  std::unique_ptr<Models> models_;
+  std::map<uint64_t, std::unique_ptr<ModelObject>> model_objects_;
+  std::map<uint64_t, client::ModelLoadState> last_state_;
+  std::optional<sys::PeriodicTimer> housekeeping_;
+  std::map<uid_t, uint32_t> fds_by_uid_;
+  std::map<std::string, std::pair<uid_t, uint32_t>> fds_by_caller_;
 };
 
 }  // namespace airs::daemon

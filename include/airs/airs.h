@@ -1,0 +1,121 @@
+/*
+ * libairs — the client library of airs-memd.
+ *
+ * An inference process uses it to map a model from the daemon's pinned
+ * huge-page pool (lazily: usable before it is fully resident, shared with
+ * every other process using the same model) and to get paged KV-cache
+ * blocks. The library does the careful part for the caller: the region is
+ * registered with the process's own userfaultfd (MISSING|MINOR) before
+ * anything can touch it, so no caller ever reads zero-filled weights; if the
+ * daemon dies during a load, the library serves the remaining pages from
+ * the GGUF file itself.
+ *
+ * Conventions: functions return 0 (or a count) on success and a negative
+ * errno value on failure; airs_last_error() then describes it (thread-local,
+ * valid until the next call on that thread). An airs_client and the objects
+ * made from it are used by one thread at a time; the library runs one
+ * internal thread per lazily attached model ("airs-watch") that serves the
+ * fallback and unregisters once the model is resident.
+ */
+#ifndef AIRS_AIRS_H
+#define AIRS_AIRS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AIRS_API_VERSION 1
+
+typedef struct airs_client airs_client;
+typedef struct airs_model airs_model;
+typedef struct airs_session airs_session;
+
+/* Text of the last error on this thread ("" if none). */
+const char *airs_last_error(void);
+
+/* Connects to the daemon. bus: NULL or "system" (honours
+ * DBUS_SYSTEM_BUS_ADDRESS), "session", or a D-Bus address. */
+int airs_connect(const char *bus, airs_client **out);
+void airs_disconnect(airs_client *client);
+
+/* ---- models ---- */
+
+typedef struct {
+  const char *name; /* NULL: the GGUF's general.name */
+  int quiet;        /* nonzero: do not log the fallback notice to stderr */
+} airs_model_options;
+
+/* Opens the GGUF at `path` (or the caller's readable `gguf_fd`, which is
+ * duplicated) through the daemon and maps the model read-only. The mapping
+ * is valid until airs_model_close(). */
+int airs_model_open(airs_client *client, const char *path, const airs_model_options *opt, airs_model **out);
+int airs_model_open_fd(airs_client *client, int gguf_fd, const airs_model_options *opt, airs_model **out);
+
+/* The mapped model: byte i is byte i of the GGUF file. */
+const void *airs_model_data(const airs_model *model);
+uint64_t airs_model_size(const airs_model *model);      /* the GGUF's size */
+const char *airs_model_object(const airs_model *model); /* D-Bus object path */
+
+/* 1 when every page is resident, 0 otherwise. */
+int airs_model_is_resident(const airs_model *model);
+/* Waits until the model is resident (timeout_ms < 0: forever).
+ * -ETIMEDOUT on time-out. */
+int airs_model_wait_resident(airs_model *model, int timeout_ms);
+/* 1 if the daemon died during the load and the library serves the rest. */
+int airs_model_in_fallback(const airs_model *model);
+
+/* Drops the reference and unmaps. */
+void airs_model_close(airs_model *model);
+
+/* ---- KV sessions ---- */
+
+typedef enum {
+  AIRS_PRIORITY_INTERACTIVE = 0,
+  AIRS_PRIORITY_SYSTEM = 1,
+  AIRS_PRIORITY_BACKGROUND = 2
+} airs_priority;
+
+typedef struct {
+  uint32_t block_bytes;
+  uint32_t tokens_per_block;
+  uint64_t bytes_per_token;
+  uint64_t arena_bytes;
+} airs_kv_geometry;
+
+int airs_session_create(airs_client *client, airs_model *model, airs_priority priority, airs_session **out);
+int airs_session_geometry(const airs_session *s, airs_kv_geometry *out);
+/* n new blocks, written to blocks_out[0..n). -ENOMEM: pool exhausted
+ * (airs_last_error says how much is missing); -EDQUOT: quota. */
+int airs_session_allocate(airs_session *s, uint32_t n, uint32_t *blocks_out);
+int airs_session_free(airs_session *s, const uint32_t *blocks, size_t n);
+/* Publish full blocks under their chained hashes (airs_kv_chain_hash). */
+int airs_session_commit(airs_session *s, const uint32_t *blocks, const uint64_t *hashes, size_t n);
+/* Longest cached prefix for hashes[0..n); returns how many blocks were
+ * matched (written to blocks_out). */
+int airs_session_match_prefix(airs_session *s, const uint64_t *hashes, size_t n, uint32_t *blocks_out);
+/* Copy-on-write: the block to write into instead of `block`. */
+int airs_session_prepare_write(airs_session *s, uint32_t block, uint32_t *writable);
+int airs_session_set_length(airs_session *s, uint32_t tokens);
+/* Where block `block` lives in this process (NULL for a bad id). */
+void *airs_session_block_ptr(airs_session *s, uint32_t block);
+/* An eventfd that becomes readable when blocks of this session were
+ * evicted; then call airs_session_read_notices. */
+int airs_session_notice_fd(const airs_session *s);
+/* Evicted block ids since the last call, up to cap; returns the count, or
+ * -EOVERFLOW if more were evicted than the notice ring holds (treat every
+ * block as lost). */
+int airs_session_read_notices(airs_session *s, uint32_t *blocks_out, size_t cap);
+void airs_session_close(airs_session *s);
+
+/* The chained hash of a full block: parent is the previous block's hash (0
+ * for the first block). Identical on the daemon and every client. */
+uint64_t airs_kv_chain_hash(uint64_t parent, const int32_t *tokens, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AIRS_AIRS_H */
