@@ -35,6 +35,11 @@ Result<std::unique_ptr<PressureMonitor>> PressureMonitor::create(sys::EventLoop&
                                                                  Callback on_change) {
   if (config.mild.kind != sys::PsiKind::Some || config.severe.kind != sys::PsiKind::Full)
     return make_error(EINVAL, "pressure config: the mild trigger must be 'some' and the severe one 'full'");
+  if (config.hold.count() > 0 && (config.hold <= config.mild.window || config.hold <= config.severe.window))
+    return make_error(EINVAL,
+                      "pressure config: hold ({} ms) must be longer than the trigger windows, or the level flaps "
+                      "under sustained pressure (events come at most once per window)",
+                      config.hold.count());
   std::unique_ptr<PressureMonitor> m(new PressureMonitor(loop, std::move(config), std::move(on_change)));
   const Config& c = m->config_;
   switch (c.source) {

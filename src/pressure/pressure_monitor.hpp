@@ -59,7 +59,7 @@ struct Config {
   uint64_t meminfo_full_bytes = 0;
   // How long a level holds after its last event; 0 = 1.25 × that trigger's
   // window (the kernel repeats an event at most once per window), plus one
-  // poll interval for the polling sources.
+  // poll interval for the polling sources. Must exceed both windows.
   std::chrono::milliseconds hold{0};
 };
 

@@ -1,6 +1,8 @@
 #include "sys/hugepage_knobs.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <memory>
 #include <numeric>
 
+#include "sys/fd.hpp"
 #include "sys/procfs.hpp"
 #include "util/units.hpp"
 
@@ -39,7 +42,26 @@ Result<std::vector<int>> list_nodes(const std::string& dir) {
   return out;
 }
 
+// Like write_text_file, but truncating: sysfs ignores O_TRUNC, and a fixture
+// tree needs it so "8" over "10" does not read back as "80".
+Status write_knob(const std::string& path, uint64_t value) {
+  const std::string text = std::to_string(value);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC));
+  if (!fd) return make_error(errno, "cannot open {} for writing: {}", path, std::strerror(errno));
+  const ssize_t n = ::write(fd.get(), text.data(), text.size());
+  if (n < 0) return make_error(errno, "cannot write {} to {}: {}", text, path, std::strerror(errno));
+  if (static_cast<size_t>(n) != text.size()) return make_error(EIO, "short write to {}", path);
+  return {};
+}
+
 }  // namespace
+
+uint64_t pool_pages(const HugePageCounts& c) {
+  if (c.nodes.empty()) return c.nr;
+  uint64_t sum = 0;
+  for (const auto& n : c.nodes) sum += n.nr;
+  return sum;
+}
 
 HugepageKnobs::HugepageKnobs(std::string root) : root_(std::move(root)) {}
 
@@ -89,7 +111,7 @@ Result<ResizeResult> HugepageKnobs::shrink(uint64_t page_bytes, uint64_t pages) 
   if (!before) return std::move(before).error();
   ResizeResult r;
   r.requested = pages;
-  r.before = before->nr;
+  r.before = pool_pages(*before);
   // Reserved pages are free but promised to a mapping; lowering the count
   // below them only turns them into surplus, it frees nothing.
   const uint64_t givable = before->free > before->resv ? before->free - before->resv : 0;
@@ -125,16 +147,16 @@ Result<ResizeResult> HugepageKnobs::shrink(uint64_t page_bytes, uint64_t pages) 
     for (size_t i = 0; i < before->nodes.size(); ++i) {
       if (share[i] == 0) continue;
       const auto& n = before->nodes[i];
-      AIRS_TRY(write_text_file(node_size_dir(n.node, page_bytes) + "/nr_hugepages", std::to_string(n.nr - share[i])));
+      AIRS_TRY(write_knob(node_size_dir(n.node, page_bytes) + "/nr_hugepages", n.nr - share[i]));
       r.nodes.push_back(NodeChange{n.node, share[i], 0});
     }
   } else if (want > 0) {
-    AIRS_TRY(write_text_file(size_dir(page_bytes) + "/nr_hugepages", std::to_string(before->nr - want)));
+    AIRS_TRY(write_knob(size_dir(page_bytes) + "/nr_hugepages", before->nr - want));
   }
 
   auto after = read(page_bytes);
   if (!after) return std::move(after).error();
-  r.after = after->nr;
+  r.after = pool_pages(*after);
   r.done = r.before > r.after ? r.before - r.after : 0;
   for (auto& ch : r.nodes) {
     auto b = std::find_if(before->nodes.begin(), before->nodes.end(), [&](auto& n) { return n.node == ch.node; });
@@ -159,7 +181,7 @@ Result<ResizeResult> HugepageKnobs::grow(uint64_t page_bytes, uint64_t pages) {
   ResizeResult r;
   r.requested = pages;
   r.before = before->nr;
-  if (pages > 0) AIRS_TRY(write_text_file(size_dir(page_bytes) + "/nr_hugepages", std::to_string(before->nr + pages)));
+  if (pages > 0) AIRS_TRY(write_knob(size_dir(page_bytes) + "/nr_hugepages", before->nr + pages));
   auto after = read(page_bytes);
   if (!after) return std::move(after).error();
   r.after = after->nr;

@@ -35,6 +35,11 @@ struct HugePageCounts {
   std::vector<NodeHugePages> nodes;  // empty when the kernel has no node directories
 };
 
+// Pages of the size in the pool: the sum over nodes where the kernel has
+// node directories (that is what a per-node write changes), else the global
+// count. On a real kernel both agree.
+[[nodiscard]] uint64_t pool_pages(const HugePageCounts& c);
+
 struct NodeChange {
   int node = 0;
   uint64_t asked = 0;  // pages we asked this node to give back / add
@@ -44,7 +49,7 @@ struct NodeChange {
 struct ResizeResult {
   uint64_t requested = 0;  // pages the caller asked for
   uint64_t done = 0;       // pages that really moved (re-read after writing)
-  uint64_t before = 0;     // global nr_hugepages before
+  uint64_t before = 0;     // pool_pages() before
   uint64_t after = 0;      // and after
   std::vector<NodeChange> nodes;
   // Empty when done == requested; otherwise why not, in words for status and

@@ -1,6 +1,8 @@
 #include "sys/psi.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -116,6 +118,13 @@ Result<PsiTrigger> PsiTrigger::create(const std::string& path, const PsiTriggerS
                         path, what, std::strerror(e));
     return make_error(e, "cannot open {} for a PSI trigger ({}): {}", path, what, std::strerror(e));
   }
+  // A trigger write to an ordinary file "succeeds" and never fires: refuse
+  // anything that is not procfs or cgroup2 (e.g. a fixture path in config).
+  struct statfs fs {};
+  if (::fstatfs(fd.get(), &fs) != 0) return make_error(errno, "fstatfs {}: {}", path, std::strerror(errno));
+  if (fs.f_type != PROC_SUPER_MAGIC && fs.f_type != CGROUP2_SUPER_MAGIC)
+    return make_error(EINVAL, "{} is not a kernel pressure file (not on procfs or cgroup2): cannot put a PSI trigger on it",
+                      path);
   // The kernel replaces the last byte written with a NUL: write ours.
   const std::string cmd = fmt::format("{} {} {}", to_string(spec.kind), spec.threshold.count(), spec.window.count());
   const ssize_t n = ::write(fd.get(), cmd.c_str(), cmd.size() + 1);

@@ -66,7 +66,9 @@ class PsiTrigger {
  public:
   // Errors: ENOENT/EOPNOTSUPP (PSI disabled: boot with psi=1), EACCES/EPERM
   // (no permission to open the file for writing), EINVAL (window/threshold
-  // out of range, or not a multiple of 2 s without CAP_SYS_RESOURCE). Each
+  // out of range, or not a multiple of 2 s without CAP_SYS_RESOURCE; or a
+  // path that is not on procfs/cgroup2, where a write "works" but never
+  // fires). Each
   // message names the path, the trigger and what to do.
   static Result<PsiTrigger> create(const std::string& path, const PsiTriggerSpec& spec);
 
