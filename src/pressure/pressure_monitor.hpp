@@ -14,7 +14,9 @@
 // A level holds for `hold` after its last event (the kernel signals at most
 // once per window under sustained pressure), then decays by itself through a
 // timer that exists only while the level is above None. Pressure files are
-// never read more often than every 50 ms (totals come out wrong otherwise).
+// never read more often than every 50 ms (totals come out wrong otherwise),
+// and with triggers armed not more than once per window (reads delay
+// unprivileged trigger events; see refresh()).
 #pragma once
 
 #include <chrono>
@@ -57,9 +59,11 @@ struct Config {
   double meminfo_full_fraction = 0.05;
   uint64_t meminfo_some_bytes = 0;
   uint64_t meminfo_full_bytes = 0;
-  // How long a level holds after its last event; 0 = 1.25 × that trigger's
-  // window (the kernel repeats an event at most once per window), plus one
-  // poll interval for the polling sources. Must exceed both windows.
+  // How long a level holds after its last event; 0 = 2.25 × that trigger's
+  // window (the kernel repeats an event at most once per window, and readers
+  // of the pressure file can push an unprivileged trigger's repeat to two
+  // windows), plus one poll interval for the polling sources. Must exceed
+  // both windows.
   std::chrono::milliseconds hold{0};
 };
 
@@ -96,8 +100,12 @@ class PressureMonitor {
 
   [[nodiscard]] Level level() const { return status_.level; }
   [[nodiscard]] const Snapshot& status() const { return status_; }
-  // Re-reads the pressure file for fresh avg values (no more often than
-  // every 50 ms); for status requests. Read errors go into the snapshot.
+  // Re-reads the pressure file for fresh avg values, for status requests.
+  // With triggers armed, at most once per trigger window: on this kernel a
+  // read of the pressure file can stand in for the averaging update that
+  // evaluates unprivileged triggers and delay their next event by a period.
+  // Polling sources keep the values fresh themselves. Read errors go into
+  // the snapshot.
   void refresh();
 
  private:
