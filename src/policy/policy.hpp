@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace airs::policy {
@@ -70,18 +71,29 @@ struct Config {
   uint64_t target_full_bytes = 0;
 };
 
-// What the caller wants freed: `bytes` at least (0 = use the level's target).
-// `max_kind` bounds how deep the plan may go (e.g. KV allocation for an
-// interactive session may go through level 3; admin eviction by priority
-// stops at that priority).
+// What the caller wants freed: `bytes` at least (0 = use the level's target;
+// if that is 0 too, nothing is requested and the plan is empty unless
+// `everything` is set). The filters bound how deep the plan may go (e.g. KV
+// allocation for an interactive session may go through level 3; admin
+// eviction by priority stops at that priority).
 struct Request {
   uint64_t bytes = 0;
   Level level = Level::None;
   // Only consider sessions of these priorities (empty = all).
   std::vector<Priority> priorities;
   bool include_models = true;
+  // Unreferenced prefix-cache blocks (level 0).
+  bool include_cached = true;
   // The session asking for memory, never a victim of its own request.
   std::optional<uint64_t> requester;
+  // Admin targeting (`airsctl evict --session/--model`): when either list is
+  // non-empty only the named sessions/models are candidates (cached blocks
+  // are then left alone). The "never" rules still hold.
+  std::vector<uint64_t> sessions;
+  std::vector<uint64_t> models;
+  // Take every candidate the filters allow instead of stopping at `bytes`
+  // (`airsctl evict --priority background` without --bytes).
+  bool everything = false;
 };
 
 enum class ActionKind : uint8_t { DropCached, EvictBlocks, EvictModel };

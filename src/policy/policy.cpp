@@ -1,0 +1,237 @@
+#include "policy/policy.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "util/units.hpp"
+
+namespace airs::policy {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::seconds;
+
+bool contains(const std::vector<uint64_t>& v, uint64_t id) { return std::find(v.begin(), v.end(), id) != v.end(); }
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return std::numeric_limits<uint64_t>::max();
+  return a * b;
+}
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
+// Idle time in whole seconds for messages; a last_used in the future (clock
+// skew between callers) counts as 0.
+int64_t idle_seconds(Clock::time_point now, Clock::time_point last_used) {
+  return now > last_used ? duration_cast<seconds>(now - last_used).count() : 0;
+}
+
+// Accumulates the plan and knows when to stop.
+class Builder {
+ public:
+  Builder(uint64_t target, bool everything) : target_(target), everything_(everything) {}
+  [[nodiscard]] bool done() const { return !everything_ && plan_.bytes >= target_; }
+  [[nodiscard]] uint64_t remaining() const { return plan_.bytes >= target_ ? 0 : target_ - plan_.bytes; }
+
+  // Adds up to `available` units of `unit_bytes`; takes only what is still
+  // needed unless everything is wanted. Returns the units taken.
+  uint32_t take_blocks(ActionKind kind, uint64_t id, uint32_t available, uint64_t unit_bytes, std::string reason) {
+    if (available == 0 || unit_bytes == 0 || done()) return 0;
+    uint32_t n = available;
+    if (!everything_) {
+      const uint64_t need = div_round_up(remaining(), unit_bytes);
+      n = static_cast<uint32_t>(std::min<uint64_t>(available, need));
+    }
+    const uint64_t bytes = sat_mul(n, unit_bytes);
+    plan_.actions.push_back(Action{kind, id, n, bytes, std::move(reason)});
+    plan_.bytes = sat_add(plan_.bytes, bytes);
+    return n;
+  }
+  void take_model(uint64_t id, uint64_t bytes, std::string reason) {
+    if (bytes == 0 || done()) return;
+    plan_.actions.push_back(Action{ActionKind::EvictModel, id, 0, bytes, std::move(reason)});
+    plan_.bytes = sat_add(plan_.bytes, bytes);
+  }
+  Plan finish() && { return std::move(plan_); }
+
+ private:
+  uint64_t target_;
+  bool everything_;
+  Plan plan_;
+};
+
+const char* level_label(Priority p) {
+  switch (p) {
+    case Priority::Background: return "background KV";
+    case Priority::System: return "system KV";
+    case Priority::Interactive: return "interactive KV";
+  }
+  return "KV";
+}
+
+// Coldest first. DAMON rates rank a level only when every session in it was
+// measured: a rate and a last-use time are different scales, and mixing them
+// would not give a consistent order.
+void sort_coldest_first(std::vector<const SessionState*>& v) {
+  const bool all_rated = std::all_of(v.begin(), v.end(), [](const SessionState* s) { return s->access_rate.has_value(); });
+  std::sort(v.begin(), v.end(), [all_rated](const SessionState* a, const SessionState* b) {
+    if (all_rated && *a->access_rate != *b->access_rate) return *a->access_rate < *b->access_rate;
+    if (a->last_used != b->last_used) return a->last_used < b->last_used;
+    return a->id < b->id;
+  });
+}
+
+}  // namespace
+
+Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_point now, const Config& config) {
+  uint64_t target = request.bytes;
+  if (target == 0) {
+    if (request.level == Level::Full) target = config.target_full_bytes;
+    else if (request.level == Level::Some) target = config.target_some_bytes;
+  }
+  Builder b(target, request.everything);
+  const bool targeted = !request.sessions.empty() || !request.models.empty();
+
+  // What the rules kept out, for the shortfall message.
+  uint64_t active_interactive = 0, pinned = 0, referenced = 0, own = 0;
+
+  // 0. Unreferenced prefix-cache blocks, least recently used arena first.
+  if (request.include_cached && !targeted) {
+    std::vector<const CachedBlocks*> cached;
+    for (const auto& c : state.cached) cached.push_back(&c);
+    std::sort(cached.begin(), cached.end(), [](const CachedBlocks* x, const CachedBlocks* y) {
+      return x->last_used != y->last_used ? x->last_used < y->last_used : x->arena_id < y->arena_id;
+    });
+    for (const CachedBlocks* c : cached) {
+      b.take_blocks(ActionKind::DropCached, c->arena_id, c->blocks, c->block_bytes,
+                    fmt::format("cached prefix blocks unused for {} s", idle_seconds(now, c->last_used)));
+    }
+  }
+
+  // 1–3. KV by priority level: background, system, idle interactive.
+  auto priority_allowed = [&](Priority p) {
+    return request.priorities.empty() ||
+           std::find(request.priorities.begin(), request.priorities.end(), p) != request.priorities.end();
+  };
+  for (Priority p : {Priority::Background, Priority::System, Priority::Interactive}) {
+    std::vector<const SessionState*> level;
+    for (const auto& s : state.sessions) {
+      if (s.priority != p || s.blocks == 0 || s.block_bytes == 0) continue;
+      const uint64_t bytes = sat_mul(s.blocks, s.block_bytes);
+      if (targeted && !contains(request.sessions, s.id)) continue;
+      if (request.requester && *request.requester == s.id) {
+        own = sat_add(own, bytes);
+        continue;
+      }
+      // Interactive KV is a victim only once idle strictly longer than the
+      // threshold: a user waiting on it must never lose it.
+      if (p == Priority::Interactive && !(now - s.last_used > config.idle_threshold)) {
+        active_interactive = sat_add(active_interactive, bytes);
+        continue;
+      }
+      if (!priority_allowed(p)) continue;
+      level.push_back(&s);
+    }
+    if (level.empty()) continue;
+    sort_coldest_first(level);
+    auto reason = [&](const SessionState& s, const char* what) {
+      std::string r = p == Priority::Interactive
+                          ? fmt::format("interactive KV idle {} s", idle_seconds(now, s.last_used))
+                          : std::string(level_label(p));
+      if (s.access_rate && std::all_of(level.begin(), level.end(), [](auto* x) { return x->access_rate.has_value(); }))
+        r += fmt::format(", {:.1f} accesses/s", *s.access_rate);
+      return r + what;
+    };
+    // Partially filled blocks first: they hold the fewest tokens per byte,
+    // so recomputing them costs the least.
+    for (const SessionState* sp : level) {
+      const SessionState& s = *sp;
+      b.take_blocks(ActionKind::EvictBlocks, s.id, std::min(s.partial_blocks, s.blocks),
+                                       s.block_bytes, reason(s, ", partial blocks"));
+    }
+    for (const SessionState* sp : level) {
+      const SessionState& s = *sp;
+      const uint32_t full = s.blocks - std::min(s.partial_blocks, s.blocks);
+      b.take_blocks(ActionKind::EvictBlocks, s.id, full, s.block_bytes, reason(s, ""));
+    }
+  }
+
+  // 4. Models nobody references, least recently used first; never pinned.
+  if (request.include_models && (!targeted || !request.models.empty())) {
+    std::vector<const ModelState*> models;
+    for (const auto& m : state.models) {
+      if (targeted && !contains(request.models, m.id)) continue;
+      if (m.pinned) {
+        pinned = sat_add(pinned, m.resident_bytes);
+        continue;
+      }
+      if (m.refcount > 0) {
+        referenced = sat_add(referenced, m.resident_bytes);
+        continue;
+      }
+      models.push_back(&m);
+    }
+    std::sort(models.begin(), models.end(), [](const ModelState* x, const ModelState* y) {
+      return x->last_used != y->last_used ? x->last_used < y->last_used : x->id < y->id;
+    });
+    for (const ModelState* m : models) {
+      b.take_model(m->id, m->resident_bytes,
+                   fmt::format("model '{}' unused for {} s", m->name, idle_seconds(now, m->last_used)));
+    }
+  }
+
+  Plan plan = std::move(b).finish();
+  plan.satisfied = plan.bytes >= target;
+  if (!plan.satisfied) {
+    std::vector<std::pair<const char*, uint64_t>> blockers;
+    if (active_interactive != 0) blockers.emplace_back("active interactive KV", active_interactive);
+    if (pinned != 0) blockers.emplace_back("pinned models", pinned);
+    if (referenced != 0) blockers.emplace_back("models in use", referenced);
+    if (own != 0) blockers.emplace_back("the requesting session's own KV", own);
+    std::string why;
+    if (blockers.empty()) {
+      why = plan.actions.empty() ? "nothing evictable" : "nothing more evictable";
+    } else if (blockers.size() == 1) {
+      why = fmt::format("only {} left: {}", blockers[0].first, format_bytes(blockers[0].second));
+    } else {
+      why = "only ";
+      for (size_t i = 0; i < blockers.size(); ++i)
+        why += fmt::format("{}{} ({})", i == 0 ? "" : ", ", blockers[i].first, format_bytes(blockers[i].second));
+      why += " left";
+    }
+    if (!request.priorities.empty() || targeted || !request.include_models || !request.include_cached)
+      why += " within the request's filters";
+    plan.shortfall = fmt::format("{} of {} short: {}", format_bytes(target - plan.bytes), format_bytes(target), why);
+  }
+  return plan;
+}
+
+const char* to_string(Priority p) {
+  switch (p) {
+    case Priority::Interactive: return "interactive";
+    case Priority::System: return "system";
+    case Priority::Background: return "background";
+  }
+  return "unknown";
+}
+
+std::optional<Priority> parse_priority(std::string_view s) {
+  if (s == "interactive") return Priority::Interactive;
+  if (s == "system") return Priority::System;
+  if (s == "background") return Priority::Background;
+  return std::nullopt;
+}
+
+const char* to_string(Level l) {
+  switch (l) {
+    case Level::None: return "none";
+    case Level::Some: return "some";
+    case Level::Full: return "full";
+  }
+  return "unknown";
+}
+
+}  // namespace airs::policy
