@@ -169,6 +169,28 @@ TEST_F(KvAllocatorTest, CommitFailureReleasesSparesOfOtherArenasAndRetries) {
   audit();
 }
 
+// Found by the randomized test: a failed commit trims spares of the same
+// arena, which changes which chunk is next; the allocator must choose again
+// rather than commit a chunk it still lists as released.
+TEST_F(KvAllocatorTest, CommitRetryAfterTrimChoosesAgain) {
+  ops_.pool_chunks_ = 2;
+  const ArenaId a = arena(1, 1000), b = arena(1, 1001);
+  const SessionId s1 = session(a), s2 = session(b), s3 = session(a);
+  allocate(s1, 4);                                                   // chunks 0, 1
+  ASSERT_TRUE(alloc_.free(s1, std::vector<BlockId>{3, 2}, kT0).ok());  // chunk 1: s1's spare
+  ASSERT_TRUE(alloc_.free(s1, std::vector<BlockId>{1, 0}, kT0).ok());  // chunk 0: released
+  allocate(s2, 2);                                                   // pool full
+  EXPECT_EQ(allocate(s3, 2).size(), 2u);
+  EXPECT_EQ(ops_.ledger, chunks({{a, 1}, {b, 0}}));
+  audit();
+  // Pool full, no spares, only active interactive KV: a clear failure.
+  std::vector<BlockId> out;
+  Status st = alloc_.allocate(s1, 1, kT0, out, notices_);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("pool: fake pool: 2 of 2 chunks in use"), std::string::npos) << st.error().message;
+  audit();
+}
+
 TEST_F(KvAllocatorTest, PrefixCommitMatchRefcountsAndCache) {
   const ArenaId a = arena();
   const SessionId s1 = session(a), s2 = session(a);
