@@ -374,17 +374,24 @@ struct Allocator::Impl {
 
   // Commits a chunk for s; kNil if the arena is full or the pool refuses.
   uint32_t commit_new(ArenaId aid, ArenaRec& a, SessionRec& s) {
-    uint32_t c = kNil;
-    if (!a.released.empty()) c = a.released.back();
-    else if (a.high_water < a.max_chunks) c = a.high_water;
+    auto next = [&a] {
+      if (!a.released.empty()) return a.released.back();
+      return a.high_water < a.max_chunks ? a.high_water : kNil;
+    };
+    uint32_t c = next();
     if (c == kNil) return kNil;
     Status st = ops.commit_chunk(aid, c);
-    if (!st.ok() && trim_all() > 0) st = ops.commit_chunk(aid, c);  // spares elsewhere may have been the pages we need
+    if (!st.ok() && trim_all() > 0) {
+      // Spares elsewhere may have been the pages we need. Trimming may have
+      // released chunks of this arena too, so choose again.
+      c = next();
+      st = ops.commit_chunk(aid, c);
+    }
     if (!st.ok()) {
       last_commit_error = st.error().message;
       return kNil;
     }
-    if (!a.released.empty() && a.released.back() == c) a.released.pop_back();
+    if (!a.released.empty()) a.released.pop_back();
     else ++a.high_water;
     const uint32_t bpc = a.g.blocks_per_chunk;
     if (a.blocks.size() < size_t{a.high_water} * bpc) a.blocks.resize(size_t{a.high_water} * bpc);
@@ -642,8 +649,10 @@ Status Allocator::allocate(SessionId sid, uint32_t n, TimePoint now, std::vector
   if (s == nullptr) return Impl::no_session(sid);
   ArenaRec& a = *m.arenas[s->arena];
   if (n == 0) return {};
-  if (s->table.size() + uint64_t{n} > uint64_t{a.max_chunks} * a.g.blocks_per_chunk) {
-    return make_error(EINVAL, "KV session {}: {} more blocks exceed the arena ({} blocks)", sid, n,
+  // Cheap bounds first, so a hostile n costs nothing: more than the whole
+  // arena, or a table whose indices would not fit 32 bits.
+  if (uint64_t{n} > uint64_t{a.max_chunks} * a.g.blocks_per_chunk || s->table.size() + uint64_t{n} >= kNoBlock) {
+    return make_error(EINVAL, "KV session {}: {} blocks exceed the arena ({} blocks)", sid, n,
                       uint64_t{a.max_chunks} * a.g.blocks_per_chunk);
   }
   AIRS_TRY(m.check_quota(a, n));

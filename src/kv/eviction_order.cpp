@@ -123,7 +123,7 @@ VictimPlan plan_allocation_eviction(std::span<const VictimCandidate> candidates,
   }
   plan.satisfied = plan.blocks >= need;
   if (!plan.satisfied) {
-    plan.shortfall = fmt::format("{} more blocks needed; the rest is KV a {} session may not evict ({} blocks: active "
+    plan.shortfall = fmt::format("{} more blocks needed; the rest is KV that a {} session may not evict ({} blocks: active "
                                  "interactive or equal/higher priority)",
                                  need - plan.blocks, priority_name(requester_priority), untouchable);
   }
