@@ -42,11 +42,17 @@ dbus::Dict ManagerObject::Evict(const dbus::Dict&, const bool&) {
 }
 
 std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
-    const sdbus::ObjectPath& model, const std::string&, const dbus::Dict&) {
-  dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + std::string(model));
+    const sdbus::ObjectPath& model, const std::string& priority, const dbus::Dict&) {
+  const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  auto [path, arena, notice, event, geo] = d_.create_session(c, model, priority);
+  return {sdbus::ObjectPath(path), sdbus::UnixFd(arena.release(), sdbus::adopt_fd),
+          sdbus::UnixFd(notice.release(), sdbus::adopt_fd), sdbus::UnixFd(event.release(), sdbus::adopt_fd), geo};
 }
 
-std::vector<dbus::Dict> ManagerObject::ListSessions() { return {}; }
+std::vector<dbus::Dict> ManagerObject::ListSessions() {
+  (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  return d_.list_sessions();
+}
 
 std::string ManagerObject::Version() { return AIRS_VERSION; }
 std::string ManagerObject::Profile() { return d_.profile(); }

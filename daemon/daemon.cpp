@@ -10,6 +10,8 @@
 
 #include "daemon/bus_manager.hpp"
 #include "daemon/bus_model.hpp"
+#include "daemon/bus_session.hpp"
+#include "daemon/kv_service.hpp"
 #include "pool/hugetlbfs_backend.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
@@ -25,8 +27,11 @@ Daemon::Daemon(Options options) : cfg_(std::move(options.config)), bus_address_(
 
 Daemon::~Daemon() {
   // Bus objects first: they refer to the state below.
+  session_objects_.clear();
+  retired_sessions_.clear();
   model_objects_.clear();
   manager_.reset();
+  kv_.reset();
   models_.reset();
   pager_.reset();
   pool_.reset();
@@ -103,6 +108,13 @@ Status Daemon::init() {
     if (!pg) return std::move(pg).error();
     pager_ = std::move(pg).value();
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models.pinned);
+    kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
+                                      [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
+                                             const std::string& reason) {
+                                        if (auto it = session_objects_.find(s.path); it != session_objects_.end())
+                                          it->second->emitEvicted(blocks, reason);
+                                        if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
+                                      });
     spdlog::info("pool: {} in {} pages of {} ({}), pinned: hugetlb pages are never swapped or reclaimed",
                  format_bytes(pool_->counts().total_bytes()), pool_->counts().total_pages(), format_bytes(page_size_),
                  pool_->backend().name());
@@ -124,6 +136,8 @@ Status Daemon::init() {
 }
 
 void Daemon::housekeeping() {
+  // Session objects whose Close() replied are destroyed here, outside the handler.
+  retired_sessions_.clear();
   if (!models_) return;
   // Resident signals for observers (clients learn it from their eventfd).
   for (auto* m : models_->all()) {
@@ -201,12 +215,46 @@ Status Daemon::unload_model(const std::string& path, bool force) {
   auto* m = models_->find_by_path(path);
   if (m == nullptr) m = models_->find_by_name(path);
   if (m == nullptr) return make_error(ENOENT, "no model {} is loaded", path);
+  if (kv_->model_in_use(m->id)) return make_error(EBUSY, "model '{}' has open KV sessions", m->name);
   const uint64_t id = m->id;
   AIRS_TRY(models_->unload(*m, force));
   model_objects_.erase(id);
   last_state_.erase(id);
   return {};
 }
+
+std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> Daemon::create_session(
+    const dbus::Caller& caller, const std::string& model_path, const std::string& priority) {
+  if (!kv_) dbus::throw_error(dbus::kErrUnsupported, "no local pool on this device: no KV sessions");
+  auto prio = policy::parse_priority(priority);
+  if (!prio)
+    dbus::throw_error(dbus::kErrInvalidArgument,
+                      "CreateSession: priority '" + priority + "' is not one of interactive, system, background");
+  auto* m = models_->find_by_path(model_path);
+  if (m == nullptr) dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + model_path + " is loaded");
+  check_fd_quota(caller, 3);
+  auto r = kv_->create(*m, caller, *prio);
+  if (!r) {
+    fds_returned(caller, 3);
+    dbus::throw_error(r.error());
+  }
+  auto& cs = *r;
+  session_objects_.emplace(cs.session->path, std::make_unique<SessionObject>(*bus_, *this, cs.session->path));
+  return {cs.session->path, std::move(cs.arena_fd), std::move(cs.notice_fd), std::move(cs.event_fd),
+          std::move(cs.geometry)};
+}
+
+void Daemon::close_session(KvSession& s, const dbus::Caller& caller) {
+  const std::string path = s.path;
+  if (auto r = kv_->close(s); !r) dbus::throw_error(r.error());
+  fds_returned(caller, 3);
+  if (auto it = session_objects_.find(path); it != session_objects_.end()) {
+    retired_sessions_.push_back(std::move(it->second));
+    session_objects_.erase(it);
+  }
+}
+
+std::vector<dbus::Dict> Daemon::list_sessions() const { return kv_ ? kv_->list() : std::vector<dbus::Dict>{}; }
 
 void Daemon::check_fd_quota(const dbus::Caller& caller, uint32_t n) {
   uint32_t& used = fds_by_uid_[caller.uid];
@@ -282,6 +330,12 @@ void Daemon::on_name_owner_changed(sdbus::Message& sig) {
   sig >> name >> old_owner >> new_owner;
   if (!new_owner.empty() || name.empty() || name[0] != ':') return;
   // A client left the bus (exit or crash): everything it held goes.
+  if (kv_) {
+    for (auto& path : kv_->drop_caller(name)) {
+      session_objects_.erase(path);
+      spdlog::info("session {} released: its client {} left the bus", path, name);
+    }
+  }
   if (models_) models_->drop_caller(name);
   if (auto it = fds_by_caller_.find(name); it != fds_by_caller_.end()) {
     auto& used = fds_by_uid_[it->second.first];
@@ -363,6 +417,7 @@ dbus::Dict Daemon::status() {
   if (models_)
     for (auto* m : models_->all()) models.push_back(model_dict(*m));
   s["models"] = sdbus::Variant(models);
+  if (kv_) s["kv"] = sdbus::Variant(kv_->stats());
   return s;
 }
 

@@ -25,6 +25,9 @@ namespace airs::daemon {
 
 class ManagerObject;
 class ModelObject;
+class SessionObject;
+class KvService;
+struct KvSession;
 
 struct Options {
   config::Config config;
@@ -51,6 +54,12 @@ class Daemon {
   [[nodiscard]] uint64_t page_size() const { return page_size_; }
   dbus::IdentityCache& identities() { return ids_; }
   Models& models() { return *models_; }
+  KvService& kv() { return *kv_; }
+  // CreateSession for `caller`: the session object is registered on the bus.
+  std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> create_session(
+      const dbus::Caller& caller, const std::string& model_path, const std::string& priority);
+  void close_session(KvSession& s, const dbus::Caller& caller);
+  [[nodiscard]] std::vector<dbus::Dict> list_sessions() const;
   [[nodiscard]] const std::string& mode() const { return mode_; }
   [[nodiscard]] std::string model_state(const ModelEntry& m) const;
   [[nodiscard]] dbus::Dict model_dict(const ModelEntry& m) const;
@@ -95,6 +104,9 @@ class Daemon {
   std::unique_ptr<pager::Pager> pager_;
   std::unique_ptr<Models> models_;
   std::map<uint64_t, std::unique_ptr<ModelObject>> model_objects_;
+  std::unique_ptr<KvService> kv_;
+  std::map<std::string, std::unique_ptr<SessionObject>> session_objects_;
+  std::vector<std::unique_ptr<SessionObject>> retired_sessions_;
   std::map<uint64_t, client::ModelLoadState> last_state_;
   std::optional<sys::PeriodicTimer> housekeeping_;
   std::map<uid_t, uint32_t> fds_by_uid_;

@@ -35,10 +35,16 @@ Result<sys::UniqueFd> dup_fd(int fd) {
 std::vector<pager::Extent> extents_of(const gguf::File& f) {
   std::vector<pager::Extent> ex;
   ex.reserve(f.tensors.size() + 1);
-  // The header (metadata, tensor table) is read first: clients parse it
-  // before touching any weight.
+  // Ranks are layers, so the prefetch window counts layers: the header
+  // (clients parse it before any weight) and token_embd first, blk.N next,
+  // output_norm/output last.
   ex.push_back({0, f.data_offset, 0});
-  for (const auto& t : f.tensors) ex.push_back({t.offset, t.nbytes, t.load_rank + 1});
+  for (const auto& t : f.tensors) {
+    uint32_t rank = 0;
+    if (t.slot == gguf::LayerSlot::kBlock) rank = static_cast<uint32_t>(t.layer) + 1;
+    else if (t.slot == gguf::LayerSlot::kPost) rank = static_cast<uint32_t>(f.n_layers) + 1;
+    ex.push_back({t.offset, t.nbytes, rank});
+  }
   return ex;
 }
 

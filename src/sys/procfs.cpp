@@ -34,7 +34,7 @@ Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
 }
 
 Status write_text_file(const std::string& path, const std::string& text) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC));
   if (!fd) return make_error(errno, "cannot open {} for writing: {}", path, std::strerror(errno));
   ssize_t n = ::write(fd.get(), text.data(), text.size());
   if (n < 0) return make_error(errno, "cannot write '{}' to {}: {}", text, path, std::strerror(errno));

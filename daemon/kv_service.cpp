@@ -1,0 +1,327 @@
+#include "daemon/kv_service.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "client/notice_page.hpp"
+#include "dbus/names.hpp"
+#include "policy/policy.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "util/hash.hpp"
+#include "util/units.hpp"
+
+namespace airs::daemon {
+namespace {
+
+constexpr uint32_t kNoticeCapacity = 4096;
+
+Result<sys::UniqueFd> reopen_readonly(int fd) {
+  const std::string p = "/proc/self/fd/" + std::to_string(fd);
+  sys::UniqueFd r(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!r) return make_error(errno, "reopen {} read-only: {}", p, std::strerror(errno));
+  return r;
+}
+
+kv::Config allocator_config(const config::KvConfig& c) {
+  kv::Config k;
+  k.idle_threshold = c.idle_threshold;
+  k.max_sessions_per_uid = c.max_sessions_per_uid;
+  if (c.max_blocks_per_uid > 0) k.max_blocks_per_uid = static_cast<uint32_t>(std::min<uint64_t>(c.max_blocks_per_uid, UINT32_MAX));
+  k.hash_seed = process_hash_seed();
+  return k;
+}
+
+}  // namespace
+
+KvService::KvService(pool::Pool& pool, Models& models, const config::KvConfig& cfg, EvictedFn on_evicted)
+    : pool_(pool), models_(models), cfg_(cfg), on_evicted_(std::move(on_evicted)), alloc_(*this, allocator_config(cfg)) {}
+
+KvService::~KvService() = default;
+
+Status KvService::commit_chunk(kv::ArenaId arena, uint32_t chunk) {
+  auto& a = arenas_.at(arena);
+  return pool_.alloc_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk});
+}
+
+void KvService::release_chunk(kv::ArenaId arena, uint32_t chunk) {
+  auto& a = arenas_.at(arena);
+  if (auto s = pool_.free_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk}); !s)
+    spdlog::error("KV arena {}: releasing chunk {}: {}", arena, chunk, s.error().message);
+}
+
+void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) {
+  auto& a = arenas_.at(arena);
+  std::memcpy(a.map.bytes() + a.geo.block_offset(dst), a.map.bytes() + a.geo.block_offset(src), a.geo.block_bytes);
+}
+
+Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority) {
+  if (!model.meta.geometry)
+    return make_error(EINVAL, "model '{}' has no llama-like KV geometry (block_count, head counts) in its metadata",
+                      model.name);
+  const auto kvt = cfg_.kv_type == "q8_0" ? gguf::KvType::kQ8_0 : gguf::KvType::kF16;
+  kv::GeometryParams gp;
+  gp.bytes_per_token = gguf::kv_bytes_per_token(*model.meta.geometry, kvt);
+  gp.tokens_per_block = cfg_.tokens_per_block;
+  gp.page_bytes = pool_.page_size();
+  auto geo = kv::make_geometry(gp);
+  if (!geo) return std::move(geo).error();
+
+  uint64_t cap = cfg_.max_arena_bytes != 0 ? cfg_.max_arena_bytes : pool_.counts().total_bytes();
+  const uint32_t max_chunks = static_cast<uint32_t>(std::max<uint64_t>(1, cap / geo->chunk_bytes));
+  auto aid = alloc_.open_arena(model.id, caller.uid, *geo, max_chunks);
+  if (!aid) return std::move(aid).error();
+  if (!arenas_.contains(*aid)) {
+    Arena a;
+    auto region = pool_.create_kv_region(fmt::format("{}-uid{}", model.name, caller.uid), uint64_t{max_chunks} * geo->chunk_bytes);
+    if (!region) {
+      (void)alloc_.close_arena(*aid);
+      return std::move(region).error();
+    }
+    a.region = std::move(region).value();
+    auto map = sys::map_shared(a.region->fd(), a.region->size(), PROT_READ | PROT_WRITE, MAP_NORESERVE,
+                               "KV arena of " + model.name);
+    if (!map) {
+      (void)alloc_.close_arena(*aid);
+      return std::move(map).error();
+    }
+    a.map = std::move(map).value();
+    a.geo = *geo;
+    a.pages_per_chunk = geo->chunk_bytes / pool_.page_size();
+    arenas_.emplace(*aid, std::move(a));
+  }
+  auto sid = alloc_.create_session(*aid, priority, Clock::now());
+  if (!sid) return std::move(sid).error();
+
+  auto s = std::make_unique<KvSession>();
+  s->id = *sid;
+  s->path = std::string(dbus::kSessionPathPrefix) + std::to_string(*sid);
+  s->owner = caller.name;
+  s->uid = caller.uid;
+  s->model = model.id;
+  s->model_name = model.name;
+  s->priority = priority;
+  s->arena = *aid;
+  const uint64_t nbytes = client::notice_page_bytes(kNoticeCapacity);
+  s->notice_fd.reset(::memfd_create("airs-notices", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  s->event_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  auto fail = [&](const char* what) {
+    const int e = errno;
+    (void)alloc_.close(*sid, Clock::now());
+    return make_error(e, "session for model '{}': {}: {}", model.name, what, std::strerror(e));
+  };
+  if (!s->notice_fd || !s->event_fd) return fail("memfd/eventfd");
+  if (::ftruncate(s->notice_fd.get(), static_cast<off_t>(nbytes)) != 0) return fail("ftruncate");
+  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->notice_fd.get(), 0);
+  if (p == MAP_FAILED) return fail("mmap notice page");
+  s->notices = sys::Mapping(p, nbytes);
+  auto* h = reinterpret_cast<client::NoticeHeader*>(p);
+  h->magic = client::kNoticeMagic;
+  h->version = client::kNoticeVersion;
+  h->header_size = client::kNoticeHeaderBytes;
+  h->capacity = kNoticeCapacity;
+  // Clients get a read-only fd; the seal also stops anyone from growing
+  // or shrinking the page under us.
+  (void)::fcntl(s->notice_fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+
+  CreatedSession out;
+  auto arena_fd = sys::UniqueFd(::fcntl(arenas_.at(*aid).region->fd(), F_DUPFD_CLOEXEC, 3));
+  auto notice_ro = reopen_readonly(s->notice_fd.get());
+  auto ev = sys::UniqueFd(::fcntl(s->event_fd.get(), F_DUPFD_CLOEXEC, 3));
+  if (!arena_fd || !notice_ro || !ev) return fail("dup");
+  out.arena_fd = std::move(arena_fd);
+  out.notice_fd = std::move(notice_ro).value();
+  out.event_fd = std::move(ev);
+  out.geometry["block_bytes"] = sdbus::Variant(static_cast<uint32_t>(geo->block_bytes));
+  out.geometry["tokens_per_block"] = sdbus::Variant(geo->tokens_per_block);
+  out.geometry["bytes_per_token"] = sdbus::Variant(geo->bytes_per_token);
+  out.geometry["arena_bytes"] = sdbus::Variant(arenas_.at(*aid).region->size());
+  out.geometry["chunk_bytes"] = sdbus::Variant(geo->chunk_bytes);
+  out.geometry["blocks_per_chunk"] = sdbus::Variant(geo->blocks_per_chunk);
+  out.geometry["kv_type"] = sdbus::Variant(cfg_.kv_type);
+  out.session = s.get();
+  by_path_[s->path] = s->id;
+  spdlog::debug("session {} ({}, uid {}) on '{}': {} per block", s->path, policy::to_string(priority), caller.uid,
+                model.name, format_bytes(geo->block_bytes));
+  sessions_.emplace(s->id, std::move(s));
+  return out;
+}
+
+Result<KvSession*> KvService::get(const std::string& path, const dbus::Caller& caller) {
+  auto it = by_path_.find(path);
+  if (it == by_path_.end()) return make_error(ENOENT, "no session {}", path);
+  auto& s = *sessions_.at(it->second);
+  if (s.owner != caller.name)
+    return make_error(EACCES, "session {} belongs to another client (uid {}); a client uses only its own sessions", path,
+                      s.uid);
+  return &s;
+}
+
+void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
+  for (auto& n : notices) {
+    auto it = sessions_.find(n.session);
+    if (it == sessions_.end()) continue;
+    auto& s = *it->second;
+    auto* h = reinterpret_cast<client::NoticeHeader*>(s.notices.get());
+    auto* ring = reinterpret_cast<uint32_t*>(s.notices.bytes() + client::kNoticeHeaderBytes);
+    uint64_t head = h->head;
+    for (auto b : n.blocks) ring[head++ % h->capacity] = b;
+    __atomic_store_n(&h->head, head, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&h->generation, 1, __ATOMIC_RELEASE);
+    const uint64_t one = 1;
+    (void)!::write(s.event_fd.get(), &one, sizeof one);
+    s.evicted_blocks += n.blocks.size();
+    const uint64_t bytes = n.blocks.size() * arenas_.at(n.arena).geo.block_bytes;
+    spdlog::info("session {} lost {} KV blocks ({}): {}", s.path, n.blocks.size(), format_bytes(bytes), n.reason);
+    if (on_evicted_) on_evicted_(s, n.blocks, bytes, n.reason);
+  }
+  notices.clear();
+}
+
+Status KvService::make_room(KvSession& s, uint64_t bytes) {
+  // Across arenas: sessions of the same or lower priority (never active
+  // interactive, never the requester), then unreferenced models.
+  policy::Request req;
+  req.bytes = bytes;
+  req.requester = s.id;
+  for (auto p : {policy::Priority::Interactive, policy::Priority::System, policy::Priority::Background})
+    if (static_cast<int>(p) >= static_cast<int>(s.priority)) req.priorities.push_back(p);
+  policy::Config pc;
+  pc.idle_threshold = cfg_.idle_threshold;
+  auto state = snapshot();
+  auto plan = policy::plan_eviction(state, req, Clock::now(), pc);
+  for (auto& a : plan.actions) (void)execute(a);
+  return {};
+}
+
+Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
+  std::vector<kv::BlockId> blocks;
+  std::vector<kv::EvictionNotice> notices;
+  auto r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+  publish(notices);
+  if (!r && r.error().code == ENOMEM) {
+    const auto& g = arenas_.at(s.arena).geo;
+    (void)make_room(s, uint64_t{n} * g.block_bytes + g.chunk_bytes);
+    r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+    publish(notices);
+  }
+  if (!r) return std::move(r).error();
+  return std::vector<uint32_t>(blocks.begin(), blocks.end());
+}
+
+Status KvService::free(KvSession& s, const std::vector<uint32_t>& blocks) {
+  return alloc_.free(s.id, std::span<const kv::BlockId>(blocks.data(), blocks.size()), Clock::now());
+}
+
+Status KvService::commit(KvSession& s, const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes) {
+  if (blocks.size() != hashes.size())
+    return make_error(EINVAL, "Commit: {} blocks but {} hashes (one hash per block)", blocks.size(), hashes.size());
+  auto r = alloc_.commit(s.id, std::span<const kv::BlockId>(blocks.data(), blocks.size()),
+                         std::span<const uint64_t>(hashes.data(), hashes.size()), Clock::now());
+  if (!r) return std::move(r).error();
+  return {};
+}
+
+Result<std::vector<uint32_t>> KvService::match_prefix(KvSession& s, const std::vector<uint64_t>& hashes) {
+  std::vector<kv::BlockId> blocks;
+  AIRS_TRY(alloc_.match_prefix(s.id, std::span<const uint64_t>(hashes.data(), hashes.size()), Clock::now(), blocks));
+  return std::vector<uint32_t>(blocks.begin(), blocks.end());
+}
+
+Result<uint32_t> KvService::prepare_write(KvSession& s, uint32_t block) {
+  std::vector<kv::EvictionNotice> notices;
+  auto r = alloc_.prepare_write(s.id, block, Clock::now(), notices);
+  publish(notices);
+  if (!r) return std::move(r).error();
+  return *r;
+}
+
+Status KvService::set_length(KvSession& s, uint32_t tokens) { return alloc_.set_length(s.id, tokens, Clock::now()); }
+
+Status KvService::close(KvSession& s) {
+  AIRS_TRY(alloc_.close(s.id, Clock::now()));
+  by_path_.erase(s.path);
+  sessions_.erase(s.id);
+  return {};
+}
+
+std::vector<std::string> KvService::drop_caller(const std::string& caller) {
+  std::vector<std::string> closed;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second->owner == caller) {
+      (void)alloc_.close(it->first, Clock::now());
+      closed.push_back(it->second->path);
+      by_path_.erase(it->second->path);
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return closed;
+}
+
+bool KvService::model_in_use(uint64_t model) const {
+  for (auto& [id, s] : sessions_)
+    if (s->model == model) return true;
+  return false;
+}
+
+policy::PoolState KvService::snapshot() const { return alloc_.snapshot(Clock::now()); }
+
+Result<uint64_t> KvService::execute(const policy::Action& a) {
+  std::vector<kv::EvictionNotice> notices;
+  const uint64_t before = pool_.counts().free_bytes();
+  auto r = alloc_.evict(a, Clock::now(), notices);
+  publish(notices);
+  if (!r) return std::move(r).error();
+  alloc_.trim();
+  return pool_.counts().free_bytes() - std::min(before, pool_.counts().free_bytes());
+}
+
+const KvSession* KvService::find_id(kv::SessionId id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+dbus::Dict KvService::stats() const {
+  auto t = alloc_.total_stats();
+  dbus::Dict d;
+  d["sessions"] = sdbus::Variant(t.sessions);
+  d["committed_bytes"] = sdbus::Variant(t.committed_bytes);
+  d["used_bytes"] = sdbus::Variant(t.used_bytes);
+  d["cached_bytes"] = sdbus::Variant(t.cached_bytes);
+  d["free_bytes"] = sdbus::Variant(t.free_bytes);
+  d["waste_bytes"] = sdbus::Variant(t.waste_bytes());
+  d["shared_blocks"] = sdbus::Variant(t.shared_blocks);
+  d["waste_ratio"] = sdbus::Variant(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes) : 0.0);
+  return d;
+}
+
+std::vector<dbus::Dict> KvService::list() const {
+  std::vector<dbus::Dict> out;
+  const auto now = Clock::now();
+  for (auto& [id, s] : sessions_) {
+    auto info = alloc_.session_info(id);
+    if (!info) continue;
+    dbus::Dict d;
+    d["session"] = sdbus::Variant(sdbus::ObjectPath(s->path));
+    d["owner"] = sdbus::Variant(s->owner);
+    d["uid"] = sdbus::Variant(static_cast<uint32_t>(s->uid));
+    d["model"] = sdbus::Variant(s->model_name);
+    d["priority"] = sdbus::Variant(std::string(policy::to_string(s->priority)));
+    d["blocks"] = sdbus::Variant(info->blocks);
+    d["shared_blocks"] = sdbus::Variant(info->shared);
+    d["tokens"] = sdbus::Variant(info->length);
+    d["idle_s"] = sdbus::Variant(std::chrono::duration<double>(now - info->last_used).count());
+    d["evicted_blocks"] = sdbus::Variant(s->evicted_blocks);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace airs::daemon

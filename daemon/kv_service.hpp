@@ -1,0 +1,110 @@
+// KV sessions on the pool: the pure allocator (src/kv) decides, this class
+// carries it out on real memory (one pool region per (model, uid) arena,
+// chunks fallocated and punched, COW copies through the daemon's mapping),
+// publishes eviction notices (notice page + eventfd + signal) before any
+// reply that follows an eviction, and keeps per-connection ownership.
+// Loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "daemon/models.hpp"
+#include "dbus/identity.hpp"
+#include "dbus/variant.hpp"
+#include "kv/allocator.hpp"
+#include "pool/pool.hpp"
+#include "sys/fd.hpp"
+
+namespace airs::daemon {
+
+struct KvSession {
+  kv::SessionId id = 0;
+  std::string path;   // object path
+  std::string owner;  // bus unique name of the creator
+  uid_t uid = 0;
+  uint64_t model = 0;
+  std::string model_name;
+  policy::Priority priority = policy::Priority::Background;
+  kv::ArenaId arena = 0;
+  sys::UniqueFd notice_fd;  // memfd (we write through `notices`)
+  sys::Mapping notices;
+  sys::UniqueFd event_fd;
+  uint64_t evicted_blocks = 0;
+};
+
+struct CreatedSession {
+  KvSession* session = nullptr;
+  sys::UniqueFd arena_fd;
+  sys::UniqueFd notice_fd;  // read-only
+  sys::UniqueFd event_fd;
+  dbus::Dict geometry;
+};
+
+class KvService final : public kv::ChunkOps {
+ public:
+  // Called for every eviction notice after it was written to the notice
+  // page and the eventfd (for the D-Bus signals).
+  using EvictedFn = std::function<void(const KvSession&, const std::vector<uint32_t>& blocks, uint64_t bytes,
+                                       const std::string& reason)>;
+
+  KvService(pool::Pool& pool, Models& models, const config::KvConfig& cfg, EvictedFn on_evicted);
+  ~KvService() override;
+
+  Result<CreatedSession> create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority);
+  // The caller's session at `path`; AccessDenied for another connection's.
+  Result<KvSession*> get(const std::string& path, const dbus::Caller& caller);
+
+  Result<std::vector<uint32_t>> allocate(KvSession& s, uint32_t n);
+  Status free(KvSession& s, const std::vector<uint32_t>& blocks);
+  Status commit(KvSession& s, const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes);
+  Result<std::vector<uint32_t>> match_prefix(KvSession& s, const std::vector<uint64_t>& hashes);
+  Result<uint32_t> prepare_write(KvSession& s, uint32_t block);
+  Status set_length(KvSession& s, uint32_t tokens);
+  Status close(KvSession& s);
+  // Every session of a connection that left the bus.
+  std::vector<std::string> drop_caller(const std::string& caller);
+  // Sessions on a model being unloaded.
+  bool model_in_use(uint64_t model) const;
+
+  // For the pressure loop and admin eviction.
+  [[nodiscard]] policy::PoolState snapshot() const;
+  Result<uint64_t> execute(const policy::Action& a);  // bytes freed
+
+  [[nodiscard]] dbus::Dict stats() const;
+  [[nodiscard]] std::vector<dbus::Dict> list() const;
+  [[nodiscard]] const KvSession* find_id(kv::SessionId id) const;
+  [[nodiscard]] kv::Allocator& allocator() { return alloc_; }
+
+  // kv::ChunkOps
+  Status commit_chunk(kv::ArenaId arena, uint32_t chunk) override;
+  void release_chunk(kv::ArenaId arena, uint32_t chunk) override;
+  void copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) override;
+
+ private:
+  struct Arena {
+    std::unique_ptr<pool::Region> region;
+    sys::Mapping map;  // the daemon's view, for COW copies (MAP_NORESERVE: touches only committed chunks)
+    kv::KvGeometry geo;
+    uint64_t pages_per_chunk = 1;
+  };
+  void publish(std::vector<kv::EvictionNotice>& notices);
+  Status make_room(KvSession& s, uint64_t bytes);
+
+  pool::Pool& pool_;
+  Models& models_;
+  config::KvConfig cfg_;
+  EvictedFn on_evicted_;
+  kv::Allocator alloc_;
+  std::map<kv::ArenaId, Arena> arenas_;
+  std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;
+  std::map<std::string, kv::SessionId> by_path_;
+};
+
+}  // namespace airs::daemon

@@ -1,0 +1,316 @@
+// libairs: the C API over D-Bus (sdbus-c++ proxies), the lazy mapping and
+// the fallback server. See include/airs/airs.h for the contract.
+#include "airs/airs.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sdbus-c++/sdbus-c++.h>
+
+#include "client/lazy_map.hpp"
+#include "client/notice_page.hpp"
+#include "client/status_page.hpp"
+#include "dbus/names.hpp"
+#include "dbus/variant.hpp"
+#include "sys/fd.hpp"
+#include "util/hash.hpp"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int fail(int err, std::string msg) {
+  g_last_error = std::move(msg);
+  return -err;
+}
+
+int fail(const sdbus::Error& e) {
+  g_last_error = e.getMessage();
+  const std::string& n = e.getName();
+  using namespace airs::dbus;
+  if (n == kErrPoolExhausted) return -ENOMEM;
+  if (n == kErrQuotaExceeded) return -EDQUOT;
+  if (n == kErrNotFound) return -ENOENT;
+  if (n == kErrAccessDenied) return -EACCES;
+  if (n == kErrBadModel) return -EBADMSG;
+  if (n == kErrInvalidArgument) return -EINVAL;
+  if (n == kErrBusy) return -EBUSY;
+  if (n == kErrUnsupported) return -ENOTSUP;
+  return -EIO;
+}
+
+int fail(const airs::Error& e) { return fail(e.code, e.message); }
+
+airs::sys::UniqueFd dup_cloexec(int fd) { return airs::sys::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 3)); }
+
+int pidfd_open_(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+struct airs_client {
+  std::unique_ptr<sdbus::IConnection> bus;
+  std::unique_ptr<sdbus::IProxy> manager;
+};
+
+struct airs_model {
+  airs_client* client = nullptr;
+  std::string object;
+  std::unique_ptr<sdbus::IProxy> proxy;
+  airs::sys::UniqueFd gguf;
+  uint64_t file_size = 0;
+  airs::sys::UniqueFd region;
+  uint64_t region_size = 0;
+  airs::sys::Mapping status_map;
+  airs::client::StatusPageView status;
+  airs::sys::Mapping plain;                         // resident at open: a plain read-only mapping
+  std::optional<airs::client::LazyMapping> lazy;    // otherwise: registered with our uffd
+  airs::sys::UniqueFd notify;                       // eventfd the daemon signals
+  airs::sys::UniqueFd daemon_pidfd;
+  airs::sys::UniqueFd stop;                         // eventfd: tells the watcher to exit
+  std::unique_ptr<airs::client::FallbackServer> fallback;
+  std::thread watcher;
+  std::atomic<bool> in_fallback{false};
+  bool quiet = false;
+  bool released = false;
+
+  const std::byte* data() const { return lazy ? lazy->data() : plain.bytes(); }
+  void watch();
+  void start_fallback(const char* why);
+};
+
+struct airs_session {
+  airs_client* client = nullptr;
+  std::unique_ptr<sdbus::IProxy> proxy;
+  airs::sys::Mapping arena;
+  airs::sys::Mapping notices;
+  airs::sys::UniqueFd notice_event;
+  airs_kv_geometry geo{};
+  uint64_t blocks_per_chunk = 1;
+  uint64_t chunk_bytes = 0;
+  uint64_t tail = 0;
+};
+
+const char* airs_last_error(void) { return g_last_error.c_str(); }
+
+int airs_connect(const char* bus, airs_client** out) {
+  if (out == nullptr) return fail(EINVAL, "airs_connect: out is NULL");
+  auto c = std::make_unique<airs_client>();
+  try {
+    std::string b = bus == nullptr ? "system" : bus;
+    if (b == "system") c->bus = sdbus::createSystemBusConnection();
+    else if (b == "session") c->bus = sdbus::createSessionBusConnection();
+    else c->bus = sdbus::createSessionBusConnectionWithAddress(b);
+    c->manager = sdbus::createProxy(*c->bus, airs::dbus::kBusName, airs::dbus::kManagerPath);
+  } catch (const sdbus::Error& e) {
+    return fail(ECONNREFUSED, "cannot connect to the D-Bus: " + e.getMessage());
+  }
+  *out = c.release();
+  return 0;
+}
+
+void airs_disconnect(airs_client* client) { delete client; }
+
+// ---- models ----
+
+void airs_model::start_fallback(const char* why) {
+  if (in_fallback.load()) return;
+  auto fb = airs::client::FallbackServer::create(*lazy, region.get(), gguf.get(), file_size, status);
+  if (!fb) {
+    std::fprintf(stderr, "airs: model %s: cannot serve the load myself: %s\n", object.c_str(), fb.error().message.c_str());
+    return;
+  }
+  fallback = std::move(fb).value();
+  if (auto s = fallback->takeover(); !s) {
+    std::fprintf(stderr, "airs: model %s: fallback takeover: %s\n", object.c_str(), s.error().message.c_str());
+    return;
+  }
+  in_fallback.store(true);
+  if (!quiet)
+    std::fprintf(stderr, "airs: %s; serving the remaining pages of %s from the GGUF file in this process\n", why,
+                 object.c_str());
+}
+
+void airs_model::watch() {
+  for (;;) {
+    if (!in_fallback.load() && status.valid() && status.state() == airs::client::ModelLoadState::Resident &&
+        lazy->registered()) {
+      // Every page is in the page cache now: plain faults map them, no
+      // daemon involved; drop the registration so faults cost nothing.
+      (void)lazy->unregister();
+      return;
+    }
+    pollfd fds[4] = {{stop.get(), POLLIN, 0}, {notify.get(), POLLIN, 0}, {daemon_pidfd.get(), POLLIN, 0}, {-1, POLLIN, 0}};
+    nfds_t n = 3;
+    if (in_fallback.load()) {
+      fds[3].fd = fallback->fd();
+      n = 4;
+    }
+    int r = ::poll(fds, n, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return;
+    if (fds[0].revents != 0) return;
+    if (fds[1].revents & POLLIN) {
+      uint64_t v;
+      (void)!::read(notify.get(), &v, sizeof v);
+    }
+    if ((fds[2].revents & POLLIN) && !in_fallback.load()) {
+      start_fallback("airs-memd exited during the load");
+      if (!in_fallback.load()) return;
+    }
+    if (n == 4 && fds[3].revents != 0) (void)fallback->run_once(std::chrono::milliseconds(0));
+  }
+}
+
+static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_model_options* opt, airs_model** out) {
+  if (client == nullptr || out == nullptr) return fail(EINVAL, "airs_model_open: NULL argument");
+  auto m = std::make_unique<airs_model>();
+  m->client = client;
+  m->quiet = opt != nullptr && opt->quiet != 0;
+  struct stat st {};
+  if (::fstat(gguf.get(), &st) != 0) return fail(errno, std::string("fstat: ") + std::strerror(errno));
+  m->file_size = static_cast<uint64_t>(st.st_size);
+  m->gguf = std::move(gguf);
+  try {
+    airs::dbus::Dict opts;
+    if (opt != nullptr && opt->name != nullptr) opts["name"] = sdbus::Variant(std::string(opt->name));
+    sdbus::ObjectPath path;
+    client->manager->callMethod("LoadModel")
+        .onInterface("org.aios.Airs1.Manager")
+        .withArguments(sdbus::UnixFd(m->gguf.get()), opts)
+        .storeResultsTo(path);
+    m->object = path;
+    m->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, m->object);
+
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    airs::dbus::Dict info;
+    airs::dbus::Dict oopts{{"lazy", sdbus::Variant(true)}};
+    m->proxy->callMethod("Open").onInterface("org.aios.Airs1.Model").withArguments(oopts).storeResultsTo(region, size, status, info);
+    m->region = dup_cloexec(region.get());
+    m->region_size = size;
+    struct stat sst {};
+    if (::fstat(status.get(), &sst) != 0) return fail(errno, "fstat status page");
+    void* sp = ::mmap(nullptr, static_cast<size_t>(sst.st_size), PROT_READ, MAP_SHARED, status.get(), 0);
+    if (sp == MAP_FAILED) return fail(errno, std::string("mmap status page: ") + std::strerror(errno));
+    m->status_map = airs::sys::Mapping(sp, static_cast<size_t>(sst.st_size));
+    m->status = airs::client::StatusPageView(sp, static_cast<uint64_t>(sst.st_size));
+
+    const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
+    if (resident) {
+      // Fully resident: a plain read-only mapping, no userfaultfd at all.
+      void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, m->region.get(), 0);
+      if (p == MAP_FAILED) return fail(errno, std::string("mmap model: ") + std::strerror(errno));
+      m->plain = airs::sys::Mapping(p, size);
+    } else {
+      const std::string mode = airs::dbus::get<std::string>(info, "mode").value_or("full");
+      auto lm = airs::client::LazyMapping::create(
+          m->region.get(), size,
+          mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs);
+      if (!lm) return fail(lm.error());
+      m->lazy.emplace(std::move(lm).value());
+      m->notify.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      m->stop.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      if (!m->notify || !m->stop) return fail(errno, "eventfd");
+      // The daemon's pid, to notice its death (a uffd never reports it).
+      uint32_t dpid = 0;
+      auto dbusp = sdbus::createProxy(*client->bus, "org.freedesktop.DBus", "/org/freedesktop/DBus");
+      dbusp->callMethod("GetConnectionUnixProcessID")
+          .onInterface("org.freedesktop.DBus")
+          .withArguments(std::string(airs::dbus::kBusName))
+          .storeResultsTo(dpid);
+      m->daemon_pidfd.reset(pidfd_open_(static_cast<pid_t>(dpid)));
+      if (!m->daemon_pidfd) return fail(errno, std::string("pidfd_open(daemon): ") + std::strerror(errno));
+      auto ufd = m->lazy->dup_uffd();
+      if (!ufd) return fail(ufd.error());
+      try {
+        m->proxy->callMethod("Attach")
+            .onInterface("org.aios.Airs1.Model")
+            .withArguments(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
+      } catch (const sdbus::Error& e) {
+        pollfd pf{m->daemon_pidfd.get(), POLLIN, 0};
+        if (::poll(&pf, 1, 0) == 1) {
+          m->start_fallback("airs-memd exited before serving this model");
+        } else {
+          throw;
+        }
+      }
+      m->watcher = std::thread([mm = m.get()] { mm->watch(); });
+      pthread_setname_np(m->watcher.native_handle(), "airs-watch");
+    }
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+  *out = m.release();
+  return 0;
+}
+
+int airs_model_open(airs_client* client, const char* path, const airs_model_options* opt, airs_model** out) {
+  if (path == nullptr) return fail(EINVAL, "airs_model_open: path is NULL");
+  airs::sys::UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(errno, std::string(path) + ": " + std::strerror(errno));
+  return open_model(client, std::move(fd), opt, out);
+}
+
+int airs_model_open_fd(airs_client* client, int gguf_fd, const airs_model_options* opt, airs_model** out) {
+  auto fd = dup_cloexec(gguf_fd);
+  if (!fd) return fail(errno, std::string("dup: ") + std::strerror(errno));
+  return open_model(client, std::move(fd), opt, out);
+}
+
+const void* airs_model_data(const airs_model* m) { return m == nullptr ? nullptr : m->data(); }
+uint64_t airs_model_size(const airs_model* m) { return m == nullptr ? 0 : m->file_size; }
+const char* airs_model_object(const airs_model* m) { return m == nullptr ? "" : m->object.c_str(); }
+int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->in_fallback.load() ? 1 : 0; }
+
+int airs_model_is_resident(const airs_model* m) {
+  if (m == nullptr) return 0;
+  if (m->plain.valid()) return 1;
+  return m->status.valid() && m->status.state() == airs::client::ModelLoadState::Resident ? 1 : 0;
+}
+
+int airs_model_wait_resident(airs_model* m, int timeout_ms) {
+  if (m == nullptr) return fail(EINVAL, "airs_model_wait_resident: NULL model");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!airs_model_is_resident(m)) {
+    if (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Failed)
+      return fail(EIO, "the model failed to load (read error on the GGUF file)");
+    if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline)
+      return fail(ETIMEDOUT, "model not resident within the time-out");
+    // The generation word changes on every fill; a futex wait would need
+    // the same word, a short sleep keeps this simple and cheap.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return 0;
+}
+
+void airs_model_close(airs_model* m) {
+  if (m == nullptr) return;
+  if (m->watcher.joinable()) {
+    uint64_t one = 1;
+    (void)!::write(m->stop.get(), &one, sizeof one);
+    m->watcher.join();
+  }
+  if (!m->in_fallback.load()) {
+    try {
+      m->proxy->callMethod("Release").onInterface("org.aios.Airs1.Model");
+    } catch (const sdbus::Error&) {
+      // The daemon is gone or dropped us already; leaving the bus releases too.
+    }
+  }
+  delete m;
+}
