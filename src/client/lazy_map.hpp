@@ -1,0 +1,99 @@
+// The client side of lazy model loading: the mapping and userfaultfd an
+// inference process needs so it can never read zero-filled weights, and the
+// fallback that serves its own faults if the daemon dies mid-load.
+//
+// Order that keeps zero pages out (KERNEL-FACTS.md): refuse if
+// mlockall(MCL_FUTURE) is active (it would populate zero pages at mmap),
+// mmap PROT_READ MAP_SHARED without MAP_POPULATE, MADV_DONTFORK (a forked
+// child must not see the unregistered range), register MISSING|MINOR
+// (MINOR alone lets zero pages through) before anything touches the range,
+// keep our own uffd and give the daemon a dup.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "client/status_page.hpp"
+#include "sys/fd.hpp"
+#include "util/result.hpp"
+
+namespace airs::client {
+
+enum class LazyBacking : uint8_t { Hugetlbfs, Shmem };
+
+// EBUSY with advice if mlockall(MCL_FUTURE) is in effect for this process
+// (detected by mapping one anonymous page and asking mincore whether the
+// kernel populated it without a touch).
+[[nodiscard]] Status check_no_mlock_future();
+
+class LazyMapping {
+ public:
+  // Maps `size` bytes (the region size, a multiple of the huge page) of
+  // `region_fd`, which must be O_RDWR (registration needs VM_MAYWRITE), and
+  // registers it. Thread: any. Errors: EBUSY (mlockall), uffd creation or
+  // feature errors (with the fix), EPERM (read-only fd).
+  static Result<LazyMapping> create(int region_fd, uint64_t size, LazyBacking backing);
+  LazyMapping() = default;
+  LazyMapping(LazyMapping&&) noexcept = default;
+  LazyMapping& operator=(LazyMapping&&) noexcept = default;
+  ~LazyMapping() = default;
+
+  [[nodiscard]] const std::byte* data() const { return map_.bytes(); }
+  [[nodiscard]] uint64_t size() const { return map_.size(); }
+  [[nodiscard]] uint64_t address() const { return reinterpret_cast<uint64_t>(map_.get()); }
+  // Our own uffd (kept for the fallback; never read while the daemon lives).
+  [[nodiscard]] int uffd() const { return uffd_.get(); }
+  // A dup of the uffd to send to the daemon.
+  [[nodiscard]] Result<sys::UniqueFd> dup_uffd() const;
+  // Unregister once the model is fully resident: no more fault overhead.
+  [[nodiscard]] Status unregister();
+  [[nodiscard]] bool registered() const { return registered_; }
+
+ private:
+  // Declared first so it is destroyed last: unmap, then close the uffd.
+  sys::UniqueFd uffd_;
+  sys::Mapping map_;
+  bool registered_ = false;
+};
+
+// Serves this process's own faults when the daemon is gone (the caller
+// detects that with a pidfd of the daemon and then calls takeover()). Reads
+// whole units from the GGUF fd the client still holds into a second,
+// writable mapping of the region, then UFFDIO_CONTINUE; units the status page
+// says are READY are just CONTINUEd. Refilling identical bytes is safe even
+// if another process does the same. Runs on one thread the caller owns.
+class FallbackServer {
+ public:
+  // `mapping` and the status page mapping must outlive the server.
+  // `region_fd` is O_RDWR; `gguf_fd` is the client's own model file.
+  static Result<std::unique_ptr<FallbackServer>> create(const LazyMapping& mapping, int region_fd, int gguf_fd,
+                                                        uint64_t file_size, StatusPageView status);
+  // Wake every thread blocked on a fault the dead daemon read but never
+  // answered, so the kernel raises those faults again on our uffd.
+  [[nodiscard]] Status takeover();
+  // The uffd to poll (EPOLLIN) if the caller has its own loop.
+  [[nodiscard]] int fd() const { return uffd_; }
+  // Wait at most `timeout` for faults and serve them. Returns faults served.
+  // Units that cannot be read (file shrank, pool exhausted) are poisoned:
+  // the faulting thread gets SIGBUS, never zeros.
+  [[nodiscard]] Result<int> run_once(std::chrono::milliseconds timeout);
+  [[nodiscard]] uint64_t units_filled() const { return units_filled_; }
+
+ private:
+  FallbackServer() = default;
+  [[nodiscard]] Status serve(uint64_t address);
+  int uffd_ = -1;
+  uint64_t base_ = 0;
+  uint64_t size_ = 0;
+  uint64_t unit_ = 0;
+  int gguf_fd_ = -1;
+  uint64_t file_size_ = 0;
+  StatusPageView status_;
+  sys::Mapping writable_;
+  std::vector<bool> filled_;
+  uint64_t units_filled_ = 0;
+};
+
+}  // namespace airs::client

@@ -1,0 +1,497 @@
+// Pool + Pager + LazyMapping on the real kernel: real hugetlbfs pages, real
+// userfaultfd, real io_uring. The "daemon" runs in this process on an
+// EventLoop (or in a forked process where it must die); clients are separate
+// processes (pager_test_client) that check every byte against the file.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pager/pager.hpp"
+#include "pool/hugetlbfs_backend.hpp"
+#include "pool/pool.hpp"
+#include "sys/event_loop.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "sys/procfs.hpp"
+#include "wire.hpp"
+
+namespace airs {
+namespace {
+
+using namespace std::chrono_literals;
+using pager::ModelId;
+using pager::PagerOptions;
+
+uint64_t g_unit = 0;
+std::string g_src;            // the test model
+uint64_t g_file_size = 0;
+std::vector<pager::Extent> g_extents;
+int64_t g_raised = 0;         // nr_hugepages we added for the suite
+std::string g_nr_path;
+
+constexpr uint64_t kPoolPages = 48;
+
+std::string nr_path() {
+  return "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(g_unit / 1024) + "kB/nr_hugepages";
+}
+uint64_t read_sys(const std::string& f) {
+  auto v = sys::read_u64_file("/sys/kernel/mm/hugepages/hugepages-" + std::to_string(g_unit / 1024) + "kB/" + f);
+  return v ? *v : 0;
+}
+
+void write_source(const std::string& path, uint64_t size) {
+  sys::UniqueFd fd(::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
+  ASSERT_TRUE(fd.valid());
+  std::vector<uint64_t> buf(1 << 17);
+  for (uint64_t off = 0; off < size; off += buf.size() * 8) {
+    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = test::pattern_word(off / 8 + i);
+    const uint64_t n = std::min<uint64_t>(buf.size() * 8, size - off);
+    ASSERT_EQ(::pwrite(fd.get(), buf.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+  }
+  ::fsync(fd.get());
+}
+
+class PagerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto ps = sys::default_huge_page_size();
+    ASSERT_TRUE(ps && *ps > 0) << "no default huge page size";
+    g_unit = *ps;
+    g_nr_path = nr_path();
+    // 32 full units and a partial last one: EOF inside the last unit.
+    g_file_size = 32 * g_unit + 12345;
+    g_src = "/var/tmp/airs-pager-test-" + std::to_string(::getpid()) + ".bin";
+    write_source(g_src, g_file_size);
+    // A header rank 0, ten "layers" in order after it.
+    g_extents.push_back({0, 4096, 0});
+    const uint64_t layer = (g_file_size - 4096) / 10;
+    for (uint32_t i = 0; i < 10; ++i) {
+      const uint64_t off = 4096 + i * layer;
+      g_extents.push_back({off, i == 9 ? g_file_size - off : layer, i + 1});
+    }
+    // Enough free pages for one pool and a margin (the daemon-kill test's
+    // forked daemon has its own pool while ours is gone).
+    const uint64_t want = kPoolPages + 8;
+    const uint64_t avail = read_sys("free_hugepages") - std::min(read_sys("free_hugepages"), read_sys("resv_hugepages"));
+    if (avail < want) {
+      const uint64_t nr = read_sys("nr_hugepages");
+      ASSERT_TRUE(sys::write_text_file(g_nr_path, std::to_string(nr + want - avail)));
+      g_raised = static_cast<int64_t>(read_sys("nr_hugepages")) - static_cast<int64_t>(nr);
+    }
+  }
+  static void TearDownTestSuite() {
+    ::unlink(g_src.c_str());
+    if (g_raised > 0) {
+      const uint64_t nr = read_sys("nr_hugepages");
+      (void)sys::write_text_file(g_nr_path, std::to_string(nr - std::min<uint64_t>(nr, static_cast<uint64_t>(g_raised))));
+    }
+  }
+
+  void SetUp() override {
+    ASSERT_GE(read_sys("free_hugepages") - read_sys("resv_hugepages"), kPoolPages)
+        << "not enough free huge pages on this machine";
+  }
+
+  struct Daemon {
+    std::unique_ptr<sys::EventLoop> loop;
+    std::unique_ptr<pool::Pool> pool;
+    std::unique_ptr<pager::Pager> pager;
+  };
+
+  static Daemon make_daemon(uint64_t pages, PagerOptions opts) {
+    Daemon d;
+    auto loop = sys::EventLoop::create();
+    EXPECT_TRUE(loop.ok());
+    d.loop = std::move(loop).value();
+    auto backend = pool::HugetlbfsBackend::create({});
+    EXPECT_TRUE(backend.ok()) << backend.error().message;
+    auto p = pool::Pool::create(std::move(backend).value(), {pages * g_unit, false});
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    d.pool = std::move(p).value();
+    auto pg = pager::Pager::create(*d.loop, *d.pool, opts);
+    EXPECT_TRUE(pg.ok());
+    d.pager = std::move(pg).value();
+    return d;
+  }
+
+  static ModelId load(Daemon& d, const std::string& path, const std::string& name = "m") {
+    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    EXPECT_TRUE(fd.valid());
+    auto id = d.pager->load({name, std::move(fd), g_file_size, g_extents});
+    EXPECT_TRUE(id.ok()) << id.error().message;
+    return id.ok() ? *id : 0;
+  }
+
+  struct Child {
+    pid_t pid = -1;
+    sys::UniqueFd sock;
+  };
+
+  static Child spawn(const std::string& mode, const std::string& src = g_src) {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    Child c;
+    c.pid = ::fork();
+    if (c.pid == 0) {
+      ::fcntl(sv[1], F_SETFD, 0);
+      const std::string fd = std::to_string(sv[1]);
+      ::execl(PAGER_TEST_CLIENT, PAGER_TEST_CLIENT, fd.c_str(), mode.c_str(), src.c_str(), nullptr);
+      _exit(127);
+    }
+    ::close(sv[1]);
+    c.sock.reset(sv[0]);
+    timeval tv{20, 0};
+    ::setsockopt(c.sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return c;
+  }
+
+  // Hand the region to the client and attach the uffd it sends back.
+  static Status attach(Daemon& d, ModelId id, Child& c, pager::ClientKey key) {
+    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(), 0};
+    if (!test::send_msg(c.sock.get(), &h, sizeof h, {d.pager->region_fd(id), d.pager->status_fd(id)}))
+      return make_error(EIO, "send hello");
+    test::AttachMsg am{};
+    std::vector<int> fds;
+    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2)) return make_error(EIO, "client did not attach");
+    return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
+  }
+
+  // Run the daemon's loop until pred() or timeout.
+  static bool run_until(Daemon& d, const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      auto r = d.loop->run_once(5ms);
+      if (!r) return false;
+    }
+    return true;
+  }
+
+  // Wait for a child to exit while serving it. Returns its wait status.
+  static int wait_child(Daemon* d, pid_t pid, std::chrono::milliseconds timeout = 60s) {
+    int st = -1;
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      const pid_t r = ::waitpid(pid, &st, WNOHANG);
+      if (r == pid) return st;
+      if (d != nullptr) {
+        (void)d->loop->run_once(2ms);
+      } else {
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &st, 0);
+    ADD_FAILURE() << "child " << pid << " timed out";
+    return -1;
+  }
+
+  static std::string describe(int st) {
+    if (WIFEXITED(st)) return "exit " + std::to_string(WEXITSTATUS(st));
+    if (WIFSIGNALED(st)) return std::string("signal ") + strsignal(WTERMSIG(st));
+    return "status " + std::to_string(st);
+  }
+
+  static pager::ModelStats stats(Daemon& d, ModelId id) {
+    auto s = d.pager->stats(id);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? *s : pager::ModelStats{};
+  }
+
+  void run_clients(PagerOptions opts, const std::vector<std::string>& modes) {
+    Daemon d = make_daemon(kPoolPages, opts);
+    const ModelId id = load(d, g_src);
+    std::vector<Child> cs;
+    for (size_t i = 0; i < modes.size(); ++i) {
+      cs.push_back(spawn(modes[i]));
+      ASSERT_TRUE(attach(d, id, cs.back(), i + 1)) << modes[i];
+    }
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const int st = wait_child(&d, cs[i].pid);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << modes[i] << ": " << describe(st);
+    }
+    ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s)) << "exited clients not dropped";
+  }
+};
+
+TEST_F(PagerTest, OneClientInOrderWithWarmup) { run_clients({}, {"seq"}); }
+
+TEST_F(PagerTest, OneClientInOrderFaultDriven) {
+  PagerOptions o;
+  o.background_warmup = false;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, g_src);
+  Child c = spawn("seq");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  const auto s = stats(d, id);
+  EXPECT_GT(s.faults_waited, 0U) << "no fault ever waited for a read: the fault path was not exercised";
+  EXPECT_EQ(s.units_ready, s.units);
+  EXPECT_EQ(s.bytes_read, g_file_size);
+}
+
+TEST_F(PagerTest, RandomOrderFaultDriven) {
+  PagerOptions o;
+  o.background_warmup = false;
+  o.prefetch_window = 0;
+  run_clients(o, {"random:7"});
+}
+
+TEST_F(PagerTest, TwoConcurrentClients) { run_clients({}, {"random:1", "seq"}); }
+
+TEST_F(PagerTest, FourConcurrentClientsFaultDriven) {
+  PagerOptions o;
+  o.background_warmup = false;
+  run_clients(o, {"random:1", "random:2", "seq", "random:3"});
+}
+
+TEST_F(PagerTest, ThreadsOfOneClientFaultTheSamePages) {
+  PagerOptions o;
+  o.background_warmup = false;
+  run_clients(o, {"threads:4"});
+}
+
+TEST_F(PagerTest, ResidentNotificationThenUnregister) { run_clients({}, {"resident"}); }
+
+TEST_F(PagerTest, ClientAttachesHalfwayThroughWarmup) {
+  PagerOptions o;
+  o.queue_depth = 2;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, g_src);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_ready >= 12; }));
+  const auto before = stats(d, id);
+  ASSERT_LT(before.units_ready, before.units) << "warm-up finished before the attach: nothing tested";
+  Child c = spawn("random:5");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+}
+
+TEST_F(PagerTest, ForkedChildOfAClientNeverSeesZeros) { run_clients({}, {"fork"}); }
+
+TEST_F(PagerTest, KillDashNineOfAClientMidFault) {
+  PagerOptions o;
+  o.background_warmup = false;
+  o.prefetch_window = 0;
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  const ModelId id = load(d, g_src);
+  Child victim = spawn("loop");
+  ASSERT_TRUE(attach(d, id, victim, 1));
+  Child good = spawn("seq");
+  ASSERT_TRUE(attach(d, id, good, 2));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).faults >= 6; }));
+  ::kill(victim.pid, SIGKILL);
+  const int vst = wait_child(&d, victim.pid);
+  EXPECT_TRUE(WIFSIGNALED(vst) && WTERMSIG(vst) == SIGKILL);
+  const int gst = wait_child(&d, good.pid);
+  EXPECT_TRUE(WIFEXITED(gst) && WEXITSTATUS(gst) == 0) << describe(gst);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  ASSERT_TRUE(d.pager->unload(id));
+  EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
+  auto kv1 = d.pool->kernel_view();
+  ASSERT_TRUE(kv1.ok());
+  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
+  EXPECT_EQ(kv1->free, kv0->free);
+  EXPECT_EQ(kv1->reserved, kv0->reserved);
+}
+
+TEST_F(PagerTest, ReadErrorGivesSigbusNotZeros) {
+  const std::string copy = g_src + ".trunc";
+  write_source(copy, g_file_size);
+  PagerOptions o;
+  o.background_warmup = false;
+  o.prefetch_window = 0;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, copy);
+  Child first = spawn("touch:0", copy);
+  ASSERT_TRUE(attach(d, id, first, 1));
+  int st = wait_child(&d, first.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  // The file shrinks under the load.
+  ASSERT_EQ(::truncate(copy.c_str(), static_cast<off_t>(4 * g_unit)), 0);
+  Child late = spawn("touch:30", g_src);  // compares with the intact source
+  ASSERT_TRUE(attach(d, id, late, 2));
+  st = wait_child(&d, late.pid);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) << "expected SIGBUS, got " << describe(st);
+  const auto s = stats(d, id);
+  EXPECT_GE(s.units_failed, 1U);
+  EXPECT_EQ(s.state, client::ModelLoadState::Failed);
+  ::unlink(copy.c_str());
+}
+
+TEST_F(PagerTest, EvictThenRefill) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  const ModelId id = load(d, g_src);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  const uint64_t model_pages = d.pool->counts().model_pages;
+  EXPECT_EQ(model_pages, pool::pages_for(g_file_size, g_unit));
+  {
+    Child c = spawn("seq");
+    ASSERT_TRUE(attach(d, id, c, 1));
+    const int st = wait_child(&d, c.pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  }
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  ASSERT_TRUE(d.pager->evict(id));
+  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
+  auto kv1 = d.pool->kernel_view();
+  ASSERT_TRUE(kv1.ok());
+  EXPECT_EQ(kv1->files_pages, counts0.total_pages()) << "region still holds pages after the punch";
+  EXPECT_EQ(kv1->free, kv0->free);
+  EXPECT_EQ(kv1->reserved, kv0->reserved);
+  EXPECT_EQ(stats(d, id).units_ready, 0U);
+  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Evicted);
+  // Refill lazily through the same path; the client waits for resident.
+  ASSERT_TRUE(d.pager->ensure_loaded(id));
+  Child c2 = spawn("resident");
+  ASSERT_TRUE(attach(d, id, c2, 2));
+  const int st2 = wait_child(&d, c2.pid);
+  EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 0) << describe(st2);
+  EXPECT_EQ(d.pool->counts().model_pages, model_pages);
+}
+
+TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {
+  Daemon d = make_daemon(8, {});
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  sys::UniqueFd fd(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
+  auto id = d.pager->load({"big", std::move(fd), g_file_size, g_extents});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.error().code, ENOSPC);
+  EXPECT_NE(id.error().message.find("pool exhausted"), std::string::npos) << id.error().message;
+  EXPECT_NE(id.error().message.find("'big'"), std::string::npos) << id.error().message;
+  EXPECT_EQ(d.pool->counts(), counts0);
+  auto kv1 = d.pool->kernel_view();
+  ASSERT_TRUE(kv1.ok());
+  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
+  EXPECT_EQ(kv1->free, kv0->free);
+  EXPECT_EQ(kv1->reserved, kv0->reserved);
+  EXPECT_TRUE(d.pager->models().empty());
+}
+
+TEST_F(PagerTest, PoolThatCannotBeHadSaysHowToFixIt) {
+  const uint64_t nr0 = read_sys("nr_hugepages");
+  const uint64_t free0 = read_sys("free_hugepages");
+  auto backend = pool::HugetlbfsBackend::create({});
+  ASSERT_TRUE(backend.ok());
+  const uint64_t pages = free0 + 1000000;  // more than the machine has
+  auto p = pool::Pool::create(std::move(backend).value(), {pages * g_unit, false});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().code, ENOMEM);
+  const std::string want_nr = "vm.nr_hugepages=" + std::to_string(nr0 + pages - (free0 - read_sys("resv_hugepages")));
+  EXPECT_NE(p.error().message.find("sysctl -w " + want_nr), std::string::npos) << p.error().message;
+  EXPECT_NE(p.error().message.find("hugepages="), std::string::npos) << p.error().message;
+  EXPECT_NE(p.error().message.find("cmdline.txt"), std::string::npos) << p.error().message;
+  EXPECT_EQ(read_sys("nr_hugepages"), nr0);
+  EXPECT_EQ(read_sys("free_hugepages"), free0);
+}
+
+TEST_F(PagerTest, AccountingAgreesWithTheKernel) {
+  const uint64_t free_before = read_sys("free_hugepages");
+  const uint64_t resv_before = read_sys("resv_hugepages");
+  PagerOptions o;
+  o.background_warmup = false;
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto c0 = d.pool->counts();
+  EXPECT_EQ(c0.total_pages(), kPoolPages);
+  EXPECT_EQ(c0.free_pages, kPoolPages);
+  auto kv = d.pool->kernel_view();
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->files_pages, kPoolPages);            // pre-touched
+  EXPECT_EQ(kv->free, free_before - kPoolPages);
+  EXPECT_EQ(kv->reserved, resv_before);
+  const ModelId id = load(d, g_src);
+  const uint64_t m = pool::pages_for(g_file_size, g_unit);
+  EXPECT_EQ(d.pool->counts().model_pages, m);
+  EXPECT_EQ(d.pool->counts().free_pages, kPoolPages - m);
+  kv = d.pool->kernel_view();
+  ASSERT_TRUE(kv.ok());
+  // Region reserved but not filled: pages left the reserve, into Rsvd.
+  EXPECT_EQ(kv->files_pages, kPoolPages - m);
+  EXPECT_EQ(kv->reserved, resv_before + m);
+  EXPECT_EQ(kv->free - kv->reserved, free_before - resv_before - kPoolPages);
+  // Fill it, then everything is in files again and nothing reserved.
+  Child c = spawn("seq");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  kv = d.pool->kernel_view();
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->files_pages, kPoolPages);
+  EXPECT_EQ(kv->reserved, resv_before);
+  EXPECT_EQ(kv->free, free_before - kPoolPages);
+  // Shrink gives pages back to the kernel, grow takes them again.
+  auto took = d.pool->shrink(4);
+  ASSERT_TRUE(took.ok()) << took.error().message;
+  EXPECT_EQ(*took, 4U);
+  EXPECT_EQ(d.pool->counts().total_pages(), kPoolPages - 4);
+  auto grew = d.pool->grow(4);
+  ASSERT_TRUE(grew.ok()) << grew.error().message;
+  EXPECT_EQ(*grew, 4U);
+  EXPECT_EQ(d.pool->counts().total_pages(), kPoolPages);
+  kv = d.pool->kernel_view();
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->files_pages, kPoolPages);
+}
+
+TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const uint64_t free0 = read_sys("free_hugepages");
+  int pipefd[2];
+  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  const pid_t daemon = ::fork();
+  if (daemon == 0) {
+    // The daemon: fault-driven only, so most of the model is still missing
+    // when it dies.
+    ::close(pipefd[0]);
+    PagerOptions o;
+    o.background_warmup = false;
+    o.prefetch_window = 0;
+    Daemon d = make_daemon(kPoolPages, o);
+    const ModelId id = load(d, g_src);
+    pid_t pids[2];
+    for (int i = 0; i < 2; ++i) {
+      Child c = spawn("fallback:3000");
+      if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
+      pids[i] = c.pid;
+    }
+    if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
+    for (;;) (void)d.loop->run_once(5ms);
+  }
+  ::close(pipefd[1]);
+  pid_t pids[2];
+  ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
+  ::close(pipefd[0]);
+  std::this_thread::sleep_for(20ms);
+  ::kill(daemon, SIGKILL);
+  int dst = 0;
+  ::waitpid(daemon, &dst, 0);
+  for (pid_t p : pids) {
+    const int st = wait_child(nullptr, p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client " << p << ": " << describe(st);
+  }
+  // Everything the dead daemon and its clients held is back in the kernel.
+  EXPECT_EQ(read_sys("free_hugepages"), free0);
+}
+
+}  // namespace
+}  // namespace airs

@@ -1,0 +1,219 @@
+// A lazy client process for the pager integration tests: receives the model
+// region over a socket, maps it with LazyMapping, hands its uffd to the
+// in-test daemon and then touches the mapping according to its mode,
+// comparing every byte with the source file. Exit codes: 0 bytes correct,
+// 3 wrong bytes, 4 forked child saw something other than SIGSEGV, 10+ setup.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/lazy_map.hpp"
+#include "sys/proc_handles.hpp"
+#include "wire.hpp"
+
+using airs::client::FallbackServer;
+using airs::client::LazyBacking;
+using airs::client::LazyMapping;
+using airs::client::StatusPageView;
+
+namespace {
+
+int g_src = -1;
+uint64_t g_file_size = 0;
+uint64_t g_unit = 0;
+
+// Compare one unit of the mapping with the source (tail past EOF: zeros).
+bool verify_unit(const std::byte* base, uint64_t u) {
+  std::vector<std::byte> want(g_unit, std::byte{0});
+  const uint64_t off = u * g_unit;
+  const uint64_t n = off < g_file_size ? std::min(g_unit, g_file_size - off) : 0;
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(g_src, want.data() + done, n - done, static_cast<off_t>(off + done));
+    if (r <= 0) {
+      std::fprintf(stderr, "client %d: pread of source failed\n", getpid());
+      return false;
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  if (std::memcmp(base + off, want.data(), g_unit) != 0) {
+    for (uint64_t i = 0; i < g_unit; ++i)
+      if (base[off + i] != want[i]) {
+        std::fprintf(stderr, "client %d: unit %lu differs at byte %lu: got %02x want %02x\n", getpid(),
+                     static_cast<unsigned long>(u), static_cast<unsigned long>(off + i),
+                     static_cast<unsigned>(base[off + i]), static_cast<unsigned>(want[i]));
+        break;
+      }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) return 10;
+  const int sock = std::atoi(argv[1]);
+  const std::string mode = argv[2];
+  g_src = ::open(argv[3], O_RDONLY | O_CLOEXEC);
+  if (g_src < 0) return 11;
+
+  airs::test::Hello hello{};
+  std::vector<int> fds;
+  if (!airs::test::recv_msg(sock, &hello, sizeof hello, fds, 2)) return 12;
+  const int region_fd = fds[0];
+  const int status_fd = fds[1];
+  g_file_size = hello.file_size;
+
+  // The status page first (read-only; the daemon sealed it).
+  void* sp = ::mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, status_fd, 0);
+  off_t sp_len = ::lseek(status_fd, 0, SEEK_END);
+  if (sp != MAP_FAILED) ::munmap(sp, 1 << 20);
+  sp = ::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ, MAP_SHARED, status_fd, 0);
+  if (sp == MAP_FAILED) return 13;
+  StatusPageView status(sp, static_cast<uint64_t>(sp_len));
+  if (!status.valid()) return 14;
+  g_unit = status.unit_size();
+  // A writable mapping of the status page must be refused (sealed, O_RDONLY).
+  if (::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0) != MAP_FAILED)
+    return 15;
+
+  auto lm = LazyMapping::create(region_fd, hello.region_size, LazyBacking::Hugetlbfs);
+  if (!lm) {
+    std::fprintf(stderr, "client: %s\n", lm.error().message.c_str());
+    return 16;
+  }
+  auto dup = lm->dup_uffd();
+  if (!dup) return 17;
+  const int notify = ::eventfd(0, EFD_CLOEXEC);
+  airs::test::AttachMsg am{lm->address(), lm->size()};
+  if (!airs::test::send_msg(sock, &am, sizeof am, {dup->get(), notify})) return 18;
+  dup->reset();
+
+  const std::byte* base = lm->data();
+  const uint64_t units = (g_file_size + g_unit - 1) / g_unit;
+  std::vector<uint64_t> order(units);
+  for (uint64_t i = 0; i < units; ++i) order[i] = i;
+
+  auto verify_all = [&](const std::vector<uint64_t>& ord, useconds_t sleep_us) {
+    for (uint64_t u : ord) {
+      if (!verify_unit(base, u)) return false;
+      if (sleep_us) ::usleep(sleep_us);
+    }
+    return true;
+  };
+
+  if (mode == "seq") return verify_all(order, 0) ? 0 : 3;
+  if (mode.starts_with("random:")) {
+    std::mt19937_64 rng(std::stoull(mode.substr(7)));
+    std::shuffle(order.begin(), order.end(), rng);
+    return verify_all(order, 0) ? 0 : 3;
+  }
+  if (mode.starts_with("threads:")) {
+    // Several threads fault the same pages at once: duplicate events.
+    const int n = std::stoi(mode.substr(8));
+    std::atomic<int> bad{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < n; ++i)
+      ts.emplace_back([&, i] {
+        std::vector<uint64_t> o = order;
+        std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
+        std::shuffle(o.begin(), o.end(), rng);
+        if (!verify_all(o, 0)) ++bad;
+      });
+    for (auto& t : ts) t.join();
+    return bad.load() == 0 ? 0 : 3;
+  }
+  if (mode == "resident") {
+    pollfd p{notify, POLLIN, 0};
+    if (::poll(&p, 1, 30000) != 1) return 19;
+    if (status.state() != airs::client::ModelLoadState::Resident) return 20;
+    if (status.ready_units() != status.unit_count()) return 21;
+    if (!lm->unregister()) return 22;
+    return verify_all(order, 0) ? 0 : 3;
+  }
+  if (mode == "fork") {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      // MADV_DONTFORK: the range does not exist here, so this must SIGSEGV
+      // (and must not put a zero page into the shared page cache).
+      volatile const char* p = reinterpret_cast<volatile const char*>(base);
+      char c = p[g_unit * (units / 2)];
+      _exit(c == 0 ? 40 : 41);
+    }
+    int st = 0;
+    ::waitpid(child, &st, 0);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV) {
+      std::fprintf(stderr, "client: forked child status %#x, expected SIGSEGV\n", st);
+      return 4;
+    }
+    return verify_all(order, 0) ? 0 : 3;
+  }
+  if (mode.starts_with("touch:")) {
+    const uint64_t u = std::stoull(mode.substr(6));
+    return verify_unit(base, u) ? 0 : 3;
+  }
+  if (mode == "loop") {
+    std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
+    for (;;) {
+      const uint64_t u = rng() % units;
+      volatile const char* p = reinterpret_cast<volatile const char*>(base + u * g_unit);
+      (void)*p;
+      ::usleep(200);
+    }
+  }
+  if (mode.starts_with("fallback:")) {
+    const auto sleep_us = static_cast<useconds_t>(std::stoul(mode.substr(9)));
+    auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
+    if (!daemon) return 23;
+    auto fb = FallbackServer::create(*lm, region_fd, g_src, g_file_size, status);
+    if (!fb) {
+      std::fprintf(stderr, "client: %s\n", fb.error().message.c_str());
+      return 24;
+    }
+    std::atomic<bool> done{false};
+    std::atomic<int> fb_error{0};
+    std::thread t([&] {
+      pollfd p{daemon->get(), POLLIN, 0};
+      while (!done.load()) {
+        if (::poll(&p, 1, 20) == 1) break;
+      }
+      if (done.load()) return;
+      std::fprintf(stderr, "client %d: daemon gone, serving own faults from the GGUF\n", getpid());
+      if (!(*fb)->takeover()) fb_error = 1;
+      while (!done.load()) {
+        auto r = (*fb)->run_once(std::chrono::milliseconds(20));
+        if (!r) {
+          std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
+          fb_error = 2;
+          return;
+        }
+      }
+    });
+    const bool ok = verify_all(order, sleep_us);
+    const bool took_over = airs::sys::pidfd_exited(daemon->get());
+    done = true;
+    t.join();
+    if (fb_error.load() != 0) return 25;
+    if (ok && !took_over) return 6;  // the daemon outlived the pass: nothing tested
+    std::fprintf(stderr, "client %d: fallback filled %lu units\n", getpid(),
+                 static_cast<unsigned long>((*fb)->units_filled()));
+    return ok ? 0 : 3;
+  }
+  return 30;
+}
