@@ -41,6 +41,7 @@ int64_t g_raised = 0;         // nr_hugepages we added for the suite
 std::string g_nr_path;
 
 constexpr uint64_t kPoolPages = 48;
+std::vector<pid_t> g_children;  // killed at the end of each test if still alive
 
 std::string nr_path() {
   return "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(g_unit / 1024) + "kB/nr_hugepages";
@@ -98,6 +99,14 @@ class PagerTest : public ::testing::Test {
     }
   }
 
+  void TearDown() override {
+    // A failed test must not leave a client holding pool pages for the next.
+    for (pid_t p : g_children) {
+      if (::kill(p, SIGKILL) == 0) ::waitpid(p, nullptr, 0);
+    }
+    g_children.clear();
+  }
+
   void SetUp() override {
     ASSERT_GE(read_sys("free_hugepages") - read_sys("resv_hugepages"), kPoolPages)
         << "not enough free huge pages on this machine";
@@ -150,6 +159,7 @@ class PagerTest : public ::testing::Test {
       _exit(127);
     }
     ::close(sv[1]);
+    g_children.push_back(c.pid);
     c.sock.reset(sv[0]);
     timeval tv{20, 0};
     ::setsockopt(c.sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -163,7 +173,13 @@ class PagerTest : public ::testing::Test {
       return make_error(EIO, "send hello");
     test::AttachMsg am{};
     std::vector<int> fds;
-    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2)) return make_error(EIO, "client did not attach");
+    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2)) {
+      const int err = errno;
+      int st = 0;
+      const pid_t r = ::waitpid(c.pid, &st, WNOHANG);
+      return make_error(EIO, "client {} did not attach (errno {}, {})", c.pid, err,
+                        r == c.pid ? describe(st) : std::string("still running"));
+    }
     return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
   }
 
@@ -215,7 +231,8 @@ class PagerTest : public ::testing::Test {
     std::vector<Child> cs;
     for (size_t i = 0; i < modes.size(); ++i) {
       cs.push_back(spawn(modes[i]));
-      ASSERT_TRUE(attach(d, id, cs.back(), i + 1)) << modes[i];
+      auto st = attach(d, id, cs.back(), i + 1);
+      ASSERT_TRUE(st) << modes[i] << ": " << st.error().message;
     }
     for (size_t i = 0; i < cs.size(); ++i) {
       const int st = wait_child(&d, cs[i].pid);
@@ -274,7 +291,8 @@ TEST_F(PagerTest, ClientAttachesHalfwayThroughWarmup) {
   const auto before = stats(d, id);
   ASSERT_LT(before.units_ready, before.units) << "warm-up finished before the attach: nothing tested";
   Child c = spawn("random:5");
-  ASSERT_TRUE(attach(d, id, c, 1));
+  auto ast = attach(d, id, c, 1);
+  ASSERT_TRUE(ast) << ast.error().message;
   const int st = wait_child(&d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
@@ -478,9 +496,11 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     for (;;) (void)d.loop->run_once(5ms);
   }
   ::close(pipefd[1]);
+  g_children.push_back(daemon);
   pid_t pids[2];
   ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
   ::close(pipefd[0]);
+  g_children.insert(g_children.end(), pids, pids + 2);
   std::this_thread::sleep_for(20ms);
   ::kill(daemon, SIGKILL);
   int dst = 0;
