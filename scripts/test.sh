@@ -19,11 +19,17 @@ jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-60}
 passed=0; failed=0; failures=()
 
-configure_build() {  # dir, cmake args...
+configure_build() {  # dir, cmake args... [-- build targets...]
   local dir=$1; shift
-  echo "==> build $dir $*"
-  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
-  cmake --build "$dir" -j"$jobs"
+  local args=() targets=()
+  while (($#)); do [[ $1 == -- ]] && { shift; targets=("$@"); break; }; args+=("$1"); shift; done
+  echo "==> build $dir ${args[*]}"
+  cmake -S . -B "$dir" -G Ninja "${args[@]}" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  if ((${#targets[@]})); then
+    cmake --build "$dir" -j"$jobs" --target "${targets[@]}"
+  else
+    cmake --build "$dir" -j"$jobs"
+  fi
 }
 
 run_ctest() {  # dir, label, extra prefix command...
@@ -58,7 +64,7 @@ configure_build build-tsan -DCMAKE_BUILD_TYPE=Debug -DAIRS_SANITIZE=thread -DAIR
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build-tsan 'unit|integration' setarch "$(uname -m)" -R
 
 CC=clang CXX=clang++ configure_build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAIRS_FUZZ=ON \
-  -DAIRS_FUZZ_SECONDS="$fuzz_seconds" -DAIRS_BUILD_BENCH=OFF
+  -DAIRS_FUZZ_SECONDS="$fuzz_seconds" -DAIRS_BUILD_BENCH=OFF -- gguf_fuzz gguf_fuzz_seeds
 run_ctest build-fuzz fuzz
 
 echo
