@@ -12,6 +12,7 @@
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
 #include "daemon/kv_service.hpp"
+#include "daemon/metrics.hpp"
 #include "pool/hugetlbfs_backend.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
@@ -131,8 +132,30 @@ Status Daemon::init() {
     housekeeping();
   }));
 
+  if (!cfg_.daemon.metrics_file.empty()) {
+    auto mt = sys::PeriodicTimer::create(cfg_.daemon.metrics_interval);
+    if (!mt) return std::move(mt).error();
+    metrics_timer_.emplace(std::move(mt).value());
+    AIRS_TRY(loop_->add(metrics_timer_->fd(), EPOLLIN, [this](uint32_t) {
+      metrics_timer_->acknowledge();
+      write_metrics();
+    }));
+  }
+
   AIRS_TRY(connect_bus());
   return {};
+}
+
+void Daemon::write_metrics() {
+  std::vector<std::pair<std::string, pager::ModelStats>> ms;
+  if (models_)
+    for (auto* m : models_->all())
+      if (auto st = models_->stats(*m)) ms.emplace_back(m->name, std::move(*st));
+  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(status(), ms)); !r) {
+    // Once per failure streak would be nicer; a warning per interval is
+    // still readable and says exactly what to fix.
+    spdlog::warn("{}", r.error().message);
+  }
 }
 
 void Daemon::housekeeping() {

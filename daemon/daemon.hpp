@@ -109,6 +109,8 @@ class Daemon {
   std::vector<std::unique_ptr<SessionObject>> retired_sessions_;
   std::map<uint64_t, client::ModelLoadState> last_state_;
   std::optional<sys::PeriodicTimer> housekeeping_;
+  std::optional<sys::PeriodicTimer> metrics_timer_;
+  void write_metrics();
   std::map<uid_t, uint32_t> fds_by_uid_;
   std::map<std::string, std::pair<uid_t, uint32_t>> fds_by_caller_;
 };
