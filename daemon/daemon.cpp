@@ -14,6 +14,8 @@
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
 #include "pool/hugetlbfs_backend.hpp"
+#include "probe/mode.hpp"
+#include "probe/probe.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
 #include "sys/procfs.hpp"
@@ -84,6 +86,27 @@ Status Daemon::init() {
     }));
     spdlog::info("watchdog: pinging every {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(*wd / 2).count());
   }
+
+  // What the kernel offers decides the mode (full / small-pages /
+  // cooperative); status explains it and what would enable more.
+  auto caps = probe::probe(probe::ProbePaths{});
+  spdlog::info("platform:\n{}", probe::format_report(caps));
+  capabilities_ = probe::to_key_values(caps);
+  auto choice = probe::choose_mode(caps, cfg_.models.mode);
+  if (!choice) return std::move(choice).error();
+  mode_ = probe::to_string(choice->mode);
+  mode_reason_ = choice->reason;
+  for (auto& a : choice->advice) {
+    advice_.push_back(a.text);
+    spdlog::warn("{}", a.text);
+  }
+  spdlog::info("mode {}: {}", mode_, mode_reason_);
+
+  if (pool_target_ > 0 && choice->mode != probe::Mode::Full)
+    return make_error(ENOTSUP,
+                      "this kernel supports only the '{}' mode ({}), which this build does not implement yet; "
+                      "to run in full mode: {}",
+                      mode_, mode_reason_, advice_.empty() ? "see airs-memd's log" : advice_.front());
 
   if (pool_target_ > 0) {
     pool::HugetlbfsOptions ho;
@@ -411,6 +434,11 @@ dbus::Dict Daemon::status() {
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count()));
   s["page_size"] = sdbus::Variant(page_size_);
   s["mode"] = sdbus::Variant(mode_);
+  s["mode_reason"] = sdbus::Variant(mode_reason_);
+  s["advice"] = sdbus::Variant(advice_);
+  dbus::Dict caps;
+  for (auto& [k, v] : capabilities_) caps[k] = sdbus::Variant(v);
+  s["capabilities"] = sdbus::Variant(caps);
   dbus::Dict pool;
   pool["target_bytes"] = sdbus::Variant(pool_target_);
   if (pool_) {

@@ -100,6 +100,9 @@ class Daemon {
   std::unique_ptr<ManagerObject> manager_;
 
   std::string mode_ = "full";
+  std::string mode_reason_;
+  std::vector<std::string> advice_;
+  std::map<std::string, std::string> capabilities_;
   std::unique_ptr<pool::Pool> pool_;
   std::unique_ptr<pager::Pager> pager_;
   std::unique_ptr<Models> models_;
