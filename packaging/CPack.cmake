@@ -33,7 +33,7 @@ endif()
 # Library dependencies from the binaries (dpkg-shlibdeps), plus what the
 # maintainer scripts and the unit use.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "dbus (>= 1.12), systemd (>= 247) | systemd-standalone-sysusers, procps")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "dbus (>= 1.12), systemd (>= 247), procps")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "udev")
 
 set(_airs_deb ${CMAKE_CURRENT_LIST_DIR}/debian)
