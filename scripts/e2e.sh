@@ -131,6 +131,7 @@ boot_start=$(date +%s.%N)
 # D-Bus socket is up and our unit pulls in what it needs.
 systemd-nspawn -D "$root" --volatile=overlay --keep-unit --register=no -M "$machine" \
   --bind-ro="$work/share:/e2e" --bind=/dev/userfaultfd --console=passive \
+  --capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE \
   -b systemd.unit=basic.target >"$work/nspawn.log" 2>&1 &
 nspawn_pid=$!
 
@@ -218,6 +219,14 @@ else
   fail "systemctl start airs-memd failed"; ct journalctl -u airs-memd --no-pager | tail -30
 fi
 [[ $(svc WatchdogUSec) == 10s ]] && pass "watchdog armed (WatchdogUSec=10s)" || fail "WatchdogUSec is '$(svc WatchdogUSec)'"
+# Capabilities: exactly the unit's two (as far as the container has them:
+# nspawn grants CAP_IPC_LOCK on request; some hosts withhold CAP_SYS_RESOURCE).
+mpid=$(svc MainPID)
+eff=$(ct awk '/^CapEff:/ {print $2}' "/proc/$mpid/status")
+bnd=$(ct awk '/^CapBnd:/ {print $2}' "/proc/1/status")
+want=$(printf '%016x' $(( (0x$bnd) & ((1 << 14) | (1 << 24)) )))
+[[ $eff == "$want" ]] && pass "daemon capabilities: CapEff=$eff (CAP_IPC_LOCK, CAP_SYS_RESOURCE where the host has them)" \
+  || fail "daemon CapEff=$eff, want $want"
 ct busctl --system status org.aios.Airs1 >/dev/null 2>&1 && pass "org.aios.Airs1 owned on the system bus" \
   || fail "org.aios.Airs1 not on the system bus"
 
@@ -338,9 +347,48 @@ else
   cat "$work/dpkg-purge.log"; fail "dpkg --purge failed"
 fi
 
+journal=$(ct journalctl -u airs-memd.service --no-pager -o short-monotonic 2>/dev/null | tail -40 || true)
+
+# ---- the sandbox lets the daemon resize the pool, and nothing else ----------
+# nspawn keeps /sys and /proc/sys read-only, so the resize path is checked in
+# a second container with writable API file systems: a transient service
+# with every sandbox setting of the shipped unit writes the huge page knobs
+# (their current value back: the host's pool does not change) and must fail
+# on any other kernel tunable or file.
+if [[ -n $(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo) ]]; then
+  kill -TERM "$nspawn_pid"; wait "$nspawn_pid" 2>/dev/null || true
+  SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 systemd-nspawn -D "$root" --volatile=overlay --keep-unit --register=no \
+    -M "$machine-vfs" --console=passive --capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE -b systemd.unit=basic.target \
+    >"$work/nspawn2.log" 2>&1 &
+  nspawn_pid=$!
+  for _ in $(seq 300); do
+    [[ -n $(leader) ]] && [[ $(ct systemctl is-system-running 2>/dev/null) =~ ^(running|degraded)$ ]] && break
+    sleep 0.1
+  done
+  props=()
+  while IFS= read -r line; do props+=(-p "$line"); done < <(
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/airs-memd.service |
+      sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=' |
+      grep -Ev '^(Type|NotifyAccess|BusName|ExecStart|WatchdogSec|Restart|RestartSec|TimeoutStopSec)=')
+  hp_kb=$(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo)
+  knob=/sys/kernel/mm/hugepages/hugepages-${hp_kb}kB/nr_hugepages
+  node_knob=$(ls /sys/devices/system/node/node0/hugepages/hugepages-${hp_kb}kB/nr_hugepages 2>/dev/null || true)
+  probe="for f in $knob /proc/sys/vm/nr_hugepages $node_knob; do v=\$(cat \$f) && echo \$v >\$f && echo rw:\$f || echo ro:\$f; done
+         for f in /proc/sys/vm/swappiness /sys/kernel/mm/transparent_hugepage/defrag; do v=\$(cat \$f) && echo \$v >\$f 2>/dev/null && echo rw:\$f || echo ro:\$f; done
+         touch /etc/airs-x 2>/dev/null && echo rw:/etc || echo ro:/etc
+         touch /dev/hugepages/airs-x 2>/dev/null && rm -f /dev/hugepages/airs-x && echo rw:/dev/hugepages || echo ro:/dev/hugepages"
+  out=$(ct systemd-run --wait --pipe -q "${props[@]}" sh -c "$probe" 2>&1 || true)
+  want="rw:$knob rw:/proc/sys/vm/nr_hugepages${node_knob:+ rw:$node_knob} ro:/proc/sys/vm/swappiness ro:/sys/kernel/mm/transparent_hugepage/defrag ro:/etc rw:/dev/hugepages"
+  if [[ $(grep -E '^(rw|ro):' <<<"$out" | tr '\n' ' ' | sed 's/ $//') == "$want" ]]; then
+    pass "unit sandbox: huge page knobs and /dev/hugepages writable; other tunables and /etc read-only"
+  else
+    fail "unit sandbox: got '$(tr '\n' ' ' <<<"$out")', want '$want'"
+  fi
+fi
+
 if ((failed)); then
   echo "journal of airs-memd in the container:"
-  ct journalctl -u airs-memd.service --no-pager -o short-monotonic 2>/dev/null | tail -40 || true
+  echo "$journal"
   printf 'failed: %s\n' "${failures[@]}"
 fi
 echo "e2e: boot ${boot_s}s, total $(elapsed)s"
