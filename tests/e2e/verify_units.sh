@@ -3,7 +3,8 @@
 #  - systemd-analyze verify of systemd/airs-memd.service (it exits 0 on
 #    unknown keys and bad values, so every line it prints is a failure);
 #  - sysusers.d and tmpfiles.d entries, applied to a scratch root;
-#  - the D-Bus policy and activation file, loaded by a real dbus-daemon.
+#  - the D-Bus policy and activation file, loaded by a real dbus-daemon;
+#  - the unit's exposure score (systemd-analyze security) stays <= 1.5.
 # Usage: verify_units.sh SOURCE_DIR SCRATCH_DIR. Exit 77 (skip) when
 # systemd-analyze is missing.
 set -euo pipefail
@@ -31,6 +32,11 @@ for u in "$scratch"/units/*; do
   out=$(cd "$scratch/units" && SYSTEMD_LOG_COLOR=0 systemd-analyze verify --man=no "./$(basename "$u")" 2>&1) || bad "systemd-analyze verify $(basename "$u") exited $?"
   if [[ -n $out ]]; then bad "systemd-analyze verify $(basename "$u") printed:"; echo "$out"; fi
 done
+# The sandbox must not regress: exposure 1.2 today (systemd/SECURITY.md);
+# fail above 1.5 (--threshold counts tenths).
+if ! out=$(cd "$scratch/units" && systemd-analyze security --offline=true --threshold=15 ./airs-memd.service 2>&1); then
+  bad "systemd-analyze security: $(grep -o 'Overall exposure level.*' <<<"$out" || echo "$out" | tail -3) (more than 1.5)"
+fi
 grep -q '^Type=notify$' "$sd/airs-memd.service" || bad "airs-memd.service is not Type=notify"
 grep -q '^BusName=org.aios.Airs1$' "$sd/airs-memd.service" || bad "airs-memd.service has no BusName=org.aios.Airs1"
 grep -q '^WatchdogSec=' "$sd/airs-memd.service" || bad "airs-memd.service has no WatchdogSec="
