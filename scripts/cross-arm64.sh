@@ -34,16 +34,16 @@ if ((deps)); then
   fi
   step "apt-get update"
   apt-get update -qq
-  # Header-only and Architecture: all packages (CLI11, toml++, nlohmann-json)
+  # Architecture: all packages (CLI11, nlohmann-json)
   # serve both architectures from the amd64 install (scripts/deps.sh).
   # sdbus-c++-xml2cpp runs on the build machine: libsdbus-c++-bin (amd64).
   step "installing the cross toolchain, qemu-user and :arm64 libraries"
   apt-get install -y -qq --no-install-recommends \
     crossbuild-essential-arm64 qemu-user dpkg-dev file \
-    libsdbus-c++-bin libcli11-dev libtomlplusplus-dev nlohmann-json3-dev \
+    libsdbus-c++-bin libcli11-dev nlohmann-json3-dev \
     liburing-dev:arm64 libnuma-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 \
     libsdbus-c++-dev:arm64 libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
-    libxxhash-dev:arm64 >/dev/null
+    libxxhash-dev:arm64 libtomlplusplus-dev:arm64 >/dev/null
 fi
 
 step "configure build-arm64"
