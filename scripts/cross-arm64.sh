@@ -47,14 +47,15 @@ if ((deps)); then
 fi
 
 step "configure build-arm64"
+mkdir -p build-arm64
 cmake -S . -B build-arm64 -G Ninja \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/packaging/toolchain-aarch64.cmake" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
-  -DAIRS_BUILD_BENCH=OFF >build-arm64.configure.log 2>&1 || { cat build-arm64.configure.log; exit 1; }
+  -DAIRS_BUILD_BENCH=OFF >build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 
 if ((tests_only)); then
   # Only the unit-test executables (and what they link).
-  mapfile -t targets < <(cmake --build build-arm64 --target help | awk -F: '/^[a-z_0-9]+_test[s]?:|^test_[a-z_0-9]+:/ {print $1}')
+  mapfile -t targets < <(grep -ho 'add_executable([A-Za-z_0-9]*' tests/unit/*/CMakeLists.txt | cut -d'(' -f2)
   if ((${#targets[@]} == 0)); then
     echo "no unit-test targets found in build-arm64" >&2; exit 1
   fi
