@@ -125,12 +125,16 @@ mount --bind / "$root"
 mount -o remount,bind,ro "$root"
 mkdir -p "$work/share"
 cp "$deb" "$work/share/"
+# Clients create userfaultfds through the host's device (nspawn's /dev is
+# its own tmpfs).
+uffd_bind=()
+[[ -c /dev/userfaultfd ]] && uffd_bind=(--bind=/dev/userfaultfd)
 log "booting $machine (systemd-nspawn --volatile=overlay -b)"
 boot_start=$(date +%s.%N)
 # basic.target: the host's enabled services (databases, ...) stay down; the
 # D-Bus socket is up and our unit pulls in what it needs.
 systemd-nspawn -D "$root" --volatile=overlay --keep-unit --register=no -M "$machine" \
-  --bind-ro="$work/share:/e2e" --bind=/dev/userfaultfd --console=passive \
+  --bind-ro="$work/share:/e2e" "${uffd_bind[@]}" --console=passive \
   --capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE \
   -b systemd.unit=basic.target >"$work/nspawn.log" 2>&1 &
 nspawn_pid=$!
