@@ -339,6 +339,14 @@ else
   ct kill -CONT "$pid" 2>/dev/null || true
 fi
 
+# ---- D-Bus activation: a call to the stopped service starts it ------------------
+ct systemctl stop airs-memd.service
+if as_user airs-member airsctl status >/dev/null 2>&1 && [[ $(svc ActiveState) == active ]]; then
+  pass "bus activation: airsctl status as a member started the stopped service (SystemdService=)"
+else
+  fail "bus activation: airsctl status on the stopped service gave $(svc ActiveState)"
+fi
+
 # ---- remove and purge ------------------------------------------------------------
 if ct dpkg --purge airs-memd >"$work/dpkg-purge.log" 2>&1; then
   [[ $(ct systemctl is-active airs-memd.service 2>/dev/null) != active ]] \
