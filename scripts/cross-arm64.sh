@@ -69,6 +69,18 @@ fi
 step "unit tests under qemu-aarch64"
 ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600
 
+# The model writer must produce the same bytes on both architectures
+# (tests compute expected bytes from a seed): compare with the native build
+# when there is one.
+if ((! tests_only)) && [[ -x build/src/gguf/airs-mkmodel ]]; then
+  step "airs-mkmodel: arm64 (qemu) vs native output"
+  tmp=$(mktemp -d)
+  build/src/gguf/airs-mkmodel --out "$tmp/native.gguf" --size 8M --seed 3 >/dev/null
+  qemu-aarch64 build-arm64/src/gguf/airs-mkmodel --out "$tmp/arm64.gguf" --size 8M --seed 3 >/dev/null
+  if cmp "$tmp/native.gguf" "$tmp/arm64.gguf"; then echo "byte-identical"; else rm -rf "$tmp"; exit 1; fi
+  rm -rf "$tmp"
+fi
+
 if ((! tests_only)); then
   step "cpack -G DEB (arm64)"
   # dpkg-shlibdeps resolves the arm64 libraries through the dpkg database
