@@ -33,19 +33,3 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/airs-memd.conf DESTINATION ${CMAKE_IN
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/airs/airs-memd.conf.d)
 
 include(${CMAKE_CURRENT_LIST_DIR}/CPack.cmake)
-
-# src/metrics (the Prometheus textfile formatter) until the top-level list of
-# concerns names it; then this is a no-op.
-if(NOT TARGET airs_metrics AND EXISTS ${PROJECT_SOURCE_DIR}/src/metrics/CMakeLists.txt)
-  add_subdirectory(${PROJECT_SOURCE_DIR}/src/metrics ${PROJECT_BINARY_DIR}/src/metrics)
-endif()
-
-# tests/e2e (systemd-analyze verify, the .deb's contents, and the boot test
-# in systemd-nspawn). tests/CMakeLists.txt may list the e2e layer itself;
-# the property keeps the directory from being added twice.
-if(AIRS_BUILD_TESTS AND EXISTS ${PROJECT_SOURCE_DIR}/tests/e2e/CMakeLists.txt)
-  get_property(_airs_e2e_added GLOBAL PROPERTY AIRS_E2E_ADDED)
-  if(NOT _airs_e2e_added)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/tests/e2e ${PROJECT_BINARY_DIR}/tests/e2e)
-  endif()
-endif()
