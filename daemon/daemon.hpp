@@ -52,6 +52,8 @@ class Daemon {
   [[nodiscard]] const std::string& profile() const { return profile_; }
   [[nodiscard]] uint64_t pool_target_bytes() const { return pool_target_; }
   [[nodiscard]] uint64_t page_size() const { return page_size_; }
+  [[nodiscard]] uint64_t pool_bytes() const { return pool_ ? pool_->counts().total_bytes() : 0; }
+  [[nodiscard]] uint64_t pool_free_bytes() const { return pool_ ? pool_->counts().free_bytes() : 0; }
   dbus::IdentityCache& identities() { return ids_; }
   Models& models() { return *models_; }
   KvService& kv() { return *kv_; }
