@@ -29,6 +29,8 @@ extern "C" {
 
 #define AIRS_API_VERSION 1
 
+#pragma GCC visibility push(default)
+
 typedef struct airs_client airs_client;
 typedef struct airs_model airs_model;
 typedef struct airs_session airs_session;
@@ -113,6 +115,8 @@ void airs_session_close(airs_session *s);
 /* The chained hash of a full block: parent is the previous block's hash (0
  * for the first block). Identical on the daemon and every client. */
 uint64_t airs_kv_chain_hash(uint64_t parent, const int32_t *tokens, size_t n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

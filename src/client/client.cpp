@@ -314,3 +314,166 @@ void airs_model_close(airs_model* m) {
   }
   delete m;
 }
+
+// ---- KV sessions ----
+
+int airs_session_create(airs_client* client, airs_model* model, airs_priority priority, airs_session** out) {
+  if (client == nullptr || model == nullptr || out == nullptr) return fail(EINVAL, "airs_session_create: NULL argument");
+  static const char* kNames[] = {"interactive", "system", "background"};
+  if (priority < AIRS_PRIORITY_INTERACTIVE || priority > AIRS_PRIORITY_BACKGROUND)
+    return fail(EINVAL, "airs_session_create: unknown priority");
+  auto s = std::make_unique<airs_session>();
+  s->client = client;
+  try {
+    sdbus::ObjectPath path;
+    sdbus::UnixFd arena, notice, event;
+    airs::dbus::Dict geo;
+    client->manager->callMethod("CreateSession")
+        .onInterface("org.aios.Airs1.Manager")
+        .withArguments(sdbus::ObjectPath(model->object), std::string(kNames[priority]), airs::dbus::Dict{})
+        .storeResultsTo(path, arena, notice, event, geo);
+    s->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, path);
+    s->geo.block_bytes = airs::dbus::get<uint32_t>(geo, "block_bytes").value_or(0);
+    s->geo.tokens_per_block = airs::dbus::get<uint32_t>(geo, "tokens_per_block").value_or(0);
+    s->geo.bytes_per_token = airs::dbus::get<uint64_t>(geo, "bytes_per_token").value_or(0);
+    s->geo.arena_bytes = airs::dbus::get<uint64_t>(geo, "arena_bytes").value_or(0);
+    s->chunk_bytes = airs::dbus::get<uint64_t>(geo, "chunk_bytes").value_or(0);
+    s->blocks_per_chunk = airs::dbus::get<uint32_t>(geo, "blocks_per_chunk").value_or(1);
+    // Mapped once; only blocks the daemon handed out are touched. NORESERVE:
+    // the arena is mostly holes, pages exist only where chunks are committed.
+    void* a = ::mmap(nullptr, s->geo.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, arena.get(), 0);
+    if (a == MAP_FAILED) return fail(errno, std::string("mmap KV arena: ") + std::strerror(errno));
+    s->arena = airs::sys::Mapping(a, s->geo.arena_bytes);
+    struct stat st {};
+    if (::fstat(notice.get(), &st) != 0) return fail(errno, "fstat notice page");
+    void* n = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, notice.get(), 0);
+    if (n == MAP_FAILED) return fail(errno, std::string("mmap notice page: ") + std::strerror(errno));
+    s->notices = airs::sys::Mapping(n, static_cast<size_t>(st.st_size));
+    s->notice_event = dup_cloexec(event.get());
+    s->tail = __atomic_load_n(&reinterpret_cast<const airs::client::NoticeHeader*>(n)->head, __ATOMIC_ACQUIRE);
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+  *out = s.release();
+  return 0;
+}
+
+int airs_session_geometry(const airs_session* s, airs_kv_geometry* out) {
+  if (s == nullptr || out == nullptr) return fail(EINVAL, "airs_session_geometry: NULL argument");
+  *out = s->geo;
+  return 0;
+}
+
+int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
+  if (s == nullptr || (blocks_out == nullptr && n > 0)) return fail(EINVAL, "airs_session_allocate: NULL argument");
+  try {
+    std::vector<uint32_t> blocks;
+    s->proxy->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(n).storeResultsTo(blocks);
+    if (blocks.size() != n) return fail(EIO, "Allocate returned a different number of blocks");
+    std::copy(blocks.begin(), blocks.end(), blocks_out);
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_free: NULL session");
+  try {
+    s->proxy->callMethod("Free").onInterface("org.aios.Airs1.Session").withArguments(std::vector<uint32_t>(blocks, blocks + n));
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_commit(airs_session* s, const uint32_t* blocks, const uint64_t* hashes, size_t n) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_commit: NULL session");
+  try {
+    s->proxy->callMethod("Commit")
+        .onInterface("org.aios.Airs1.Session")
+        .withArguments(std::vector<uint32_t>(blocks, blocks + n), std::vector<uint64_t>(hashes, hashes + n));
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n, uint32_t* blocks_out) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_match_prefix: NULL session");
+  try {
+    std::vector<uint32_t> blocks;
+    s->proxy->callMethod("MatchPrefix")
+        .onInterface("org.aios.Airs1.Session")
+        .withArguments(std::vector<uint64_t>(hashes, hashes + n))
+        .storeResultsTo(blocks);
+    std::copy(blocks.begin(), blocks.end(), blocks_out);
+    return static_cast<int>(blocks.size());
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writable) {
+  if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
+  try {
+    s->proxy->callMethod("PrepareWrite").onInterface("org.aios.Airs1.Session").withArguments(block).storeResultsTo(*writable);
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_set_length(airs_session* s, uint32_t tokens) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_set_length: NULL session");
+  try {
+    s->proxy->callMethod("SetLength").onInterface("org.aios.Airs1.Session").withArguments(tokens);
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+void* airs_session_block_ptr(airs_session* s, uint32_t block) {
+  if (s == nullptr || s->blocks_per_chunk == 0) return nullptr;
+  const uint64_t off =
+      (block / s->blocks_per_chunk) * s->chunk_bytes + (block % s->blocks_per_chunk) * uint64_t{s->geo.block_bytes};
+  if (off + s->geo.block_bytes > s->arena.size()) return nullptr;
+  return s->arena.bytes() + off;
+}
+
+int airs_session_notice_fd(const airs_session* s) { return s == nullptr ? -1 : s->notice_event.get(); }
+
+int airs_session_read_notices(airs_session* s, uint32_t* blocks_out, size_t cap) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
+  uint64_t v;
+  (void)!::read(s->notice_event.get(), &v, sizeof v);  // reset the eventfd (non-blocking)
+  const auto* h = reinterpret_cast<const airs::client::NoticeHeader*>(s->notices.get());
+  const auto* ring = reinterpret_cast<const uint32_t*>(s->notices.bytes() + airs::client::kNoticeHeaderBytes);
+  const uint64_t head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE);
+  if (head - s->tail > h->capacity) {
+    s->tail = head;
+    return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
+  }
+  size_t n = 0;
+  while (s->tail < head && n < cap) blocks_out[n++] = ring[s->tail++ % h->capacity];
+  return static_cast<int>(n);
+}
+
+void airs_session_close(airs_session* s) {
+  if (s == nullptr) return;
+  try {
+    s->proxy->callMethod("Close").onInterface("org.aios.Airs1.Session");
+  } catch (const sdbus::Error&) {
+    // Gone already (daemon restarted, or we left the bus): nothing to close.
+  }
+  delete s;
+}
+
+uint64_t airs_kv_chain_hash(uint64_t parent, const int32_t* tokens, size_t n) {
+  // hash(parent || tokens) with a fixed seed: every process must agree.
+  std::vector<std::byte> buf(sizeof parent + n * sizeof(int32_t));
+  std::memcpy(buf.data(), &parent, sizeof parent);
+  if (n > 0) std::memcpy(buf.data() + sizeof parent, tokens, n * sizeof(int32_t));
+  return airs::hash_bytes(buf.data(), buf.size(), 0);
+}
