@@ -7,7 +7,7 @@
  * posix_madvise(WILLNEED), partial munmap, close) is libllama's own.
  *
  * usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16]
- *                  [--text "..."] [--threads 1] [--hold] [--verbose]
+ *                  [--text "..."] [--threads 1] [--hold] [--no-repack] [--verbose]
  * Output (stdout, one per line):
  *   load_ms <ms>         llama_model_load_from_file (API-ready)
  *   first_token_ms <ms>  from the start of the load to the first sampled token
@@ -57,19 +57,20 @@ static llama_token argmax(const float *logits, int n) {
 
 static void usage(void) {
   fputs("usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16] [--text T] [--threads 1] "
-        "[--hold] [--verbose]\n",
+        "[--hold] [--no-repack] [--verbose]\n",
         stderr);
 }
 
 int main(int argc, char **argv) {
   const char *backends = NULL, *model_path = NULL, *mode = "mmap", *text = "Hello world, this is a test";
   int n_gen = 16, threads = 1;
-  bool hold = false;
+  bool hold = false, no_repack = false;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--hold") == 0) { hold = true; continue; }
     if (strcmp(a, "--verbose") == 0) { g_verbose = true; continue; }
+    if (strcmp(a, "--no-repack") == 0) { no_repack = true; continue; }
     if (v == NULL) { usage(); return 2; }
     ++i;
     if (strcmp(a, "--backends") == 0) backends = v;
@@ -94,6 +95,10 @@ int main(int argc, char **argv) {
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   mp.progress_callback = quiet_progress;
+  /* llama.cpp's default copies Q4_0/Q4_K weights into private, repacked
+   * buffers on CPUs with AVX2/AVX512/NEON (llama-cli --no-repack turns it
+   * off); those copies are per process, whatever the mapping is. */
+  if (no_repack) mp.use_extra_bufts = false;
   mp.load_mode = strcmp(mode, "mmap") == 0 ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
 
   const double t0 = now_ms();
