@@ -100,6 +100,13 @@ std::optional<nlohmann::json> model_status(const std::string& bus) {
   return s["models"][0];
 }
 
+// The first model's status; an empty object (whose fields compare unequal
+// to anything) if there is none, so a test fails instead of crashing.
+nlohmann::json first_model(const std::string& bus) {
+  auto m = model_status(bus);
+  return m ? *m : nlohmann::json::object();
+}
+
 std::string pool_toml(const std::string& size, const std::string& extra = "") {
   return "[pool]\nprofile = \"custom\"\nsize = \"" + size + "\"\n" + extra;
 }
@@ -111,13 +118,17 @@ class Held {
   Held(const std::vector<std::string>& env, const std::vector<std::string>& argv, const std::string& tag) {
     out_ = kWork + "/" + tag + ".out";
     err_ = kWork + "/" + tag + ".err";
+    // Truncate before the fork: wait_holding() must never see an earlier
+    // run's output.
+    std::ofstream(out_, std::ios::trunc).close();
+    std::ofstream(err_, std::ios::trunc).close();
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(p[0], 0);
-      int o = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int o = ::open(out_.c_str(), O_WRONLY | O_APPEND);
+      int e = ::open(err_.c_str(), O_WRONLY | O_APPEND);
       ::dup2(o, 1);
       ::dup2(e, 2);
       std::vector<std::string> a = {"/usr/bin/env"};
@@ -296,11 +307,11 @@ TEST_F(LlamaPool, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
   // Let the first finish loading the whole model (background warm-up).
   nlohmann::json m1;
   for (int i = 0; i < 500; ++i) {
-    m1 = *model_status(bus.address());
+    m1 = first_model(bus.address());
     if (m1["state"] == "resident") break;
     std::this_thread::sleep_for(20ms);
   }
-  ASSERT_EQ(m1["state"], "resident") << m1.dump();
+  ASSERT_EQ(m1["state"], "resident") << m1.dump() << "\n" << a.err();
   const auto pool_before = status(bus.address());
 
   Held b(preload_env(bus.address()), gen, "share-b");
@@ -308,7 +319,8 @@ TEST_F(LlamaPool, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
   EXPECT_EQ(tokens_of(ProcessResult{0, 0, a.out(), ""}), want);
   EXPECT_EQ(tokens_of(ProcessResult{0, 0, b.out(), ""}), want);
 
-  const auto m2 = *model_status(bus.address());
+  const auto m2 = first_model(bus.address());
+  ASSERT_TRUE(m2.contains("refcount")) << m2.dump();
   EXPECT_EQ(m2["refcount"].get<uint64_t>(), 2U) << m2.dump();
   // "clients" counts userfaultfd attachments: the second process found the
   // model resident and mapped it plainly, without one.
@@ -347,7 +359,7 @@ TEST_F(LlamaPool, FullyResidentModelNeedsNoUserfaultfd) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   nlohmann::json m;
   for (int i = 0; i < 500; ++i) {
-    m = *model_status(bus.address());
+    m = first_model(bus.address());
     if (m["state"] == "resident") break;
     std::this_thread::sleep_for(20ms);
   }
