@@ -33,3 +33,4 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/airs-memd.conf DESTINATION ${CMAKE_IN
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/airs/airs-memd.conf.d)
 
 include(${CMAKE_CURRENT_LIST_DIR}/CPack.cmake)
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/airs-run DESTINATION ${CMAKE_INSTALL_BINDIR})

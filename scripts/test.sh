@@ -55,6 +55,8 @@ configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/
 run_ctest build 'unit|integration'
 # The package in a real systemd booted in systemd-nspawn (about a minute).
 run_ctest build e2e timeout 600
+# An unmodified llama.cpp (prebuilt, from npm) on the pool (about a minute).
+run_ctest build llama timeout 900
 
 configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DAIRS_SANITIZE=address,undefined -DAIRS_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

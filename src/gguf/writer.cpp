@@ -66,6 +66,13 @@ Builder& Builder::kv_array_f32(std::string_view key, std::span<const float> item
   return *this;
 }
 
+Builder& Builder::kv_array_i32(std::string_view key, std::span<const int32_t> items) {
+  str(key).u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kInt32));
+  u64(items.size());
+  for (int32_t v : items) i32(v);
+  return *this;
+}
+
 Builder& Builder::tensor_info(std::string_view name, std::span<const uint64_t> dims, uint32_t type_id,
                               uint64_t rel_offset) {
   str(name).u32(static_cast<uint32_t>(dims.size()));
@@ -141,6 +148,99 @@ constexpr uint64_t mix64(uint64_t z) noexcept {
   return z ^ (z >> 31);
 }
 
+// ---- llama_compatible models ----
+
+// llama.cpp token types (llama_token_type).
+constexpr int32_t kTokNormal = 1, kTokUnknown = 2, kTokControl = 3, kTokByte = 6;
+
+// Bijective base 26: 0 -> "a", 25 -> "z", 26 -> "aa", ...
+std::string letters(uint64_t k) {
+  std::string out;
+  for (uint64_t n = k + 1; n > 0; n = (n - 1) / 26) out.insert(out.begin(), static_cast<char>('a' + (n - 1) % 26));
+  return out;
+}
+
+// A SentencePiece-style vocabulary: llama.cpp's "llama" (SPM) tokenizer
+// needs <unk>/<s>/</s>, the byte-fallback tokens (it looks up <0x0A> for the
+// newline) and n_vocab unique pieces; U+2581 is SentencePiece's space.
+void llama_vocab(uint64_t n_vocab, std::vector<std::string>& tokens, std::vector<float>& scores,
+                 std::vector<int32_t>& types) {
+  tokens.reserve(n_vocab);
+  scores.reserve(n_vocab);
+  types.reserve(n_vocab);
+  tokens = {"<unk>", "<s>", "</s>"};
+  scores = {0.0F, 0.0F, 0.0F};
+  types = {kTokUnknown, kTokControl, kTokControl};
+  for (uint64_t b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    scores.push_back(0.0F);
+    types.push_back(kTokByte);
+  }
+  for (uint64_t j = 0; tokens.size() < n_vocab; ++j) {
+    tokens.push_back((j % 2 == 0 ? std::string("\xE2\x96\x81") : std::string()) + letters(j / 2));
+    scores.push_back(-static_cast<float>(j + 1));
+    types.push_back(kTokNormal);
+  }
+}
+
+// llama_ftype for general.file_type (informational for llama.cpp).
+uint32_t llama_file_type(TypeScheme s) {
+  switch (s) {
+    case TypeScheme::kF32: return 0;
+    case TypeScheme::kF16: return 1;
+    case TypeScheme::kQ4_0: return 2;
+    case TypeScheme::kQ8_0: return 7;
+    case TypeScheme::kQ4_K: return 15;   // MOSTLY_Q4_K_M
+    case TypeScheme::kMixed: return 15;
+  }
+  return 0;
+}
+
+// Overwrites, in `out` (tensor bytes from `offset_in_tensor` on), every
+// byte at position `pos` within each `block`-byte element/block with
+// (byte & keep) | set: that pins the exponent of a float or a quantisation
+// scale to a finite value while the random mantissa/quants stay.
+void pin_byte(std::span<std::byte> out, uint64_t offset_in_tensor, uint64_t block, uint64_t pos, uint8_t keep,
+              uint8_t set) {
+  const uint64_t first_block = offset_in_tensor / block;
+  uint64_t at = first_block * block + pos;
+  if (at < offset_in_tensor) at += block;
+  for (; at < offset_in_tensor + out.size(); at += block) {
+    auto& b = out[static_cast<size_t>(at - offset_in_tensor)];
+    b = static_cast<std::byte>((static_cast<uint8_t>(b) & keep) | set);
+  }
+}
+
+// Makes random tensor bytes numerically sane for llama.cpp: norm weights
+// with magnitude in [0.5, 2), other weights around 0.01 (see ModelSpec).
+void sanitize_for_llama(const PlannedTensor& t, uint64_t offset_in_tensor, std::span<std::byte> out) {
+  const bool norm = t.name.find("_norm") != std::string::npos;
+  switch (static_cast<GgmlType>(t.type_id)) {
+    case GgmlType::kF32:  // byte 3 = sign + exponent[7:1]: 126/127 or 120/121
+      pin_byte(out, offset_in_tensor, 4, 3, 0x80, norm ? 0x3F : 0x3C);
+      break;
+    case GgmlType::kF16:  // byte 1 = sign, 5-bit exponent, 2 mantissa bits
+      pin_byte(out, offset_in_tensor, 2, 1, 0x83, static_cast<uint8_t>((norm ? 15 : 8) << 2));
+      break;
+    case GgmlType::kQ8_0:  // f16 d then 32 x int8: d ~ 2^-12
+      pin_byte(out, offset_in_tensor, 34, 1, 0x03, 3 << 2);
+      break;
+    case GgmlType::kQ4_0:  // f16 d then 16 bytes of nibbles: d ~ 2^-8
+      pin_byte(out, offset_in_tensor, 18, 1, 0x03, 7 << 2);
+      break;
+    case GgmlType::kQ4_K:  // f16 d, f16 dmin, 12 scale bytes, 128 quant bytes
+      // w = d*sc*q - dmin*m with sc, m in [0, 64), q in [0, 16): d ~ 2^-14
+      // and dmin ~ 8 d keep the mean near zero (a common positive bias would
+      // drive every hidden state to one direction and every output to one
+      // token).
+      pin_byte(out, offset_in_tensor, 144, 1, 0x03, 1 << 2);
+      pin_byte(out, offset_in_tensor, 144, 3, 0x03, 4 << 2);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 // ---- planning --------------------------------------------------------------
@@ -208,13 +308,22 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   }
 
   const std::string& a = s.architecture;
-  const uint64_t n_tok = std::min(s.n_vocab, s.n_vocab_tokens_written);
   std::vector<std::string> tokens;
   std::vector<float> scores;
-  tokens.reserve(n_tok);
-  for (uint64_t i = 0; i < n_tok; ++i) {
-    tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("<0x{:02X}>", i - 3));
-    scores.push_back(-static_cast<float>(i));
+  std::vector<int32_t> token_types;
+  if (s.llama_compatible) {
+    if (s.n_vocab < kLlamaMinVocab) {
+      return make_error(EINVAL, "model spec: n_vocab {} is below {} (a llama-compatible vocabulary needs 3 specials and "
+                        "256 byte tokens)", s.n_vocab, kLlamaMinVocab);
+    }
+    llama_vocab(s.n_vocab, tokens, scores, token_types);
+  } else {
+    const uint64_t n_tok = std::min(s.n_vocab, s.n_vocab_tokens_written);
+    tokens.reserve(n_tok);
+    for (uint64_t i = 0; i < n_tok; ++i) {
+      tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("<0x{:02X}>", i - 3));
+      scores.push_back(-static_cast<float>(i));
+    }
   }
   Builder b;
   const size_t kv_count_at = 16;
@@ -240,6 +349,13 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   kv([&] { b.kv_array_f32("tokenizer.ggml.scores", scores); });
   kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
   kv([&] { b.kv_bool("tokenizer.ggml.add_bos_token", true); });
+  if (s.llama_compatible) {
+    kv([&] { b.kv_u32("general.file_type", llama_file_type(s.types)); });
+    kv([&] { b.kv_array_i32("tokenizer.ggml.token_type", token_types); });
+    kv([&] { b.kv_u32("tokenizer.ggml.eos_token_id", 2); });
+    kv([&] { b.kv_u32("tokenizer.ggml.unknown_token_id", 0); });
+    kv([&] { b.kv_bool("tokenizer.ggml.add_eos_token", false); });
+  }
   b.patch_u64(kv_count_at, n_kv);
   for (const auto& t : plan.tensors) b.tensor_info(t.name, t.dims, t.type_id, t.rel_offset);
   plan.header = b.take();
@@ -280,7 +396,8 @@ Result<ModelSpec> spec_for_size(ModelSpec base, uint64_t target) {
   };
   // Small targets: shrink the vocabulary first (the embedding dominates).
   uint64_t vocab = base.n_vocab;
-  while (vocab > 256 && size_of(shape(1, vocab)) > target) vocab = std::max<uint64_t>(256, vocab / 2);
+  const uint64_t min_vocab = base.llama_compatible ? kLlamaMinVocab : 256;
+  while (vocab > min_vocab && size_of(shape(1, vocab)) > target) vocab = std::max<uint64_t>(min_vocab, vocab / 2);
   ModelSpec best = shape(1, vocab);
   uint64_t best_size = size_of(best);
   if (best_size == std::numeric_limits<uint64_t>::max()) return make_error(EINVAL, "model spec: invalid base spec");
@@ -349,8 +466,9 @@ Status expected_file_bytes(const ModelPlan& plan, uint64_t file_offset, std::spa
     const uint64_t b = std::min(end, it->offset + it->nbytes);
     if (a >= b) continue;
     const auto index = static_cast<uint32_t>(it - plan.tensors.begin());
-    fill_tensor_bytes(plan.spec.seed, index, a - it->offset,
-                      out.subspan(static_cast<size_t>(a - file_offset), static_cast<size_t>(b - a)));
+    const auto dst = out.subspan(static_cast<size_t>(a - file_offset), static_cast<size_t>(b - a));
+    fill_tensor_bytes(plan.spec.seed, index, a - it->offset, dst);
+    if (plan.spec.llama_compatible) sanitize_for_llama(*it, a - it->offset, dst);
   }
   return {};
 }

@@ -50,6 +50,7 @@ class Builder {
   Builder& kv_array_str(std::string_view key, std::span<const std::string> items);
   Builder& kv_array_u32(std::string_view key, std::span<const uint32_t> items);
   Builder& kv_array_f32(std::string_view key, std::span<const float> items);
+  Builder& kv_array_i32(std::string_view key, std::span<const int32_t> items);
   // One tensor info record; `rel_offset` is relative to the data section.
   Builder& tensor_info(std::string_view name, std::span<const uint64_t> dims, uint32_t type_id, uint64_t rel_offset);
 
@@ -95,7 +96,19 @@ struct ModelSpec {
   uint32_t alignment = kDefaultAlignment;  // power of two
   uint64_t seed = 1;
   uint64_t n_vocab_tokens_written = 64;    // tokenizer.ggml.tokens entries (min with n_vocab)
+  // llama.cpp-loadable: a full SentencePiece ("llama" tokenizer) vocabulary
+  // of n_vocab >= 259 tokens (<unk>, <s>, </s>, the 256 byte tokens
+  // <0x00>..<0xFF>, then unique word pieces) with scores, token types and
+  // special ids, general.file_type, and numerically sane weights: every
+  // float and every quantisation scale has a fixed, finite exponent (norm
+  // weights around 1, other weights around 0.01), so a forward pass gives
+  // finite logits. n_vocab_tokens_written is ignored. Content is still a pure
+  // function of the spec (see expected_file_bytes).
+  bool llama_compatible = false;
 };
+
+// The smallest n_vocab a llama_compatible spec accepts (3 specials + 256 bytes).
+inline constexpr uint64_t kLlamaMinVocab = 259;
 
 struct PlannedTensor {
   std::string name;

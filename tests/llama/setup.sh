@@ -1,0 +1,52 @@
+#!/bin/sh
+# Installs the prebuilt llama.cpp from npm (exact versions: package-lock.json)
+# into WORK and builds llama-gen against it. Needs node/npm and a C compiler;
+# fails loudly (never skips) when the registry or a tool is missing.
+#
+#   tests/llama/setup.sh SRC_DIR(tests/llama) WORK CC
+# Leaves: WORK/npm/node_modules/..., WORK/bins (link to the shipped .so
+# files and CPU backends), WORK/include (llama.h, ggml*.h from the llama.cpp
+# git bundle inside the same npm package), WORK/llama-gen.
+set -eu
+src=$(cd "$1" && pwd)
+mkdir -p "$2"; work=$(cd "$2" && pwd)
+cc=${3:-cc}
+
+mkdir -p "$work/npm" "$work/include"
+cp "$src/package.json" "$src/package-lock.json" "$work/npm/"
+# SKIP_DOWNLOAD: the binaries come from @node-llama-cpp/linux-x64; never build
+# or download llama.cpp at install time.
+# `npm ci` refuses this lock: node-llama-cpp 3.22.1 lists optional platform
+# packages (win-x64, mac-x64, linux-riscv64 ...) at versions the registry
+# does not have (404), so they cannot be in the lock. `npm install` with the
+# committed lock installs exactly the locked versions; we check it did not
+# have to change the lock, which is what `npm ci` would guarantee.
+if [ ! -f "$work/npm/.installed" ] || ! cmp -s "$src/package-lock.json" "$work/npm/.installed"; then
+  (cd "$work/npm" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --no-audit --no-fund --loglevel=error)
+  if ! cmp -s "$src/package-lock.json" "$work/npm/package-lock.json"; then
+    echo "setup: npm changed package-lock.json: the registry no longer serves the locked versions" >&2
+    exit 1
+  fi
+  cp "$src/package-lock.json" "$work/npm/.installed"
+fi
+
+bins="$work/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+bundle="$work/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle"
+[ -f "$bins/libllama.v0.5.0.so" ] || { echo "setup: $bins/libllama.v0.5.0.so missing (npm package layout changed?)" >&2; exit 1; }
+[ -f "$bundle" ] || { echo "setup: $bundle missing" >&2; exit 1; }
+ln -sfn "$bins" "$work/bins"
+
+# The headers of exactly the llama.cpp these binaries were built from.
+for h in include/llama.h ggml/include/ggml.h ggml/include/ggml-backend.h ggml/include/ggml-alloc.h \
+         ggml/include/ggml-cpu.h ggml/include/ggml-opt.h ggml/include/gguf.h; do
+  git --git-dir="$bundle" show "HEAD:$h" > "$work/include/$(basename "$h")" 2>/dev/null || {
+    # A bundle is not a repository: clone it once (no checkout) to read files.
+    [ -d "$work/llama-src" ] || git clone -q --no-checkout "$bundle" "$work/llama-src"
+    git -C "$work/llama-src" show "HEAD:$h" > "$work/include/$(basename "$h")"
+  }
+done
+
+"$cc" -std=c11 -O2 -Wall -Wextra -Werror -I"$work/include" "$src/llama_gen.c" -o "$work/llama-gen.tmp" \
+  "$bins/libllama.v0.5.0.so" "$bins/libggml.v0.5.0.so" "$bins/libggml-base.so" -Wl,-rpath,"$bins"
+mv "$work/llama-gen.tmp" "$work/llama-gen"
+echo "setup: llama-gen ready in $work (llama.cpp from npm @node-llama-cpp/linux-x64)"
