@@ -28,8 +28,8 @@ const dbus::Caller& ModelObject::caller() { return d_.identities().of(*getObject
 
 std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::Open(const dbus::Dict& options) {
   const auto& c = caller();
-  d_.check_fd_quota(c, 2);
   auto& m = entry();
+  d_.check_fd_quota(c, 2);
   const bool lazy = dbus::get<bool>(options, "lazy").value_or(true);
   auto r = d_.models().open(m, c.name, lazy);
   if (!r) {

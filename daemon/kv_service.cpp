@@ -210,8 +210,10 @@ Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
   if (!r && r.error().code == ENOMEM) {
     // Room across arenas: whole chunks are what the pool hands out.
     const auto& g = arenas_.at(s.arena).geo;
-    const uint64_t chunks = div_round_up(uint64_t{n}, g.blocks_per_chunk);
-    if (make_room(s, chunks * g.chunk_bytes)) {
+    // Ask only for what the pool is missing, not for the whole request.
+    const uint64_t want = div_round_up(uint64_t{n}, g.blocks_per_chunk) * g.chunk_bytes;
+    const uint64_t have = pool_.counts().free_bytes();
+    if (want > have && make_room(s, want - have)) {
       r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
       publish(notices);
     }
