@@ -405,6 +405,33 @@ CallError BusClient::unload(const std::string& object, bool force) {
   });
 }
 
+CallError BusClient::open_model(const std::string& object, bool lazy) {
+  return guarded([&] {
+    auto p = sdbus::createProxy(*bus_, kBus, object);
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    dbus::Dict info;
+    p->callMethod("Open")
+        .onInterface("org.aios.Airs1.Model")
+        .withArguments(dbus::Dict{{"lazy", sdbus::Variant(lazy)}})
+        .storeResultsTo(region, size, status, info);
+  });
+}
+
+CallError BusClient::release_model(const std::string& object) {
+  return guarded([&] {
+    auto p = sdbus::createProxy(*bus_, kBus, object);
+    p->callMethod("Release").onInterface("org.aios.Airs1.Model");
+  });
+}
+
+uint64_t BusClient::property_u64(const std::string& object, const std::string& interface, const std::string& name) {
+  auto p = sdbus::createProxy(*bus_, kBus, object);
+  sdbus::Variant v = p->getProperty(name).onInterface(interface);
+  if (v.containsValueOfType<uint32_t>()) return v.get<uint32_t>();
+  return v.get<uint64_t>();
+}
+
 CallError BusClient::create_session(const std::string& model, const std::string& priority, Session* out) {
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, kManager);

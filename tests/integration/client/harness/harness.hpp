@@ -146,6 +146,11 @@ class BusClient {
   // LoadModel(fd of `path`); the object path in *object on success.
   CallError load_model(const std::string& path, std::string* object = nullptr);
   CallError unload(const std::string& object, bool force);
+  // Model.Open(lazy); the returned fds are closed at once.
+  CallError open_model(const std::string& object, bool lazy);
+  CallError release_model(const std::string& object);
+  // A property of type t (u is widened) of `object` on `interface`.
+  uint64_t property_u64(const std::string& object, const std::string& interface, const std::string& name);
   // CreateSession; on success *session and the arena fd (owned by caller, -1 if not wanted).
   struct Session {
     std::string path;
