@@ -11,6 +11,10 @@
 //       victim (prints the D-Bus error of each), then makes its own session
 //       on the model, reports its arena file and whether any of its N new
 //       blocks shows the victim's bytes, writes its own, "holding", waits.
+//   fill --bus ADDR --as-uid UID --model OBJ --priority P --blocks N
+//       drops to UID; one session of priority P with N blocks; "ready
+//       session=PATH", waits for a stdin line, then reports how many blocks
+//       its notice page lists ("notices n=").
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/mman.h>
@@ -61,7 +65,7 @@ std::vector<uint64_t> parse_list(const std::string& s) {
 }
 
 struct Args {
-  std::string cmd, bus, file, hashes, model, victim;
+  std::string cmd, bus, file, hashes, model, victim, priority = "background";
   uint64_t seed = 1;
   uint32_t sessions = 1, blocks = 1;
   long uid = -1;
@@ -242,6 +246,37 @@ int intruder(const Args& a) {
   return 0;
 }
 
+int fill(const Args& a) {
+  if (a.uid >= 0) {
+    const auto id = static_cast<uid_t>(a.uid);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(id)) != 0 || ::setuid(id) != 0) {
+      std::perror("dropping privileges");
+      return 16;
+    }
+  }
+  auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  auto mgr = sdbus::createProxy(*bus, "org.aios.Airs1", "/org/aios/Airs1");
+  sdbus::ObjectPath path;
+  sdbus::UnixFd arena, notice, event;
+  airs::dbus::Dict geo;
+  mgr->callMethod("CreateSession")
+      .onInterface("org.aios.Airs1.Manager")
+      .withArguments(sdbus::ObjectPath(a.model), a.priority, airs::dbus::Dict{})
+      .storeResultsTo(path, arena, notice, event, geo);
+  auto own = sdbus::createProxy(*bus, "org.aios.Airs1", path);
+  std::vector<uint32_t> blocks;
+  own->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(a.blocks).storeResultsTo(blocks);
+  say("ready session=%s blocks=%zu", std::string(path).c_str(), blocks.size());
+  (void)wait_stdin_line();
+  struct stat st {};
+  ::fstat(notice.get(), &st);
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, notice.get(), 0);
+  uint64_t head = 0;
+  if (p != MAP_FAILED) head = __atomic_load_n(reinterpret_cast<const uint64_t*>(static_cast<const char*>(p) + 16), __ATOMIC_ACQUIRE);
+  say("notices n=%" PRIu64, head);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -264,6 +299,7 @@ int main(int argc, char** argv) {
     else if (k == "--sessions") a.sessions = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--blocks") a.blocks = static_cast<uint32_t>(std::stoul(v));
     else if (k == "--as-uid") a.uid = std::stol(v);
+    else if (k == "--priority") a.priority = v;
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       return 10;
@@ -274,6 +310,7 @@ int main(int argc, char** argv) {
     if (a.cmd == "share") return share(a);
     if (a.cmd == "hold") return hold(a);
     if (a.cmd == "intruder") return intruder(a);
+    if (a.cmd == "fill") return fill(a);
   } catch (const sdbus::Error& e) {
     std::fprintf(stderr, "D-Bus: %s: %s\n", e.getName().c_str(), e.getMessage().c_str());
     return 19;

@@ -482,6 +482,38 @@ TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractiveThenIdleInteractive
   (void)r2;
 }
 
+TEST_F(KvEviction, AcrossUidsBackgroundKvMakesRoomForInteractive) {
+  // Background KV of another uid (another arena) fills the pool; an
+  // interactive allocation of ours evicts it, only about as much as needed.
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
+  if (!start(32) || !open_lib()) return;
+  airs_session* req = session(AIRS_PRIORITY_INTERACTIVE);
+  ASSERT_NE(req, nullptr);
+  const auto g = geometry(req);
+  const uint64_t chunk = huge_page_size();
+  const uint32_t pc = static_cast<uint32_t>(chunk / g.block_bytes);
+  const uint64_t free_chunks = dbus_->status()["pool"]["free_bytes"].get<uint64_t>() / chunk;
+  ASSERT_GE(free_chunks, 4u);
+  Child bg({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--model", model_obj_,
+            "--priority", "background", "--blocks", std::to_string((free_chunks - 1) * pc)});
+  ASSERT_TRUE(bg.expect_line("ready")) << bg.transcript();
+  ASSERT_EQ(dbus_->status()["pool"]["free_bytes"].get<uint64_t>(), chunk);
+  std::vector<uint32_t> mine(2 * pc);
+  ASSERT_EQ(airs_session_allocate(req, 2 * pc, mine.data()), 0) << airs_last_error();
+  uint64_t evicted = 0;
+  for (auto& s : dbus_->list_sessions())
+    if (s["uid"].get<uint32_t>() == 65534u) evicted = s["evicted_blocks"].get<uint64_t>();
+  std::printf("[ info ] background KV of uid 65534 evicted: %llu blocks (%u were missing)\n",
+              static_cast<unsigned long long>(evicted), pc);
+  EXPECT_GE(evicted, pc);
+  EXPECT_LE(evicted, 2u * pc) << "evicted far more than the allocation needed";
+  bg.send("go");
+  auto n = bg.expect_line("notices");
+  ASSERT_TRUE(n) << bg.transcript();
+  EXPECT_EQ(field_u64(*n, "n"), evicted) << "the notice page and ListSessions disagree";
+  EXPECT_EQ(bg.wait().exit_code, 0) << bg.transcript();
+}
+
 TEST_F(KvEviction, FailedAllocateEvictsNothing) {
   // All or nothing: an Allocate that cannot be satisfied (the rest is
   // active interactive KV) must not evict lower-priority KV on the way.
