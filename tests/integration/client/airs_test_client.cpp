@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
   if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
+    airs_disconnect(client);
     return 13;
   }
   const auto* data = static_cast<const volatile unsigned char*>(airs_model_data(model));

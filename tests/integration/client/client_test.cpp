@@ -113,6 +113,15 @@ class ClientIntegration : public ::testing::Test {
     EXPECT_EQ(field(*v, "fallback"), fallback) << *v;
   }
 
+  void TearDown() override {
+    // A clean exit: no sanitizer report, no crash at shutdown.
+    dbus_.reset();
+    if (daemon_ && daemon_->pid() > 0) {
+      const int rc = daemon_->stop();
+      EXPECT_EQ(rc, 0) << "airs-memd did not stop cleanly:\n" << daemon_->log();
+    }
+  }
+
   TempDir dir_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<BlkioThrottle> throttle_;  // outlives the daemon in it
@@ -432,7 +441,7 @@ TEST_F(ClientIntegration, PoolTooSmallIsAClearErrorAndNothingIsHalfMade) {
   auto f = c.expect_line("open-failed");
   ASSERT_TRUE(f) << c.transcript();
   EXPECT_EQ(field(*f, "rc"), std::to_string(-ENOMEM));
-  EXPECT_EQ(c.wait().exit_code, 13);
+  EXPECT_EQ(c.wait().exit_code, 13) << c.err();
   EXPECT_NE(c.err().find("pool exhausted"), std::string::npos) << c.err();
   EXPECT_EQ(dbus_->status()["models"], before["models"]);
 }

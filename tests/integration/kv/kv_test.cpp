@@ -120,6 +120,12 @@ class KvIntegration : public ::testing::Test {
     if (client_ != nullptr) airs_disconnect(client_);
     model_ = nullptr;
     client_ = nullptr;
+    dbus_.reset();
+    // A clean exit: no sanitizer report, no crash at shutdown.
+    if (daemon_ && daemon_->pid() > 0) {
+      const int rc = daemon_->stop();
+      EXPECT_EQ(rc, 0) << "airs-memd did not stop cleanly:\n" << daemon_->log();
+    }
   }
 
   uint64_t kv_pool_bytes() { return dbus_->status()["pool"]["kv_bytes"].get<uint64_t>(); }
