@@ -1,0 +1,243 @@
+// airs_test_client: a real inference-like client process for the client
+// integration suite. It opens a model through libairs (lazily, exactly as a
+// user would) and checks the BYTES it reads against the GGUF file itself,
+// tensor by tensor. It talks to the test over stdin/stdout in lines of
+// "word key=value ..." so the test can stop it at a chosen point.
+//
+//   airs_test_client --bus ADDR --file MODEL.gguf [options]
+//     --order seq|random:SEED|none   tensors to verify, in load order or shuffled
+//     --wait-go          after opening, print "waiting" and wait for a stdin line
+//     --fork-child       fork; the child touches the mapping (must get SIGSEGV)
+//     --touch OFFSET     read the byte at OFFSET (SIGBUS → "sigbus", exit 7)
+//     --wait-resident MS wait until the model is resident before verifying
+//     --hold             after verifying print "holding", wait for a stdin line
+//
+// Exit codes: 0 bytes right; 3 wrong bytes; 4 the forked child read
+// something; 7 SIGBUS on --touch; 10+ set-up errors (message on stderr).
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "airs/airs.h"
+#include "gguf/file_io.hpp"
+#include "gguf/gguf.hpp"
+
+namespace {
+
+int count_uffd_fds() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char link[256] = {};
+    const std::string p = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t len = ::readlink(p.c_str(), link, sizeof link - 1);
+    if (len > 0 && std::strcmp(link, "anon_inode:[userfaultfd]") == 0) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vprintf(fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+bool wait_stdin_line() {
+  char buf[256];
+  return std::fgets(buf, sizeof buf, stdin) != nullptr;
+}
+
+void write_str(const char* s) { (void)!::write(1, s, std::strlen(s)); }
+
+void on_sigbus(int, siginfo_t* si, void*) {
+  char msg[96];
+  // snprintf is not async-signal-safe in theory; the process exits right after.
+  const int n = std::snprintf(msg, sizeof msg, "sigbus addr=%p code=%d\n", si->si_addr, si->si_code);
+  if (n > 0) (void)!::write(1, msg, static_cast<size_t>(n));
+  ::_exit(7);
+}
+
+void child_on_segv(int, siginfo_t*, void*) {
+  write_str("child-segv\n");
+  ::_exit(9);
+}
+
+struct Range {
+  std::string name;
+  uint64_t offset;
+  uint64_t nbytes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string bus, file, order = "seq";
+  bool wait_go = false, fork_child = false, hold = false;
+  long long touch = -1;
+  int wait_resident_ms = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(10);
+      }
+      return argv[++i];
+    };
+    if (a == "--bus") bus = next();
+    else if (a == "--file") file = next();
+    else if (a == "--order") order = next();
+    else if (a == "--wait-go") wait_go = true;
+    else if (a == "--fork-child") fork_child = true;
+    else if (a == "--hold") hold = true;
+    else if (a == "--touch") touch = std::stoll(next());
+    else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 10;
+    }
+  }
+  if (bus.empty() || file.empty()) {
+    std::fprintf(stderr, "usage: airs_test_client --bus ADDR --file MODEL.gguf [options]\n");
+    return 10;
+  }
+  // A hang is a failure the test must see as one, not a stuck suite.
+  ::alarm(90);
+
+  auto src = airs::gguf::FdSource::open(file);
+  if (!src) {
+    std::fprintf(stderr, "open %s: %s\n", file.c_str(), src.error().message.c_str());
+    return 11;
+  }
+  auto parsed = airs::gguf::parse(*src);
+  if (!parsed) {
+    std::fprintf(stderr, "parse %s: %s\n", file.c_str(), parsed.error().message.c_str());
+    return 11;
+  }
+  std::vector<Range> ranges;
+  ranges.push_back({"<header>", 0, parsed->data_offset});
+  for (uint32_t idx : parsed->load_order) {
+    const auto& t = parsed->tensors[idx];
+    ranges.push_back({t.name, t.offset, t.nbytes});
+  }
+
+  airs_client* client = nullptr;
+  if (airs_connect(bus.c_str(), &client) != 0) {
+    std::fprintf(stderr, "airs_connect: %s\n", airs_last_error());
+    return 12;
+  }
+  airs_model* model = nullptr;
+  airs_model_options opt{nullptr, 0};
+  if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
+    say("open-failed rc=%d", rc);
+    std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
+    airs_disconnect(client);
+    return 13;
+  }
+  const auto* data = static_cast<const volatile unsigned char*>(airs_model_data(model));
+  say("opened pid=%d resident=%d size=%" PRIu64 " object=%s uffd_fds=%d", ::getpid(), airs_model_is_resident(model),
+      airs_model_size(model), airs_model_object(model), count_uffd_fds());
+
+  if (wait_go) {
+    say("waiting");
+    if (!wait_stdin_line()) return 14;
+  }
+
+  if (fork_child) {
+    const pid_t c = ::fork();
+    if (c == 0) {
+      struct sigaction sa {};
+      sa.sa_sigaction = child_on_segv;
+      sa.sa_flags = SA_SIGINFO;
+      ::sigaction(SIGSEGV, &sa, nullptr);
+      // MADV_DONTFORK: the child must not have the mapping at all. Touch the
+      // last page (not yet loaded while the fill is slow) and the first.
+      const uint64_t off = airs_model_size(model) - 1;
+      const unsigned v = data[off];
+      const unsigned w = data[0];
+      char msg[80];
+      const int n = std::snprintf(msg, sizeof msg, "child-read value=%u first=%u\n", v, w);
+      if (n > 0) (void)!::write(1, msg, static_cast<size_t>(n));
+      ::_exit(4);
+    }
+    int st = 0;
+    ::waitpid(c, &st, 0);
+    say("child exit=%d signal=%d", WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 9) return 4;
+  }
+
+  if (touch >= 0) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    ::sigaction(SIGBUS, &sa, nullptr);
+    say("touching offset=%lld addr=%p", touch, static_cast<const void*>(const_cast<const unsigned char*>(data) + touch));
+    const unsigned v = data[touch];
+    say("touched value=%u", v);
+  }
+
+  if (wait_resident_ms >= 0) {
+    const int rc = airs_model_wait_resident(model, wait_resident_ms);
+    say("resident rc=%d", rc);
+  }
+
+  if (order != "none") {
+    if (order.rfind("random:", 0) == 0) {
+      std::mt19937_64 rng(std::stoull(order.substr(7)));
+      std::shuffle(ranges.begin(), ranges.end(), rng);
+    }
+    say("verifying ranges=%zu", ranges.size());
+    std::vector<unsigned char> want;
+    uint64_t bytes = 0;
+    for (const auto& r : ranges) {
+      want.resize(r.nbytes);
+      if (auto s = src->read(r.offset, want.data(), want.size()); !s) {
+        std::fprintf(stderr, "pread %s: %s\n", r.name.c_str(), s.error().message.c_str());
+        return 15;
+      }
+      const auto* got = const_cast<const unsigned char*>(data) + r.offset;
+      if (std::memcmp(got, want.data(), r.nbytes) != 0) {
+        uint64_t first = 0;
+        while (first < r.nbytes && got[first] == want[first]) ++first;
+        uint64_t zeros = 0;
+        for (uint64_t k = 0; k < r.nbytes; ++k) zeros += got[k] == 0 ? 1 : 0;
+        say("mismatch tensor=%s offset=%" PRIu64 " first_diff=%" PRIu64 " got=%u want=%u zero_bytes=%" PRIu64
+            " of=%" PRIu64,
+            r.name.c_str(), r.offset, r.offset + first, got[first], want[first], zeros, r.nbytes);
+        return 3;
+      }
+      bytes += r.nbytes;
+    }
+    say("verified tensors=%zu bytes=%" PRIu64 " fallback=%d", ranges.size() - 1, bytes, airs_model_in_fallback(model));
+  }
+  say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
+      count_uffd_fds());
+
+  if (hold) {
+    say("holding");
+    (void)wait_stdin_line();
+  }
+  airs_model_close(model);
+  airs_disconnect(client);
+  say("closed");
+  return 0;
+}

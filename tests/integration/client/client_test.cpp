@@ -1,0 +1,562 @@
+// Issue 3 end to end: models through the real airs-memd, a private D-Bus and
+// the real kernel (hugetlbfs, userfaultfd, io_uring), used by real client
+// processes (airs_test_client, linking libairs) that compare every tensor
+// they read with the GGUF file. Loads are slowed with a blkio throttle on the
+// daemon (its O_DIRECT reads) where a test needs to act mid-load.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "daemon_fixture.hpp"
+#include "gguf/writer.hpp"
+#include "harness.hpp"
+
+using namespace airs::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+int daemon_uffd_fds(pid_t pid) {
+  int n = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char link[256] = {};
+    const ssize_t len = ::readlink((dir + "/" + e->d_name).c_str(), link, sizeof link - 1);
+    if (len > 0 && std::string(link) == "anon_inode:[userfaultfd]") ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+class ClientIntegration : public ::testing::Test {
+ protected:
+  // Starts a private bus and airs-memd with a pool of pool_mib MiB. With
+  // throttle_bps > 0 the daemon's block reads are limited to that rate.
+  // Returns false when the test was skipped (reason logged).
+  bool start(uint64_t pool_mib, const std::string& extra_toml = "", uint64_t throttle_bps = 0) {
+    if (auto why = hugepages_missing(pool_mib * kMiB)) {
+      ADD_FAILURE() << "huge pages missing: " << *why;
+      return false;
+    }
+    if (throttle_bps > 0) {
+      throttle_ = std::make_unique<BlkioThrottle>(dir_.path(), throttle_bps);
+      if (!throttle_->available()) {
+        skip("cannot slow the daemon's reads: " + throttle_->why());
+        return false;
+      }
+    }
+    bus_ = std::make_unique<PrivateBus>();
+    const std::string toml = "[pool]\nsize = \"" + std::to_string(pool_mib) + "M\"\ngrow_nr_hugepages = false\n" + extra_toml;
+    daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
+    if (!daemon_->started()) {
+      ADD_FAILURE() << "airs-memd did not start:\n" << daemon_->log();
+      return false;
+    }
+    if (throttle_ && !throttle_->add(daemon_->pid())) {
+      ADD_FAILURE() << "cannot move airs-memd into the blkio group";
+      return false;
+    }
+    dbus_ = std::make_unique<BusClient>(bus_->address());
+    return true;
+  }
+
+  std::vector<std::string> client(const ModelFile& m, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {test_client_path(), "--bus", bus_->address(), "--file", m.path};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  nlohmann::json model_status(const std::string& object) { return model_in(dbus_->status(), object); }
+
+  // The model's object path (LoadModel is idempotent per file).
+  std::string load(const ModelFile& m) {
+    std::string obj;
+    auto e = dbus_->load_model(m.path, &obj);
+    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
+    return obj;
+  }
+
+  // With a throttle the test relies on O_DIRECT reads (buffered reads of a
+  // cached file are not slowed).
+  bool require_direct_io(const std::string& object) {
+    auto ms = model_status(object);
+    if (!ms.is_null() && ms.value("direct_io", false)) return true;
+    skip("the daemon reads this file system buffered: the blkio throttle cannot slow the load");
+    return false;
+  }
+
+  // Records a loud skip; the caller returns.
+  void skip(const std::string& why) { GTEST_SKIP() << why; }
+
+  uint32_t tensors(const ModelFile& m) const { return static_cast<uint32_t>(m.plan.tensors.size()); }
+
+  void expect_verified(Child& c, const ModelFile& m, const std::string& fallback = "0") {
+    auto v = c.expect_line("verified", 30s);
+    ASSERT_TRUE(v) << c.transcript();
+    EXPECT_EQ(field_u64(*v, "tensors"), tensors(m)) << *v;
+    EXPECT_EQ(field(*v, "fallback"), fallback) << *v;
+  }
+
+  void TearDown() override {
+    // A clean exit: no sanitizer report, no crash at shutdown.
+    dbus_.reset();
+    if (daemon_ && daemon_->pid() > 0) {
+      const int rc = daemon_->stop();
+      EXPECT_EQ(rc, 0) << "airs-memd did not stop cleanly:\n" << daemon_->log();
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<PrivateBus> bus_;
+  std::unique_ptr<BlkioThrottle> throttle_;  // outlives the daemon in it
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<BusClient> dbus_;
+};
+
+// ---- 1. in order, random order, 2 and 4 concurrent processes ----
+
+TEST_F(ClientIntegration, OneClientTouchesLayersInOrderDuringTheLoad) {
+  auto m = make_model(dir_, "m.gguf", "inorder", 24 * kMiB);
+  if (!start(64, "", 48 * kMiB)) return;
+  Child c(client(m, {"--order", "seq"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  const std::string obj = field(*o, "object");
+  if (!require_direct_io(obj)) return;
+  EXPECT_EQ(field(*o, "resident"), "0") << "the throttled load finished before the client attached";
+  expect_verified(c, m);
+  auto e = c.wait();
+  EXPECT_EQ(e.exit_code, 0) << c.transcript();
+  auto ms = model_status(obj);
+  EXPECT_GT(ms.value("faults_waited", 0u), 0u) << "no fault waited for a read: the fill was not lazy " << ms.dump();
+  EXPECT_EQ(ms.value("units_failed", 1u), 0u);
+}
+
+TEST_F(ClientIntegration, OneClientInRandomOrder) {
+  auto m = make_model(dir_, "m.gguf", "random", 24 * kMiB);
+  if (!start(64, "", 48 * kMiB)) return;
+  Child c(client(m, {"--order", "random:7"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  if (!require_direct_io(field(*o, "object"))) return;
+  expect_verified(c, m);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+class ConcurrentClients : public ClientIntegration, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ConcurrentClients, AllReadTheRightBytesAndShareOneCopy) {
+  const int n = GetParam();
+  auto m = make_model(dir_, "m.gguf", "shared", 24 * kMiB);
+  if (!start(64, "", 32 * kMiB)) return;
+  std::vector<std::unique_ptr<Child>> cs;
+  for (int i = 0; i < n; ++i)
+    cs.push_back(std::make_unique<Child>(
+        client(m, {"--order", i % 2 == 0 ? "seq" : "random:" + std::to_string(i), "--hold"})));
+  std::string obj;
+  uint32_t lazy = 0;
+  for (auto& c : cs) {
+    auto o = c->expect_line("opened");
+    ASSERT_TRUE(o) << c->transcript();
+    obj = field(*o, "object");
+    // Attached lazily (its own userfaultfd) or mapped a resident model plainly.
+    lazy += field_u64(*o, "uffd_fds") > 0 ? 1u : 0u;
+  }
+  if (!require_direct_io(obj)) return;
+  for (auto& c : cs) {
+    expect_verified(*c, m);
+    ASSERT_TRUE(c->expect_line("holding")) << c->transcript();
+  }
+  // airsctl's view while all of them hold the model: one model, n
+  // references, one client mapping per lazy attach, its bytes once.
+  auto st = airsctl_status(bus_->address());
+  ASSERT_EQ(st["models"].size(), 1u) << st.dump(1);
+  const auto& mm = st["models"][0];
+  EXPECT_EQ(mm["refcount"].get<uint32_t>(), static_cast<uint32_t>(n)) << mm.dump();
+  EXPECT_EQ(mm["clients"].get<uint32_t>(), lazy) << mm.dump();
+  EXPECT_GT(lazy, 0u) << "every client found the model resident: the load was not slowed";
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), round_up_pages(m.size())) << st["pool"].dump();
+  EXPECT_EQ(mm["resident_bytes"].get<uint64_t>(), round_up_pages(m.size()));
+  EXPECT_GT(mm["faults_waited"].get<uint64_t>(), 0u);
+  for (auto& c : cs) c->send("go");
+  for (auto& c : cs) EXPECT_EQ(c->wait().exit_code, 0) << c->transcript();
+  auto dropped = wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms);
+  EXPECT_TRUE(dropped) << model_status(obj).dump();
+  EXPECT_EQ(model_status(obj).value("clients", 99u), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(, ConcurrentClients, ::testing::Values(2, 4),
+                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "Processes"; });
+
+// ---- 2. attach halfway through warm-up ----
+
+TEST_F(ClientIntegration, ClientAttachesHalfwayThroughWarmup) {
+  auto m = make_model(dir_, "big.gguf", "big", 64 * kMiB, 16);
+  if (!start(96, "[models]\nqueue_depth = 1\n", 64 * kMiB)) return;
+  const std::string obj = load(m);  // starts the warm-up, nobody attached
+  if (!require_direct_io(obj)) return;
+  const uint64_t region = round_up_pages(m.size());
+  auto quarter = wait_until([&] { return model_status(obj).value("resident_bytes", uint64_t{0}) >= region / 4; }, 10s);
+  ASSERT_TRUE(quarter) << model_status(obj).dump();
+  Child c(client(m, {"--order", "seq"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  const uint64_t at_attach = model_status(obj).value("resident_bytes", uint64_t{0});
+  EXPECT_EQ(field(*o, "resident"), "0");
+  EXPECT_LT(at_attach, region) << "the warm-up finished before the client attached";
+  expect_verified(c, m);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+  EXPECT_TRUE(wait_until([&] { return model_status(obj).value("state", "") == "resident"; }, 10s));
+}
+
+// ---- 3. kill -9 of a client mid-fault ----
+
+TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
+  auto m = make_model(dir_, "m.gguf", "victim", 32 * kMiB);
+  if (!start(64, "[models]\nqueue_depth = 1\n", 16 * kMiB)) return;
+  const std::string obj = load(m);
+  if (!require_direct_io(obj)) return;
+  const auto pool0 = dbus_->status()["pool"];
+
+  Child victim(client(m, {"--order", "random:3"}));
+  Child a(client(m, {"--order", "seq", "--hold"}));
+  Child b(client(m, {"--order", "random:5", "--hold"}));
+  for (Child* c : {&victim, &a, &b}) ASSERT_TRUE(c->expect_line("opened")) << c->transcript();
+  ASSERT_TRUE(victim.expect_line("verifying"));
+  EXPECT_EQ(model_status(obj).value("refcount", 0u), 3u);
+  // Blocked in a fault on a page the daemon is still reading.
+  auto in_fault = wait_until([&] { return victim.thread_waits_in("handle_userfault"); }, 5s);
+  ASSERT_TRUE(in_fault) << "the victim never waited in a fault\n" << victim.transcript();
+  const auto t_kill = std::chrono::steady_clock::now();
+  victim.kill(SIGKILL);
+  auto ve = victim.wait(5s);
+  EXPECT_EQ(ve.signal, SIGKILL);
+  auto dropped = wait_until([&] { return model_status(obj).value("refcount", 99u) == 2; }, 1000ms);
+  const auto since_kill =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t_kill).count();
+  EXPECT_TRUE(dropped && since_kill <= 1000)
+      << "the dead client's reference was not dropped within 1 s: " << model_status(obj).dump();
+  std::printf("[ info ] reference of the killed client dropped %lld ms after the kill\n",
+              static_cast<long long>(since_kill));
+  for (Child* c : {&a, &b}) {
+    expect_verified(*c, m);
+    ASSERT_TRUE(c->expect_line("holding")) << c->transcript();
+    c->send("go");
+    EXPECT_EQ(c->wait().exit_code, 0) << c->transcript();
+  }
+  // The daemon keeps serving: a new client reads everything right.
+  Child late(client(m, {"--order", "random:9"}));
+  expect_verified(late, m);
+  EXPECT_EQ(late.wait().exit_code, 0) << late.transcript();
+  // Nothing leaked: no references, no mappings, no client uffd, pool as before.
+  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms));
+  auto st = dbus_->status();
+  EXPECT_EQ(model_in(st, obj).value("clients", 99u), 0u);
+  EXPECT_EQ(st["pool"]["model_bytes"], pool0["model_bytes"]);
+  EXPECT_EQ(st["pool"]["free_bytes"], pool0["free_bytes"]);
+  EXPECT_EQ(st["pool"]["kv_bytes"], pool0["kv_bytes"]);
+  EXPECT_EQ(daemon_uffd_fds(daemon_->pid()), 0) << "the daemon still holds client userfaultfds";
+}
+
+// ---- 4. kill -9 of the daemon mid-load ----
+
+TEST_F(ClientIntegration, KillDashNineOfTheDaemonMidLoad) {
+  auto m = make_model(dir_, "m.gguf", "orphan", 32 * kMiB);
+  if (!start(64, "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
+  Child faulting(client(m, {"--order", "seq"}));
+  Child idle(client(m, {"--order", "random:11", "--wait-go"}));
+  auto o = faulting.expect_line("opened");
+  ASSERT_TRUE(o) << faulting.transcript();
+  if (!require_direct_io(field(*o, "object"))) return;
+  ASSERT_TRUE(idle.expect_line("waiting")) << idle.transcript();
+  ASSERT_TRUE(wait_until([&] { return faulting.thread_waits_in("handle_userfault"); }, 5s))
+      << faulting.transcript();
+  const uint64_t resident = model_status(field(*o, "object")).value("resident_bytes", uint64_t{0});
+  EXPECT_LT(resident, round_up_pages(m.size()) / 2) << "most of the model was loaded before the kill";
+  const auto t0 = std::chrono::steady_clock::now();
+  daemon_->kill_hard();
+  idle.send("go");
+  // No hang: both finish on their own fallback, and the bytes are the file's.
+  expect_verified(faulting, m, "1");
+  expect_verified(idle, m, "1");
+  EXPECT_EQ(faulting.wait(10s).exit_code, 0) << faulting.transcript();
+  EXPECT_EQ(idle.wait(10s).exit_code, 0) << idle.transcript();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  std::printf("[ info ] both clients done %lld ms after the daemon died\n", static_cast<long long>(took.count()));
+  EXPECT_NE(faulting.err().find("serving the remaining pages"), std::string::npos) << faulting.err();
+}
+
+// ---- 5. a forked child of a client ----
+
+TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
+  auto m = make_model(dir_, "m.gguf", "forky", 24 * kMiB);
+  if (!start(64, "[models]\nqueue_depth = 1\n", 16 * kMiB)) return;
+  Child c(client(m, {"--fork-child", "--order", "seq"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  if (!require_direct_io(field(*o, "object"))) return;
+  EXPECT_EQ(field(*o, "resident"), "0");
+  auto ch = c.expect_line("child");
+  ASSERT_TRUE(ch) << c.transcript();
+  EXPECT_EQ(*ch, "child-segv") << c.transcript();
+  auto ce = c.expect_line("child exit");
+  ASSERT_TRUE(ce);
+  EXPECT_EQ(field(*ce, "exit"), "9") << *ce;
+  // The child's touch put no zero page into the shared page cache.
+  expect_verified(c, m);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// ---- 6. a read error during the load ----
+
+TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
+  auto m = make_model(dir_, "m.gguf", "shrinking", 32 * kMiB);
+  if (!start(64, "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
+  const uint64_t last = m.size() - 1;
+  Child c(client(m, {"--order", "none", "--wait-go", "--touch", std::to_string(last)}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  const std::string obj = field(*o, "object");
+  if (!require_direct_io(obj)) return;
+  ASSERT_TRUE(c.expect_line("waiting"));
+  const uint64_t new_size = m.size() / 2;
+  ASSERT_EQ(::truncate(m.path.c_str(), static_cast<off_t>(new_size)), 0);
+  ASSERT_LT(model_status(obj).value("resident_bytes", uint64_t{0}), new_size)
+      << "the load passed the new end before the truncation: the test proves nothing";
+  c.send("go");
+  auto s = c.expect_line("sigbus", 20s);
+  EXPECT_TRUE(s) << "a page past the new end did not raise SIGBUS\n" << c.transcript();
+  auto e = c.wait();
+  EXPECT_EQ(e.exit_code, 7) << c.transcript();
+  EXPECT_EQ(c.transcript().find("touched value"), std::string::npos) << "the client read bytes past the end";
+  EXPECT_TRUE(wait_until([&] { return model_status(obj).value("units_failed", 0u) > 0; }, 10s))
+      << model_status(obj).dump();
+  // The daemon keeps serving.
+  EXPECT_TRUE(dbus_->status().contains("pool"));
+}
+
+// ---- 7. evict then refill ----
+
+TEST_F(ClientIntegration, EvictedByAnotherModelThenRefilledLazily) {
+  auto a = make_model(dir_, "a.gguf", "first", 24 * kMiB, 8, 1);
+  auto b = make_model(dir_, "b.gguf", "second", 40 * kMiB, 8, 2);
+  // A pool that holds either model but not both.
+  const uint64_t pool_mib = (round_up_pages(b.size()) + round_up_pages(a.size() / 2)) / kMiB;
+  ASSERT_GT(round_up_pages(a.size()) + round_up_pages(b.size()), pool_mib * kMiB);
+  // Slowed, so the refill after the eviction is still running when the
+  // client reports.
+  if (!start(pool_mib, "", 32 * kMiB)) return;
+  std::string obj_a;
+  {
+    Child c(client(a, {"--order", "seq"}));
+    auto o = c.expect_line("opened");
+    ASSERT_TRUE(o) << c.transcript();
+    obj_a = field(*o, "object");
+    expect_verified(c, a);
+    ASSERT_EQ(c.wait().exit_code, 0) << c.transcript();
+  }
+  ASSERT_TRUE(wait_until([&] { return model_status(obj_a).value("refcount", 99u) == 0; }, 1000ms));
+  // Loading the second model needs the first one's pages: LRU eviction.
+  const std::string obj_b = load(b);
+  auto st = dbus_->status();
+  EXPECT_EQ(model_in(st, obj_a).value("state", ""), "evicted") << st.dump(1);
+  EXPECT_EQ(model_in(st, obj_a).value("resident_bytes", uint64_t{1}), 0u);
+  EXPECT_EQ(dbus_->property_u64(obj_a, "org.aios.Airs1.Model", "ResidentBytes"), 0u)
+      << "the Model object's ResidentBytes disagrees with status for an evicted model";
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), round_up_pages(b.size())) << st["pool"].dump();
+  // Reopening the first refills it lazily (evicting the unused second).
+  {
+    Child c(client(a, {"--order", "random:1"}));
+    auto o = c.expect_line("opened");
+    ASSERT_TRUE(o) << c.transcript();
+    EXPECT_EQ(field(*o, "object"), obj_a);
+    EXPECT_EQ(field(*o, "resident"), "0");
+    expect_verified(c, a);
+    ASSERT_EQ(c.wait().exit_code, 0) << c.transcript();
+  }
+  st = dbus_->status();
+  EXPECT_EQ(model_in(st, obj_b).value("state", ""), "evicted") << st.dump(1);
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), round_up_pages(a.size())) << st["pool"].dump();
+}
+
+TEST_F(ClientIntegration, UnloadThenReopenRefills) {
+  auto a = make_model(dir_, "a.gguf", "unloaded", 16 * kMiB);
+  if (!start(64, "", 32 * kMiB)) return;
+  const std::string obj = load(a);
+  {
+    Child c(client(a, {"--order", "seq"}));
+    expect_verified(c, a);
+    ASSERT_EQ(c.wait().exit_code, 0) << c.transcript();
+  }
+  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms));
+  auto e = dbus_->unload(obj, false);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  auto st = dbus_->status();
+  EXPECT_TRUE(st["models"].empty()) << st.dump(1);
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), 0u);
+  Child c(client(a, {"--order", "random:2"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  EXPECT_EQ(field(*o, "resident"), "0");
+  expect_verified(c, a);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// ---- 8. pool too small ----
+
+TEST_F(ClientIntegration, PoolTooSmallIsAClearErrorAndNothingIsHalfMade) {
+  auto m = make_model(dir_, "m.gguf", "toolarge", 40 * kMiB);
+  if (!start(16)) return;
+  auto before = dbus_->status();
+  auto e = dbus_->load_model(m.path);
+  EXPECT_EQ(e.name, "org.aios.Airs1.Error.PoolExhausted") << e.message;
+  // Names what it needs and what there is.
+  const std::string pages = std::to_string(round_up_pages(m.size()) / huge_page_size()) + " pages";
+  EXPECT_NE(e.message.find("pool exhausted"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find(pages), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("free of"), std::string::npos) << e.message;
+  auto after = dbus_->status();
+  EXPECT_EQ(after["models"], before["models"]);
+  EXPECT_EQ(after["pool"]["free_bytes"], before["pool"]["free_bytes"]);
+  EXPECT_EQ(after["pool"]["model_bytes"], before["pool"]["model_bytes"]);
+  EXPECT_EQ(after["pool"]["files_pages"], before["pool"]["files_pages"]);
+  // Through the library: -ENOMEM and the same text.
+  Child c(client(m));
+  auto f = c.expect_line("open-failed");
+  ASSERT_TRUE(f) << c.transcript();
+  EXPECT_EQ(field(*f, "rc"), std::to_string(-ENOMEM));
+  EXPECT_EQ(c.wait().exit_code, 13) << c.err();
+  EXPECT_NE(c.err().find("pool exhausted"), std::string::npos) << c.err();
+  EXPECT_EQ(dbus_->status()["models"], before["models"]);
+}
+
+// ---- 9. malformed GGUF ----
+
+TEST_F(ClientIntegration, MalformedGgufIsBadModelNamingTheDefectAndTheDaemonKeepsServing) {
+  auto good = make_model(dir_, "good.gguf", "good", 8 * kMiB);
+  if (!start(64)) return;
+  struct Case {
+    std::string file;
+    std::vector<std::byte> bytes;
+    std::string defect;
+  };
+  std::vector<Case> cases;
+  {
+    airs::gguf::Builder b;
+    b.u32(0x46554747 ^ 0xff).u32(3).u64(0).u64(0);  // wrong magic
+    cases.push_back({"magic.gguf", b.take(), "magic at byte 0"});
+  }
+  {
+    airs::gguf::Builder b;
+    b.header(3, 0, 2).kv_str("general.architecture", "llama");
+    b.str("bad.flag").u32(7).u8(2);  // BOOL (type 7) holding 2
+    cases.push_back({"bool.gguf", b.take(), "BOOL value is 2"});
+  }
+  {
+    // A real model cut inside its data section: tensors past the end.
+    std::vector<std::byte> head(good.plan.header.begin(), good.plan.header.end());
+    head.resize(head.size() + 4096);
+    cases.push_back({"cut.gguf", head, "extends past the end of the file"});
+  }
+  for (auto& c : cases) {
+    const std::string p = dir_.file(c.file);
+    {
+      const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::write(fd, c.bytes.data(), c.bytes.size()), static_cast<ssize_t>(c.bytes.size()));
+      ::close(fd);
+    }
+    auto e = dbus_->load_model(p);
+    EXPECT_EQ(e.name, "org.aios.Airs1.Error.BadModel") << c.file << ": " << e.message;
+    EXPECT_NE(e.message.find(c.defect), std::string::npos) << c.file << ": " << e.message;
+  }
+  auto st = dbus_->status();
+  EXPECT_TRUE(st["models"].empty()) << st.dump(1);
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), 0u);
+  Child c(client(good, {"--order", "seq"}));
+  expect_verified(c, good);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// ---- 10. a fully resident model needs no userfaultfd ----
+
+TEST_F(ClientIntegration, ResidentModelIsMappedWithoutUserfaultfd) {
+  auto m = make_model(dir_, "m.gguf", "warm", 16 * kMiB);
+  if (!start(64, "", 32 * kMiB)) return;
+  // A lazy client first (control: the count below can see a uffd).
+  Child first(client(m, {"--order", "seq", "--hold"}));
+  auto o1 = first.expect_line("opened");
+  ASSERT_TRUE(o1) << first.transcript();
+  const std::string obj = field(*o1, "object");
+  if (!require_direct_io(obj)) return;
+  EXPECT_EQ(field(*o1, "resident"), "0");
+  EXPECT_GE(field_u64(*o1, "uffd_fds"), 1u) << *o1;
+  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("state", "") == "resident"; }, 10s));
+  Child second(client(m, {"--order", "random:4"}));
+  auto o2 = second.expect_line("opened");
+  ASSERT_TRUE(o2) << second.transcript();
+  EXPECT_EQ(field(*o2, "resident"), "1");
+  EXPECT_EQ(field(*o2, "uffd_fds"), "0") << *o2;
+  expect_verified(second, m);
+  auto s2 = second.expect_line("state");
+  ASSERT_TRUE(s2);
+  EXPECT_EQ(field(*s2, "uffd_fds"), "0");
+  EXPECT_EQ(second.wait().exit_code, 0) << second.transcript();
+  // The lazy client unregistered once resident and still reads right.
+  expect_verified(first, m);
+  first.send("go");
+  EXPECT_EQ(first.wait().exit_code, 0) << first.transcript();
+}
+
+// ---- accounting and quota probes ----
+
+TEST_F(ClientIntegration, ManagerPoolPropertiesAgreeWithStatus) {
+  auto m = make_model(dir_, "m.gguf", "props", 16 * kMiB);
+  if (!start(64)) return;
+  const std::string obj = load(m);
+  auto st = dbus_->status();
+  const uint64_t free_bytes = st["pool"]["free_bytes"].get<uint64_t>();
+  EXPECT_EQ(free_bytes + st["pool"]["model_bytes"].get<uint64_t>(), st["pool"]["total_bytes"].get<uint64_t>());
+  EXPECT_EQ(dbus_->property_u64("/org/aios/Airs1", "org.aios.Airs1.Manager", "PoolBytes"),
+            st["pool"]["total_bytes"].get<uint64_t>());
+  EXPECT_EQ(dbus_->property_u64("/org/aios/Airs1", "org.aios.Airs1.Manager", "PoolFreeBytes"), free_bytes)
+      << "PoolFreeBytes does not report the pool's free bytes";
+  EXPECT_EQ(dbus_->property_u64(obj, "org.aios.Airs1.Model", "Size"), m.size());
+}
+
+TEST_F(ClientIntegration, FailedOpenDoesNotChargeTheFdQuota) {
+  // Open hands out 2 fds; a refused Open hands out none and must not count.
+  auto m = make_model(dir_, "m.gguf", "quota", 32 * kMiB);
+  if (!start(64, "[models]\nqueue_depth = 1\n[kv]\nmax_fds_per_uid = 4\n", 8 * kMiB)) return;
+  const std::string obj = load(m);
+  if (!require_direct_io(obj)) return;
+  for (int i = 0; i < 3; ++i) {
+    // Not lazy while loading: refused (Busy), nothing handed out.
+    auto e = dbus_->open_model(obj, false);
+    EXPECT_EQ(e.name, "org.aios.Airs1.Error.Busy") << "attempt " << i << ": " << e.message;
+  }
+  EXPECT_EQ(model_status(obj).value("refcount", 99u), 0u);
+  auto ok = dbus_->open_model(obj, true);
+  EXPECT_TRUE(ok.ok()) << "a uid holding no fds was refused: " << ok.name << ": " << ok.message;
+  if (ok.ok()) {
+    EXPECT_TRUE(dbus_->release_model(obj).ok());
+  }
+}
+
+}  // namespace
