@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -385,10 +386,14 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
                                "read-only and wait for each rank on the status page",
                       m->name);
   if (m->clients.contains(key)) return make_error(EEXIST, "model '{}': client {} is already attached", m->name, key);
-  if (length != m->region->size() || addr % m->unit != 0)
+  // Units are counted from the client's base address; the kernel aligns a
+  // hugetlbfs mapping to its page, a shmem one only to the base page (and
+  // CONTINUE needs no more).
+  const uint64_t align = std::string_view(pool_.backend().name()) == "hugetlbfs" ? m->unit : sys::base_page_size();
+  if (length != m->region->size() || addr % align != 0)
     return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
                               "{}-aligned address",
-                      m->name, key, addr, length, m->region->size(), format_bytes(m->unit));
+                      m->name, key, addr, length, m->region->size(), format_bytes(align));
   if (!sys::is_userfaultfd(uffd.get()))
     return make_error(EBADF, "model '{}': client {} sent an fd that is not a userfaultfd", m->name, key);
   AIRS_TRY(sys::set_nonblocking(uffd.get()));
