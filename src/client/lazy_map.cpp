@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "sys/hugetlbfs.hpp"
+#include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
 
 namespace airs::client {
@@ -124,6 +125,11 @@ Status FallbackServer::serve(uint64_t address) {
       if (n <= 0) break;
       done += static_cast<uint64_t>(n);
     }
+    if (done == want && want < unit_) {
+      // The last unit: on shmem the pages past EOF do not exist until
+      // written, and CONTINUE needs every page of the range present.
+      std::memset(writable_.bytes() + off + want, 0, unit_ - want);
+    }
     if (done < want) {
       // The file shrank or cannot be read: SIGBUS for the faulting thread,
       // never a page of zeros.
@@ -138,6 +144,73 @@ Status FallbackServer::serve(uint64_t address) {
   if (!r) return std::move(r).error();
   if (r->already_mapped_bytes > 0) AIRS_TRY(sys::uffd_wake(uffd_, addr, unit_));
   return {};
+}
+
+Result<sys::Mapping> map_region_readonly(int region_fd, uint64_t size) {
+  return sys::map_shared(region_fd, size, PROT_READ, 0, "model region (cooperative, read-only)");
+}
+
+namespace {
+
+// The futex loop shared by the waits: `done` is checked after loading the
+// generation, so a publish between the check and the wait changes the word
+// and the wait returns at once.
+template <typename Done>
+Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const char* what, Done done) {
+  if (!status.valid()) return make_error(EINVAL, "waiting for {}: the model's status page is not valid", what);
+  using Clock = std::chrono::steady_clock;
+  const bool forever = timeout.count() < 0;
+  const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+  for (;;) {
+    const uint32_t gen = status.generation();
+    if (done()) return {};
+    if (status.state() == ModelLoadState::Failed)
+      return make_error(EIO, "waiting for {}: the daemon could not read part of the model (see its log); those "
+                             "bytes will never be ready",
+                        what);
+    int64_t left = -1;
+    if (!forever) {
+      const auto now = Clock::now();
+      if (now >= deadline) return make_error(ETIMEDOUT, "waiting for {}: not ready after the timeout", what);
+      left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    }
+    (void)sys::futex_wait(status.generation_word(), gen, left);
+  }
+}
+
+}  // namespace
+
+Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout) {
+  if (status.valid()) {
+    bool known = false;
+    for (uint32_t i = 0; i < status.rank_count(); ++i) known = known || status.ranks()[i].rank == rank;
+    if (!known) return make_error(EINVAL, "wait_rank: the model has no load rank {}", rank);
+  }
+  const std::string what = "load rank " + std::to_string(rank);
+  return wait_until(status, timeout, what.c_str(), [&] { return status.rank_ready(rank); });
+}
+
+Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout) {
+  if (!status.valid()) return make_error(EINVAL, "wait_range: the model's status page is not valid");
+  const uint64_t unit = status.unit_size();
+  const uint64_t region = uint64_t{status.unit_count()} * unit;
+  if (len == 0) return {};
+  if (offset > region || len > region - offset)
+    return make_error(EINVAL, "wait_range: bytes [{}, +{}) lie past the {}-byte region", offset, len, region);
+  const auto first = static_cast<uint32_t>(offset / unit);
+  const auto last = static_cast<uint32_t>((offset + len - 1) / unit);
+  uint32_t next = first;  // units before `next` were seen ready (bits are never cleared but by eviction)
+  const std::string what = "bytes [" + std::to_string(offset) + ", +" + std::to_string(len) + ")";
+  return wait_until(status, timeout, what.c_str(), [&] {
+    while (next <= last && status.unit_ready(next)) ++next;
+    return next > last;
+  });
+}
+
+Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout) {
+  return wait_until(status, timeout, "the whole model", [&] {
+    return status.state() == ModelLoadState::Resident || status.ready_units() == status.unit_count();
+  });
 }
 
 }  // namespace airs::client

@@ -96,4 +96,30 @@ class FallbackServer {
   uint64_t units_filled_ = 0;
 };
 
+// Cooperative mode (no userfaultfd on this kernel, DESIGN §2.7): the daemon
+// fills the region in rank order in the background and publishes readiness on
+// the status page; the client maps the region read-only and waits before it
+// touches what is not ready yet. Touching a unit before it is ready reads
+// zeros (the daemon's fill then overwrites them in the shared page cache, but
+// what was read is wrong): only touch after a wait below returned OK.
+
+// Maps `size` bytes of `region_fd` (O_RDONLY is enough) PROT_READ MAP_SHARED,
+// nothing populated. Thread: any. Errors: mmap.
+[[nodiscard]] Result<sys::Mapping> map_region_readonly(int region_fd, uint64_t size);
+
+// Blocks until every unit of load rank `rank` is ready: futex wait on the
+// status page's generation word (non-private) re-checking the rank's
+// units_ready == units_total after each wake. `timeout` < 0: forever.
+// Thread: any (many threads may wait at once). Errors: EINVAL unknown rank or
+// invalid page, EIO the model failed to load and the rank is not complete,
+// ETIMEDOUT.
+[[nodiscard]] Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout);
+// Blocks until every unit overlapping region bytes [offset, +len) is ready
+// (for callers that know tensor offsets rather than ranks). Same errors;
+// EINVAL for a range past the region.
+[[nodiscard]] Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout);
+// Blocks until the whole model is resident (what a plain mapper must do
+// before its first touch). Same errors.
+[[nodiscard]] Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout);
+
 }  // namespace airs::client

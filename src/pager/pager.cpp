@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -57,6 +58,7 @@ struct Pager::Model {
   std::map<ClientKey, std::unique_ptr<Client>> clients;
   client::ModelLoadState state = client::ModelLoadState::Loading;
   bool draining = false;
+  bool pin_warned = false;
   uint32_t in_flight = 0;
   uint64_t bytes_read = 0;
   Clock::time_point fill_start{};
@@ -95,6 +97,7 @@ Pager::~Pager() {
 
 Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts) {
   if (opts.queue_depth == 0) opts.queue_depth = 1;
+  if (!opts.uffd_clients) opts.background_warmup = true;
   auto ring = sys::Ring::create(opts.queue_depth);
   if (!ring) return std::move(ring).error();
   auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts, std::move(ring).value()));
@@ -288,6 +291,18 @@ void Pager::on_completion(uint64_t slot, int32_t res) {
   --reads_active_;
   --m->in_flight;
   if (ok) {
+    // shmem: the read wrote only the pages it reached (not the tail past
+    // EOF); pin makes every page of the unit present, so one CONTINUE covers
+    // it, and locks it. A pin failure leaves correct bytes that could be
+    // swapped: worth a warning, not a failed unit.
+    const uint64_t off = uint64_t{unit} * m->unit;
+    if (auto st = pool_.backend().pin(m->region->fd(), m->region->data(), off, m->unit, "model '" + m->name + "'");
+        !st) {
+      if (!m->pin_warned) spdlog::warn("model '{}': {}", m->name, st.error().message);
+      m->pin_warned = true;
+      if (st.error().code != ENOMEM && st.error().code != EPERM && st.error().code != EAGAIN)
+        return unit_failed(*m, unit, st.error().code);
+    }
     unit_ready(*m, unit);
   } else {
     // res < 0: read error; res == 0 before the expected end: the file shrank.
@@ -366,11 +381,19 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
                      uint64_t length) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "attach: no model {}", id);
+  if (!opts_.uffd_clients)
+    return make_error(ENOTSUP, "model '{}': the daemon runs in cooperative mode (no userfaultfd); map the region "
+                               "read-only and wait for each rank on the status page",
+                      m->name);
   if (m->clients.contains(key)) return make_error(EEXIST, "model '{}': client {} is already attached", m->name, key);
-  if (length != m->region->size() || addr % m->unit != 0)
+  // Units are counted from the client's base address; the kernel aligns a
+  // hugetlbfs mapping to its page, a shmem one only to the base page (and
+  // CONTINUE needs no more).
+  const uint64_t align = std::string_view(pool_.backend().name()) == "hugetlbfs" ? m->unit : sys::base_page_size();
+  if (length != m->region->size() || addr % align != 0)
     return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
                               "{}-aligned address",
-                      m->name, key, addr, length, m->region->size(), format_bytes(m->unit));
+                      m->name, key, addr, length, m->region->size(), format_bytes(align));
   if (!sys::is_userfaultfd(uffd.get()))
     return make_error(EBADF, "model '{}': client {} sent an fd that is not a userfaultfd", m->name, key);
   AIRS_TRY(sys::set_nonblocking(uffd.get()));

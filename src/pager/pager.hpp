@@ -47,6 +47,10 @@ struct PagerOptions {
   uint32_t queue_depth = 16;       // io_uring reads in flight
   uint32_t prefetch_window = 2;    // ranks past the last faulted rank
   bool background_warmup = true;   // false: read only what faults and the window ask for
+  // Cooperative mode (no userfaultfd): attach() is refused; clients map the
+  // region read-only and wait on the status page per rank (client::wait_rank).
+  // Background warm-up must stay on: nothing else drives the fill.
+  bool uffd_clients = true;
 };
 
 // fault→resume latency (the daemon's side: fault event read → CONTINUE done).

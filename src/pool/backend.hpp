@@ -1,12 +1,11 @@
 // The pool's seam to the kernel memory it is made of. Two implementations are
 // planned behind one interface and one accounting (DESIGN §2.7, issue 7):
 //   - hugetlbfs (HugetlbfsBackend): huge pages, pinned by construction;
-//   - shmem (memfd + mlock): base pages, pinned with mlock, for kernels
-//     without hugetlbfs (not written yet; the methods below are what it has
-//     to provide: files, populate/punch, a reserving mapping, kernel counts,
-//     resizing the kernel's share, and the userfaultfd features to request).
+//   - shmem (ShmemBackend): memfd base pages grouped in units, pinned with
+//     mlock, for kernels without hugetlbfs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +28,10 @@ struct KernelView {
   uint64_t files_pages = 0;
   // The mount's statfs where the pool lives on a mount with a size= limit.
   std::optional<sys::FsUsage> mount;
+  // shmem backend only (bytes, /proc/meminfo): Shmem, Mlocked, Unevictable.
+  std::optional<uint64_t> shmem_bytes;
+  std::optional<uint64_t> mlocked_bytes;
+  std::optional<uint64_t> unevictable_bytes;
 };
 
 class PoolBackend {
@@ -56,6 +59,22 @@ class PoolBackend {
   [[nodiscard]] virtual Result<int64_t> adjust_kernel_pages(int64_t delta) = 0;
   // How to get `needed` more pages, for error messages.
   [[nodiscard]] virtual std::string advice(uint64_t needed) = 0;
+  // A model region's unit [offset, +len) holds its final bytes (written
+  // through `map`, the daemon's mapping from map_region): make every page of
+  // it present and pinned, so a range UFFDIO_CONTINUE finds all of them and
+  // they cannot be swapped. Hugetlbfs: nothing to do (one huge page, pinned by
+  // nature). Thread: the pool's.
+  [[nodiscard]] virtual Status pin(int /*fd*/, std::byte* /*map*/, uint64_t /*offset*/, uint64_t /*len*/,
+                                   const std::string& /*what*/) {
+    return {};
+  }
+  // The pool is done with file `fd` (called before it is closed): drop any
+  // per-file state. Default: none.
+  virtual void forget_file(int /*fd*/) {}
+  // True when pages released by punching go straight back to the system
+  // (shmem), false when they stay in a kernel pool that adjust_kernel_pages
+  // must shrink (hugetlbfs).
+  [[nodiscard]] virtual bool release_frees_memory() const { return false; }
 };
 
 }  // namespace airs::pool

@@ -51,6 +51,7 @@ Region::~Region() {
   const uint64_t charged = kind_ == PageKind::Model ? (map_.valid() ? pages_ : 0) : charged_;
   if (charged > 0) (void)pool_->backend_->release(fd_.get(), 0, size_, name_);
   map_.reset();
+  pool_->backend_->forget_file(fd_.get());
   fd_.reset();
   if (charged > 0) {
     pool_->counts_.of(kind_) -= charged;
@@ -252,6 +253,8 @@ Result<uint64_t> Pool::shrink(uint64_t pages) {
   AIRS_TRY(take_from_reserve(n));
   // The punched pages are free in the kernel's hugetlb pool; only lowering
   // nr_hugepages turns them into memory the rest of the system can use.
+  // shmem: the punch itself gave the memory back.
+  if (backend_->release_frees_memory()) return n;
   auto took = backend_->adjust_kernel_pages(-static_cast<int64_t>(n));
   if (!took) return std::move(took).error();
   return static_cast<uint64_t>(-std::min<int64_t>(0, *took));

@@ -24,10 +24,13 @@
 
 #include "pager/pager.hpp"
 #include "pool/hugetlbfs_backend.hpp"
+#include "pool/shmem_backend.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
+#include "sys/proc_handles.hpp"
+#include "sys/uffd.hpp"
 #include "wire.hpp"
 
 namespace airs {
@@ -45,6 +48,11 @@ int64_t g_raised = 0;         // nr_hugepages we added for the suite
 std::string g_nr_path;
 
 constexpr uint64_t kPoolPages = 48;
+// The pool backend the suite's daemons use (the mode under test):
+// hugetlbfs = full mode, shmem = small-pages mode (and cooperative).
+enum class Backing { Hugetlbfs, Shmem };
+Backing g_backing = Backing::Hugetlbfs;
+bool g_cooperative = false;
 std::vector<pid_t> g_children;  // killed at the end of each test if still alive
 
 std::string nr_path() {
@@ -127,11 +135,23 @@ class PagerTest : public ::testing::Test {
     auto loop = sys::EventLoop::create();
     EXPECT_TRUE(loop.ok());
     d.loop = std::move(loop).value();
-    auto backend = pool::HugetlbfsBackend::create({});
-    EXPECT_TRUE(backend.ok()) << backend.error().message;
-    auto p = pool::Pool::create(std::move(backend).value(), {pages * g_unit, false});
+    std::unique_ptr<pool::PoolBackend> backend;
+    if (g_backing == Backing::Shmem) {
+      // The same unit as the huge page so the suite's sizes carry over.
+      pool::ShmemOptions so;
+      so.unit = g_unit;
+      auto b = pool::ShmemBackend::create(so);
+      EXPECT_TRUE(b.ok()) << b.error().message;
+      backend = std::move(b).value();
+    } else {
+      auto b = pool::HugetlbfsBackend::create({});
+      EXPECT_TRUE(b.ok()) << b.error().message;
+      backend = std::move(b).value();
+    }
+    auto p = pool::Pool::create(std::move(backend), {pages * g_unit, false});
     EXPECT_TRUE(p.ok()) << p.error().message;
     d.pool = std::move(p).value();
+    opts.uffd_clients = !g_cooperative;
     auto pg = pager::Pager::create(*d.loop, *d.pool, opts);
     EXPECT_TRUE(pg.ok());
     d.pager = std::move(pg).value();
@@ -173,9 +193,22 @@ class PagerTest : public ::testing::Test {
     return c;
   }
 
+  // Cooperative mode: hand out an O_RDONLY region fd and the status page;
+  // nothing comes back (no uffd).
+  static Status hand_out(Daemon& d, ModelId id, Child& c) {
+    auto ro = sys::reopen(d.pager->region_fd(id), O_RDONLY);
+    if (!ro) return std::move(ro).error();
+    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(), test::kBackingCooperative};
+    if (!test::send_msg(c.sock.get(), &h, sizeof h, {ro->get(), d.pager->status_fd(id)}))
+      return make_error(EIO, "send hello");
+    return {};
+  }
+
   // Hand the region to the client and attach the uffd it sends back.
   static Status attach(Daemon& d, ModelId id, Child& c, pager::ClientKey key) {
-    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(), 0};
+    if (g_cooperative) return hand_out(d, id, c);
+    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(),
+                  g_backing == Backing::Shmem ? test::kBackingShmem : test::kBackingHugetlbfs};
     if (!test::send_msg(c.sock.get(), &h, sizeof h, {d.pager->region_fd(id), d.pager->status_fd(id)}))
       return make_error(EIO, "send hello");
     test::AttachMsg am{};
@@ -232,6 +265,7 @@ class PagerTest : public ::testing::Test {
   struct TempMount {
     std::string dir;
     explicit TempMount(uint64_t pages) {
+      if (pages == 0) return;
       char d[] = "/tmp/airs-hugetlbfs-XXXXXX";
       if (::mkdtemp(d) == nullptr) return;
       const std::string o = "pagesize=" + std::to_string(g_unit / 1024) + "K,size=" + std::to_string(pages * g_unit);
@@ -289,9 +323,27 @@ class PagerTest : public ::testing::Test {
   }
 };
 
-TEST_F(PagerTest, OneClientInOrderWithWarmup) { run_clients({}, {"seq"}); }
+// The byte-exact suite in every loading mode that uses userfaultfd: full
+// (hugetlbfs) and small-pages (shmem).
+class PagerModeTest : public PagerTest, public ::testing::WithParamInterface<Backing> {
+ protected:
+  void SetUp() override {
+    g_backing = GetParam();
+    g_cooperative = false;
+    PagerTest::SetUp();
+  }
+  void TearDown() override {
+    PagerTest::TearDown();
+    g_backing = Backing::Hugetlbfs;
+  }
+};
 
-TEST_F(PagerTest, OneClientInOrderFaultDriven) {
+INSTANTIATE_TEST_SUITE_P(Modes, PagerModeTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem),
+                         [](const ::testing::TestParamInfo<Backing>& p) { return p.param == Backing::Shmem ? "SmallPages" : "Full"; });
+
+TEST_P(PagerModeTest, OneClientInOrderWithWarmup) { run_clients({}, {"seq"}); }
+
+TEST_P(PagerModeTest, OneClientInOrderFaultDriven) {
   PagerOptions o;
   o.background_warmup = false;
   Daemon d = make_daemon(kPoolPages, o);
@@ -306,30 +358,30 @@ TEST_F(PagerTest, OneClientInOrderFaultDriven) {
   EXPECT_EQ(s.bytes_read, g_file_size);
 }
 
-TEST_F(PagerTest, RandomOrderFaultDriven) {
+TEST_P(PagerModeTest, RandomOrderFaultDriven) {
   PagerOptions o;
   o.background_warmup = false;
   o.prefetch_window = 0;
   run_clients(o, {"random:7"});
 }
 
-TEST_F(PagerTest, TwoConcurrentClients) { run_clients({}, {"random:1", "seq"}); }
+TEST_P(PagerModeTest, TwoConcurrentClients) { run_clients({}, {"random:1", "seq"}); }
 
-TEST_F(PagerTest, FourConcurrentClientsFaultDriven) {
+TEST_P(PagerModeTest, FourConcurrentClientsFaultDriven) {
   PagerOptions o;
   o.background_warmup = false;
   run_clients(o, {"random:1", "random:2", "seq", "random:3"});
 }
 
-TEST_F(PagerTest, ThreadsOfOneClientFaultTheSamePages) {
+TEST_P(PagerModeTest, ThreadsOfOneClientFaultTheSamePages) {
   PagerOptions o;
   o.background_warmup = false;
   run_clients(o, {"threads:4"});
 }
 
-TEST_F(PagerTest, ResidentNotificationThenUnregister) { run_clients({}, {"resident"}); }
+TEST_P(PagerModeTest, ResidentNotificationThenUnregister) { run_clients({}, {"resident"}); }
 
-TEST_F(PagerTest, ClientAttachesHalfwayThroughWarmup) {
+TEST_P(PagerModeTest, ClientAttachesHalfwayThroughWarmup) {
   PagerOptions o;
   o.queue_depth = 2;
   Daemon d = make_daemon(kPoolPages, o);
@@ -344,9 +396,9 @@ TEST_F(PagerTest, ClientAttachesHalfwayThroughWarmup) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
 
-TEST_F(PagerTest, ForkedChildOfAClientNeverSeesZeros) { run_clients({}, {"fork"}); }
+TEST_P(PagerModeTest, ForkedChildOfAClientNeverSeesZeros) { run_clients({}, {"fork"}); }
 
-TEST_F(PagerTest, KillDashNineOfAClientMidFault) {
+TEST_P(PagerModeTest, KillDashNineOfAClientMidFault) {
   PagerOptions o;
   o.background_warmup = false;
   o.prefetch_window = 0;
@@ -376,7 +428,7 @@ TEST_F(PagerTest, KillDashNineOfAClientMidFault) {
   EXPECT_EQ(kv1->files_pages, counts0.total_pages());
 }
 
-TEST_F(PagerTest, ReadErrorGivesSigbusNotZeros) {
+TEST_P(PagerModeTest, ReadErrorGivesSigbusNotZeros) {
   const std::string copy = g_src + ".trunc";
   write_source(copy, g_file_size);
   PagerOptions o;
@@ -400,7 +452,7 @@ TEST_F(PagerTest, ReadErrorGivesSigbusNotZeros) {
   ::unlink(copy.c_str());
 }
 
-TEST_F(PagerTest, EvictThenRefill) {
+TEST_P(PagerModeTest, EvictThenRefill) {
   Daemon d = make_daemon(kPoolPages, {});
   const auto counts0 = d.pool->counts();
   auto kv0 = d.pool->kernel_view();
@@ -570,10 +622,11 @@ TEST_F(PagerTest, PoolOnAHugetlbfsMountAgreesWithStatfs) {
   ::rmdir(dir);
 }
 
-TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
+TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  TempMount mnt(kPoolPages + 8);
-  ASSERT_FALSE(mnt.dir.empty()) << "cannot mount hugetlbfs";
+  const bool shmem = g_backing == Backing::Shmem;
+  TempMount mnt(shmem ? 0 : kPoolPages + 8);
+  ASSERT_TRUE(shmem || !mnt.dir.empty()) << "cannot mount hugetlbfs";
   int pipefd[2];
   ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
   const pid_t daemon = ::fork();
@@ -584,7 +637,7 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     PagerOptions o;
     o.background_warmup = false;
     o.prefetch_window = 0;
-    Daemon d = make_daemon_on(mnt.dir, kPoolPages, o);
+    Daemon d = shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o);
     const ModelId id = load(d, g_src);
     pid_t pids[2];
     for (int i = 0; i < 2; ++i) {
@@ -609,8 +662,101 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     const int st = wait_child(nullptr, p);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client " << p << ": " << describe(st);
   }
-  // Everything the dead daemon and its clients held is back in the kernel.
-  EXPECT_EQ(mnt.used_pages(), 0U);
+  // Everything the dead daemon and its clients held is back in the kernel
+  // (hugetlbfs: the private mount counts it exactly; shmem pages have no
+  // such private counter).
+  if (!shmem) {
+    EXPECT_EQ(mnt.used_pages(), 0U);
+  }
+}
+
+// Cooperative mode: shmem pool, no userfaultfd anywhere; clients map an
+// O_RDONLY region fd and wait on the status page.
+class CooperativeTest : public PagerTest {
+ protected:
+  void SetUp() override {
+    g_backing = Backing::Shmem;
+    g_cooperative = true;
+    PagerTest::SetUp();
+  }
+  void TearDown() override {
+    PagerTest::TearDown();
+    g_backing = Backing::Hugetlbfs;
+    g_cooperative = false;
+  }
+  // Serve the loop slowly (one read in flight, a pause per turn) so the
+  // client really waits for ranks that are still being filled.
+  static int wait_child_slowly(Daemon& d, pid_t pid) {
+    int st = -1;
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < end) {
+      if (::waitpid(pid, &st, WNOHANG) == pid) return st;
+      (void)d.loop->run_once(1ms);
+      std::this_thread::sleep_for(10ms);
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &st, 0);
+    ADD_FAILURE() << "child " << pid << " timed out";
+    return -1;
+  }
+  // ASan intercepts mlock/munlock and makes them no-ops: VmLck stays 0.
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kMlockWorks = false;
+#else
+  static constexpr bool kMlockWorks = true;
+#endif
+  static uint64_t locked_bytes() {
+    if (!kMlockWorks) return kPoolPages * g_unit;
+    auto t = sys::read_text_file("/proc/self/status");
+    if (!t) return 0;
+    const auto pos = t->find("VmLck:");
+    return pos == std::string::npos ? 0 : std::stoull(t->substr(pos + 6)) * 1024;
+  }
+};
+
+TEST_F(CooperativeTest, UffdAttachIsRefused) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src);
+  auto uffd = sys::uffd_create();
+  ASSERT_TRUE(uffd.ok()) << uffd.error().message;
+  auto st = d.pager->attach(id, 1, ::getpid(), std::move(uffd).value(), sys::UniqueFd(), 0, d.pager->region_size(id));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ENOTSUP);
+  EXPECT_NE(st.error().message.find("cooperative"), std::string::npos) << st.error().message;
+}
+
+TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
+  PagerOptions o;
+  o.queue_depth = 1;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, g_src);
+  Child c = spawn("coop-ranks");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child_slowly(d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << describe(st) << " (exit 7: the model was resident before the client waited, nothing tested)";
+  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Resident);
+}
+
+TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
+  PagerOptions o;
+  o.queue_depth = 2;
+  Daemon d = make_daemon(kPoolPages, o);
+  EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "the shmem reserve is not mlocked";
+  const ModelId id = load(d, g_src);
+  Child a = spawn("coop-resident");
+  ASSERT_TRUE(attach(d, id, a, 1));
+  Child b = spawn("coop-resident");
+  ASSERT_TRUE(attach(d, id, b, 2));
+  for (pid_t p : {a.pid, b.pid}) {
+    const int st = wait_child(&d, p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  }
+  // Filled units are pinned as they complete; with the reserve that is the
+  // whole pool again.
+  EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "filled units are not mlocked";
+  ASSERT_TRUE(d.pager->evict(id));
+  EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "evicted pages did not go back to the locked reserve";
 }
 
 }  // namespace

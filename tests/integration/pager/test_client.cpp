@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +65,61 @@ bool verify_unit(const std::byte* base, uint64_t u) {
   return true;
 }
 
+// Cooperative mode: no uffd, a read-only mapping of an O_RDONLY fd, and
+// waits on the status page before touching.
+//   coop-ranks     wait for each load rank in order, then check its units
+//                  (while the fill is still going on: exit 7 if everything
+//                  was already resident at the first rank, nothing tested)
+//   coop-resident  wait for full residency, then check every unit
+int run_cooperative(const std::string& mode, int region_fd, const airs::test::Hello& hello, StatusPageView status) {
+  if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
+  // A writable mapping must be refused on the O_RDONLY fd.
+  if (::mmap(nullptr, hello.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0) != MAP_FAILED) return 51;
+  auto m = airs::client::map_region_readonly(region_fd, hello.region_size);
+  if (!m) return 52;
+  const std::byte* base = m->bytes();
+  const uint64_t units = (g_file_size + g_unit - 1) / g_unit;
+  if (mode == "coop-resident") {
+    auto st = airs::client::wait_resident(status, std::chrono::seconds(30));
+    if (!st) {
+      std::fprintf(stderr, "client: %s\n", st.error().message.c_str());
+      return 53;
+    }
+    for (uint64_t u = 0; u < units; ++u)
+      if (!verify_unit(base, u)) return 3;
+    return 0;
+  }
+  if (mode == "coop-ranks") {
+    const bool resident_at_start = status.ready_units() == status.unit_count();
+    std::vector<airs::client::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+    // Each unit belongs to the lowest rank of the extents it overlaps; a
+    // unit is checked once its rank is complete.
+    std::vector<bool> checked(units, false);
+    uint32_t waited_for_something = 0;
+    for (const auto& r : ranks) {
+      const bool before = status.rank_ready(r.rank);
+      auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30));
+      if (!st) {
+        std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
+        return 53;
+      }
+      if (!before) ++waited_for_something;
+      // Every unit ready now must hold its bytes; the rest must not be read.
+      for (uint64_t u = 0; u < units; ++u) {
+        if (checked[u] || !status.unit_ready(static_cast<uint32_t>(u))) continue;
+        if (!verify_unit(base, u)) return 3;
+        checked[u] = true;
+      }
+    }
+    if (airs::client::wait_resident(status, std::chrono::seconds(30)).ok() == false) return 54;
+    for (uint64_t u = 0; u < units; ++u)
+      if (!checked[u] && !verify_unit(base, u)) return 3;
+    if (resident_at_start || waited_for_something == 0) return 7;
+    return 0;
+  }
+  return 30;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,7 +149,10 @@ int main(int argc, char** argv) {
   if (::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0) != MAP_FAILED)
     return 15;
 
-  auto lm = LazyMapping::create(region_fd, hello.region_size, LazyBacking::Hugetlbfs);
+  if (hello.backing == airs::test::kBackingCooperative) return run_cooperative(mode, region_fd, hello, status);
+
+  auto lm = LazyMapping::create(region_fd, hello.region_size,
+                                hello.backing == airs::test::kBackingShmem ? LazyBacking::Shmem : LazyBacking::Hugetlbfs);
   if (!lm) {
     std::fprintf(stderr, "client: %s\n", lm.error().message.c_str());
     return 16;

@@ -14,11 +14,14 @@
 namespace airs::test {
 
 // Daemon → client: what to map. fds: region (O_RDWR), status page (O_RDONLY).
+inline constexpr int32_t kBackingHugetlbfs = 0;
+inline constexpr int32_t kBackingShmem = 1;
+inline constexpr int32_t kBackingCooperative = 2;  // shmem, no userfaultfd
 struct Hello {
   uint64_t region_size;
   uint64_t file_size;
   int32_t daemon_pid;
-  int32_t pad;
+  int32_t backing;  // kBacking*
 };
 // Client → daemon: where it registered. fds: uffd, notify eventfd.
 struct AttachMsg {

@@ -1,0 +1,139 @@
+#include "pool/shmem_backend.hpp"
+
+#include <linux/userfaultfd.h>
+#include <sys/mman.h>
+
+#include "sys/hugetlbfs.hpp"
+#include "sys/procfs.hpp"
+#include "sys/shmem.hpp"
+#include "util/units.hpp"
+
+namespace airs::pool {
+
+Result<std::unique_ptr<ShmemBackend>> ShmemBackend::create(ShmemOptions opts) {
+  const uint64_t base = sys::base_page_size();
+  uint64_t unit = opts.unit;
+  if (unit == 0) unit = *round_up(2 * kMiB, base);
+  if (unit % base != 0)
+    return make_error(EINVAL, "pool: shmem unit {} is not a multiple of the base page size {} (sysconf(_SC_PAGESIZE))",
+                      unit, base);
+  auto b = std::unique_ptr<ShmemBackend>(new ShmemBackend());
+  b->unit_ = unit;
+  b->opts_ = std::move(opts);
+  return b;
+}
+
+ShmemBackend::~ShmemBackend() = default;
+
+uint64_t ShmemBackend::uffd_features() const { return UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MINOR_SHMEM; }
+
+Result<sys::UniqueFd> ShmemBackend::create_file(const std::string& name, uint64_t size) {
+  auto fd = sys::create_shmem_file(name);
+  if (!fd) return std::move(fd).error();
+  AIRS_TRY(sys::resize_file(fd->get(), size, name));
+  return std::move(fd).value();
+}
+
+Result<std::byte*> ShmemBackend::pin_map(int fd, uint64_t end, const std::string& what) {
+  auto ino = sys::file_inode(fd);
+  if (!ino) return std::move(ino).error();
+  auto it = maps_.find(*ino);
+  if (it != maps_.end() && it->second.size() >= end) return it->second.bytes();
+  auto size = sys::file_size(fd);
+  if (!size) return std::move(size).error();
+  if (*size < end) return make_error(EINVAL, "{}: range end {} lies past the {}-byte file", what, end, *size);
+  if (it != maps_.end())
+    return make_error(EINVAL, "{}: the file grew after it was first populated; the pool never resizes files", what);
+  auto m = sys::map_shared(fd, *size, PROT_READ | PROT_WRITE, 0, what + " (pin mapping)");
+  if (!m) return std::move(m).error();
+  AIRS_TRY(sys::numa_bind_range(m->get(), *size, opts_.numa_policy, opts_.numa_nodes));
+  std::byte* p = m->bytes();
+  maps_.emplace(*ino, std::move(m).value());
+  return p;
+}
+
+Status ShmemBackend::populate(int fd, uint64_t offset, uint64_t len, const std::string& what) {
+  auto base = pin_map(fd, offset + len, what);
+  if (!base) return std::move(base).error();
+  {
+    // fallocate has no mapping whose policy could apply: use the thread's.
+    sys::ScopedThreadPolicy policy(opts_.numa_policy, opts_.numa_nodes);
+    AIRS_TRY(sys::allocate_range(fd, offset, len, what));
+  }
+  if (auto st = sys::lock_range(*base + offset, len, what); !st) {
+    (void)sys::punch_range(fd, offset, len, what);
+    return st;
+  }
+  return {};
+}
+
+Status ShmemBackend::release(int fd, uint64_t offset, uint64_t len, const std::string& what) {
+  auto ino = sys::file_inode(fd);
+  if (!ino) return std::move(ino).error();
+  if (auto it = maps_.find(*ino); it != maps_.end() && offset + len <= it->second.size())
+    AIRS_TRY(sys::unlock_range(it->second.bytes() + offset, len, what));
+  // Model regions are locked in the daemon's region mapping; the pool drops
+  // it (and with it the lock) before it punches. The punch frees the pages
+  // whoever else still maps them.
+  return sys::punch_range(fd, offset, len, what);
+}
+
+Result<sys::Mapping> ShmemBackend::map_region(int fd, uint64_t len, const std::string& what) {
+  auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
+  if (!m) return std::move(m).error();
+  AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes));
+  return std::move(m).value();
+}
+
+Status ShmemBackend::pin(int fd, std::byte* map, uint64_t offset, uint64_t len, const std::string& what) {
+  {
+    sys::ScopedThreadPolicy policy(opts_.numa_policy, opts_.numa_nodes);
+    AIRS_TRY(sys::allocate_range(fd, offset, len, what));
+  }
+  return sys::lock_range(map + offset, len, what);
+}
+
+void ShmemBackend::forget_file(int fd) {
+  auto ino = sys::file_inode(fd);
+  if (ino) maps_.erase(*ino);
+}
+
+Result<uint64_t> ShmemBackend::kernel_available_pages() {
+  auto mi = sys::read_meminfo(opts_.meminfo);
+  if (!mi) return std::move(mi).error();
+  auto it = mi->find("MemAvailable");
+  if (it == mi->end()) return make_error(ENOENT, "pool: {} has no MemAvailable line", opts_.meminfo);
+  // RLIMIT_MEMLOCK is not applied here: with CAP_IPC_LOCK it does not
+  // bind, and populate's mlock reports it with the fix when it does.
+  return it->second / unit_;
+}
+
+Result<KernelView> ShmemBackend::kernel_view() {
+  auto mi = sys::read_meminfo(opts_.meminfo);
+  if (!mi) return std::move(mi).error();
+  auto get = [&](const char* k) -> uint64_t {
+    auto it = mi->find(k);
+    return it == mi->end() ? 0 : it->second;
+  };
+  KernelView v;
+  v.page_size = unit_;
+  v.total = get("MemTotal") / unit_;
+  v.free = get("MemAvailable") / unit_;
+  v.shmem_bytes = get("Shmem");
+  v.mlocked_bytes = get("Mlocked");
+  v.unevictable_bytes = get("Unevictable");
+  return v;
+}
+
+Result<int64_t> ShmemBackend::adjust_kernel_pages(int64_t /*delta*/) { return int64_t{0}; }
+
+std::string ShmemBackend::advice(uint64_t needed) {
+  const uint64_t lim = sys::memlock_limit();
+  return fmt::format("the shmem pool needs {} ({} units of {}) of MemAvailable and as much lockable memory "
+                     "(RLIMIT_MEMLOCK is {}): free memory or make the pool smaller, and run the daemon with "
+                     "LimitMEMLOCK=infinity (or CAP_IPC_LOCK)",
+                     format_bytes(needed * unit_), needed, format_bytes(unit_),
+                     lim == UINT64_MAX ? std::string("unlimited") : format_bytes(lim));
+}
+
+}  // namespace airs::pool

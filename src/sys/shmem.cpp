@@ -1,0 +1,57 @@
+#include "sys/shmem.hpp"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace airs::sys {
+
+Result<UniqueFd> create_shmem_file(const std::string& name) {
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
+  if (!fd) return make_error(errno, "memfd_create for {}: {}", name, std::strerror(errno));
+  return fd;
+}
+
+uint64_t memlock_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return 0;
+  return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(rl.rlim_cur);
+}
+
+Status lock_range(void* addr, uint64_t len, const std::string& what) {
+  if (len == 0) return {};
+  if (::mlock(addr, len) == 0) return {};
+  const int err = errno;
+  if (err == EPERM || err == EAGAIN || err == ENOMEM) {
+    const uint64_t lim = memlock_limit();
+    return make_error(err,
+                      "mlock of {} bytes of {} failed: {} (RLIMIT_MEMLOCK is {}): the shmem pool pins its pages; "
+                      "run the daemon with CAP_IPC_LOCK or LimitMEMLOCK=infinity in its systemd unit "
+                      "(`ulimit -l unlimited` by hand), or make the pool smaller",
+                      len, what, std::strerror(err), lim == UINT64_MAX ? std::string("unlimited") : std::to_string(lim));
+  }
+  return make_error(err, "mlock of {} bytes of {}: {}", len, what, std::strerror(err));
+}
+
+Status unlock_range(void* addr, uint64_t len, const std::string& what) {
+  if (len == 0) return {};
+  if (::munlock(addr, len) != 0) return make_error(errno, "munlock of {} bytes of {}: {}", len, what, std::strerror(errno));
+  return {};
+}
+
+Result<uint64_t> file_inode(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "fstat of fd {}: {}", fd, std::strerror(errno));
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+Result<uint64_t> file_size(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "fstat of fd {}: {}", fd, std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace airs::sys

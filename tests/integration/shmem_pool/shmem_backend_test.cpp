@@ -1,0 +1,157 @@
+// ShmemBackend on the real kernel: memfd pages, mlock, punch; /proc/meminfo
+// read from a fixture file for the kernel view.
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "pool/pool.hpp"
+#include "pool/shmem_backend.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "sys/procfs.hpp"
+#include "util/units.hpp"
+
+namespace airs {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMlockWorks = false;  // ASan makes mlock/munlock no-ops
+#else
+constexpr bool kMlockWorks = true;
+#endif
+
+uint64_t locked_bytes() {
+  auto t = sys::read_text_file("/proc/self/status");
+  if (!t) return UINT64_MAX;
+  const auto pos = t->find("VmLck:");
+  return pos == std::string::npos ? UINT64_MAX : std::stoull(t->substr(pos + 6)) * 1024;
+}
+
+TEST(ShmemBackend, UnitIsAMultipleOfTheBasePage) {
+  const uint64_t base = sys::base_page_size();
+  auto def = pool::ShmemBackend::create({});
+  ASSERT_TRUE(def.ok()) << def.error().message;
+  EXPECT_EQ((*def)->page_size() % base, 0U);
+  EXPECT_GE((*def)->page_size(), 2 * kMiB);
+  EXPECT_LT((*def)->page_size(), 2 * kMiB + base);
+  pool::ShmemOptions o;
+  o.unit = base + base / 2;
+  auto bad = pool::ShmemBackend::create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, EINVAL);
+  EXPECT_NE(bad.error().message.find(std::to_string(base)), std::string::npos) << bad.error().message;
+  o.unit = 3 * base;  // not a power of two: allowed
+  EXPECT_TRUE(pool::ShmemBackend::create(o).ok());
+}
+
+TEST(ShmemBackend, PopulateAllocatesAndLocksReleaseFreesAndUnlocks) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok());
+  const uint64_t u = (*b)->page_size();
+  auto fd = (*b)->create_file("shmem-test", 4 * u);
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), 0U);
+  const uint64_t lck0 = locked_bytes();
+  ASSERT_TRUE((*b)->populate(fd->get(), u, 2 * u, "test"));
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), 2 * u);
+  if (kMlockWorks) {
+    EXPECT_EQ(locked_bytes(), lck0 + 2 * u);
+  }
+  ASSERT_TRUE((*b)->release(fd->get(), u, u, "test"));
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), u);
+  if (kMlockWorks) {
+    EXPECT_EQ(locked_bytes(), lck0 + u);
+  }
+  (*b)->forget_file(fd->get());
+  if (kMlockWorks) {
+    EXPECT_EQ(locked_bytes(), lck0) << "forget_file must drop the pin mapping";
+  }
+}
+
+TEST(ShmemBackend, KernelViewAndNoKernelPool) {
+  char path[] = "/tmp/airs-meminfo-XXXXXX";
+  const int f = ::mkstemp(path);
+  ASSERT_GE(f, 0);
+  const std::string text =
+      "MemTotal:        8000000 kB\nMemAvailable:    4096000 kB\nShmem:            204800 kB\n"
+      "Mlocked:          102400 kB\nUnevictable:      110000 kB\nHugepagesize:       2048 kB\n";
+  ASSERT_EQ(::write(f, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(f);
+  pool::ShmemOptions o;
+  o.unit = 4 * kMiB;
+  o.meminfo = path;
+  auto b = pool::ShmemBackend::create(o);
+  ASSERT_TRUE(b.ok());
+  auto v = (*b)->kernel_view();
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_EQ(v->page_size, 4 * kMiB);
+  EXPECT_EQ(v->total, 8000000ULL * 1024 / (4 * kMiB));
+  EXPECT_EQ(v->free, 4096000ULL * 1024 / (4 * kMiB));
+  EXPECT_EQ(v->shmem_bytes, 204800ULL * 1024);
+  EXPECT_EQ(v->mlocked_bytes, 102400ULL * 1024);
+  EXPECT_EQ(v->unevictable_bytes, 110000ULL * 1024);
+  EXPECT_EQ(*(*b)->kernel_available_pages(), 4096000ULL * 1024 / (4 * kMiB));
+  EXPECT_EQ(*(*b)->adjust_kernel_pages(10), 0);
+  EXPECT_EQ(*(*b)->adjust_kernel_pages(-10), 0);
+  EXPECT_TRUE((*b)->release_frees_memory());
+  EXPECT_NE((*b)->advice(3).find("LimitMEMLOCK=infinity"), std::string::npos) << (*b)->advice(3);
+  ::unlink(path);
+}
+
+TEST(ShmemBackend, PoolShrinkHandsPagesStraightBack) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok());
+  const uint64_t u = (*b)->page_size();
+  auto p = pool::Pool::create(std::move(b).value(), {8 * u, false});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  auto kv = (*p)->kernel_view();
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->files_pages, 8U);
+  auto took = (*p)->shrink(3);
+  ASSERT_TRUE(took.ok()) << took.error().message;
+  EXPECT_EQ(*took, 3U);
+  EXPECT_EQ((*p)->counts().free_pages, 5U);
+  EXPECT_EQ((*p)->kernel_view()->files_pages, 5U);
+  auto grew = (*p)->grow(2);
+  ASSERT_TRUE(grew.ok());
+  EXPECT_EQ(*grew, 2U);
+  EXPECT_EQ((*p)->kernel_view()->files_pages, 7U);
+}
+
+TEST(ShmemBackend, MlockRefusedNamesTheFix) {
+  if (!kMlockWorks) GTEST_SKIP() << "mlock is a no-op under ASan: it cannot be refused";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Without CAP_IPC_LOCK and with a tiny RLIMIT_MEMLOCK, as an unprivileged
+    // daemon without LimitMEMLOCK would run.
+    __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct d[2]{};
+    if (::syscall(SYS_capget, &h, d) != 0) _exit(10);
+    d[CAP_IPC_LOCK / 32].effective &= ~(1U << (CAP_IPC_LOCK % 32));
+    if (::syscall(SYS_capset, &h, d) != 0) _exit(11);
+    rlimit rl{64 * 1024, 64 * 1024};
+    if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(12);
+    auto b = pool::ShmemBackend::create({});
+    if (!b) _exit(13);
+    const uint64_t unit = (*b)->page_size();
+    auto p = pool::Pool::create(std::move(b).value(), {4 * unit, false});
+    if (p) _exit(14);
+    const bool named = p.error().message.find("LimitMEMLOCK=infinity") != std::string::npos &&
+                       p.error().message.find("RLIMIT_MEMLOCK") != std::string::npos;
+    if (!named) std::fprintf(stderr, "message: %s\n", p.error().message.c_str());
+    _exit(named ? 0 : 15);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+}
+
+}  // namespace
+}  // namespace airs

@@ -1,0 +1,96 @@
+// The cooperative-mode waits (client::wait_rank / wait_range / wait_resident)
+// against a status page written by another thread with real futex wakes.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "client/lazy_map.hpp"
+#include "client/status_page.hpp"
+#include "sys/proc_handles.hpp"
+
+namespace airs::client {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Page {
+  // 3 ranks: rank 0 one unit (0), rank 5 two units (1, 2), rank 9 one unit (3).
+  Page() : buf(status_page_bytes(4, 3) / 8 + 1) {
+    RankEntry r[3] = {{0, 1, 0, 0}, {5, 2, 0, 0}, {9, 1, 0, 0}};
+    w = StatusPageWriter(buf.data(), buf.size() * 8);
+    w.init(4096, 4 * 4096, 4, r, 3);
+    w.reset(ModelLoadState::Loading);
+  }
+  StatusPageView view() const { return StatusPageView(buf.data(), buf.size() * 8); }
+  void ready(uint32_t unit, uint32_t rank_index) {
+    w.set_ready(unit, rank_index);
+    w.publish();
+    sys::futex_wake_all(w.generation_word());
+  }
+  std::vector<uint64_t> buf;
+  StatusPageWriter w;
+};
+
+TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
+  Page p;
+  ASSERT_TRUE(p.view().valid());
+  std::thread filler([&] {
+    std::this_thread::sleep_for(20ms);
+    p.ready(0, 0);
+    std::this_thread::sleep_for(20ms);
+    p.ready(1, 1);  // rank 5 half done: its waiter must sleep on
+    std::this_thread::sleep_for(30ms);
+    p.ready(2, 1);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_rank(p.view(), 5, 5s));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(p.view().unit_ready(2)) << "returned before the rank's last unit";
+  EXPECT_GE(waited, 60ms);
+  filler.join();
+  // Rank 9 never comes: a timeout, not a hang or a false OK.
+  auto st = wait_rank(p.view(), 9, 30ms);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ETIMEDOUT);
+  // Byte ranges: units 0-2 are ready, unit 3 is not.
+  EXPECT_TRUE(wait_range(p.view(), 100, 3 * 4096 - 200, 0ms));
+  EXPECT_EQ(wait_range(p.view(), 3 * 4096 - 1, 2, 10ms).error().code, ETIMEDOUT);
+  EXPECT_EQ(wait_range(p.view(), 4 * 4096, 1, 10ms).error().code, EINVAL);
+  EXPECT_EQ(wait_resident(p.view(), 10ms).error().code, ETIMEDOUT);
+}
+
+TEST(CooperativeWait, UnknownRankAndFailedLoadAreErrors) {
+  Page p;
+  EXPECT_EQ(wait_rank(p.view(), 4, 1s).error().code, EINVAL);
+  std::thread failer([&] {
+    std::this_thread::sleep_for(20ms);
+    p.w.add_failed();
+    p.w.set_state(ModelLoadState::Failed);
+    p.w.publish();
+    sys::futex_wake_all(p.w.generation_word());
+  });
+  auto st = wait_resident(p.view(), 5s);
+  failer.join();
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, EIO);
+}
+
+TEST(CooperativeWait, ResidentWakesEveryWaiter) {
+  Page p;
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([&] {
+      if (wait_resident(p.view(), 5s)) ++ok;
+    });
+  std::this_thread::sleep_for(20ms);
+  for (uint32_t u = 0; u < 4; ++u) p.ready(u, u == 0 ? 0 : (u < 3 ? 1 : 2));
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 4);
+}
+
+}  // namespace
+}  // namespace airs::client
