@@ -14,6 +14,7 @@
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
 #include "pool/hugetlbfs_backend.hpp"
+#include "pool/shmem_backend.hpp"
 #include "probe/mode.hpp"
 #include "probe/probe.hpp"
 #include "dbus/names.hpp"
@@ -94,6 +95,13 @@ Status Daemon::init() {
   capabilities_ = probe::to_key_values(caps);
   auto choice = probe::choose_mode(caps, cfg_.models.mode);
   if (!choice) return std::move(choice).error();
+  if (cfg_.pool.backend == "shmem" && choice->mode == probe::Mode::Full) {
+    choice->mode = probe::Mode::SmallPages;
+    choice->reason = "pool.backend = \"shmem\" in the configuration: userfaultfd on shmem";
+  }
+  if (cfg_.pool.backend == "hugetlbfs" && choice->mode != probe::Mode::Full)
+    return make_error(ENOTSUP, "pool.backend = \"hugetlbfs\" needs the full mode, but the mode is {}: {}",
+                      probe::to_string(choice->mode), choice->reason);
   mode_ = probe::to_string(choice->mode);
   mode_reason_ = choice->reason;
   for (auto& a : choice->advice) {
@@ -102,36 +110,48 @@ Status Daemon::init() {
   }
   spdlog::info("mode {}: {}", mode_, mode_reason_);
 
-  if (pool_target_ > 0 && choice->mode != probe::Mode::Full)
-    return make_error(ENOTSUP,
-                      "this kernel supports only the '{}' mode ({}), which this build does not implement yet; "
-                      "to run in full mode: {}",
-                      mode_, mode_reason_, advice_.empty() ? "see airs-memd's log" : advice_.front());
-
   if (pool_target_ > 0) {
-    pool::HugetlbfsOptions ho;
-    ho.page_size = cfg_.pool.page_size;
-    ho.mount_path = cfg_.pool.hugetlbfs_mount;
-    ho.numa_policy = cfg_.pool.numa_policy == "bind"         ? sys::NumaPolicy::Bind
-                     : cfg_.pool.numa_policy == "interleave" ? sys::NumaPolicy::Interleave
-                                                             : sys::NumaPolicy::Local;
-    ho.numa_nodes = cfg_.pool.numa_nodes;
-    auto backend = pool::HugetlbfsBackend::create(ho);
-    if (!backend) return std::move(backend).error();
+    const auto numa = cfg_.pool.numa_policy == "bind"         ? sys::NumaPolicy::Bind
+                      : cfg_.pool.numa_policy == "interleave" ? sys::NumaPolicy::Interleave
+                                                              : sys::NumaPolicy::Local;
+    // full: huge pages from hugetlbfs. small-pages and cooperative: shmem
+    // (memfd) pinned with mlock, for kernels without hugetlbfs or forced.
+    std::unique_ptr<pool::PoolBackend> backend;
+    const bool use_shmem =
+        choice->mode != probe::Mode::Full || cfg_.pool.backend == "shmem";
+    if (use_shmem) {
+      pool::ShmemOptions so;
+      so.unit = cfg_.pool.page_size;
+      so.numa_policy = numa;
+      so.numa_nodes = cfg_.pool.numa_nodes;
+      auto b = pool::ShmemBackend::create(so);
+      if (!b) return std::move(b).error();
+      backend = std::move(b).value();
+    } else {
+      pool::HugetlbfsOptions ho;
+      ho.page_size = cfg_.pool.page_size;
+      ho.mount_path = cfg_.pool.hugetlbfs_mount;
+      ho.numa_policy = numa;
+      ho.numa_nodes = cfg_.pool.numa_nodes;
+      auto b = pool::HugetlbfsBackend::create(ho);
+      if (!b) return std::move(b).error();
+      backend = std::move(b).value();
+    }
     pool::PoolOptions po;
     po.size_bytes = pool_target_;
     po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
-    auto pool = pool::Pool::create(std::move(backend).value(), po);
+    auto pool = pool::Pool::create(std::move(backend), po);
     if (!pool) return std::move(pool).error();
     pool_ = std::move(pool).value();
     page_size_ = pool_->page_size();
     pager::PagerOptions pgo;
     pgo.queue_depth = cfg_.models.queue_depth;
     pgo.prefetch_window = cfg_.models.prefetch_window;
+    pgo.uffd_clients = choice->mode != probe::Mode::Cooperative;
     auto pg = pager::Pager::create(*loop_, *pool_, pgo);
     if (!pg) return std::move(pg).error();
     pager_ = std::move(pg).value();
-    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models.pinned);
+    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models.pinned, choice->mode == probe::Mode::Cooperative);
     kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
                                       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
                                              const std::string& reason) {

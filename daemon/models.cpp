@@ -50,8 +50,8 @@ std::vector<pager::Extent> extents_of(const gguf::File& f) {
 
 }  // namespace
 
-Models::Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned)
-    : pool_(pool), pager_(pager), pinned_(pinned.begin(), pinned.end()) {}
+Models::Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned, bool cooperative)
+    : pool_(pool), pager_(pager), pinned_(pinned.begin(), pinned.end()), cooperative_(cooperative) {}
 
 Result<pager::ModelId> Models::load_with_room(pager::ModelSpec spec, uint64_t region_bytes) {
   // Make room first so the pager's reservation does not fail half-way.
@@ -133,7 +133,9 @@ Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, bool l
                       "its Resident signal and open again",
                       m.name, st->resident_bytes, st->region_size);
   OpenResult r;
-  auto region = resident ? reopen_readonly(pager_.region_fd(m.pager_id)) : dup_fd(pager_.region_fd(m.pager_id));
+  // Writable only where a client must register a userfaultfd on it.
+  auto region = (resident || cooperative_) ? reopen_readonly(pager_.region_fd(m.pager_id))
+                                           : dup_fd(pager_.region_fd(m.pager_id));
   if (!region) return std::move(region).error();
   auto status = reopen_readonly(pager_.status_fd(m.pager_id));
   if (!status) return std::move(status).error();

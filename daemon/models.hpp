@@ -58,7 +58,9 @@ struct OpenResult {
 
 class Models {
  public:
-  Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned);
+  // cooperative: no userfaultfd clients; regions are handed out read-only
+  // and clients wait per layer on the status page.
+  Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned, bool cooperative);
 
   // Parses the GGUF behind `gguf_fd` (the caller's; duplicated), and either
   // returns the model already loaded from the same file or reserves a new
@@ -95,6 +97,7 @@ class Models {
   std::map<uint64_t, std::unique_ptr<ModelEntry>> models_;
   uint64_t next_id_ = 1;
   uint64_t next_client_ = 1;
+  bool cooperative_ = false;
 };
 
 }  // namespace airs::daemon

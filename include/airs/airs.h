@@ -48,6 +48,10 @@ void airs_disconnect(airs_client *client);
 typedef struct {
   const char *name; /* NULL: the GGUF's general.name */
   int quiet;        /* nonzero: do not log the fallback notice to stderr */
+  /* Cooperative mode only (kernels without userfaultfd): nonzero returns at
+   * once and the caller calls airs_model_wait_range/_layer before touching
+   * each part; zero (default) waits until the model is resident. */
+  int wait_per_layer;
 } airs_model_options;
 
 /* Opens the GGUF at `path` (or the caller's readable `gguf_fd`, which is
@@ -66,6 +70,14 @@ int airs_model_is_resident(const airs_model *model);
 /* Waits until the model is resident (timeout_ms < 0: forever).
  * -ETIMEDOUT on time-out. */
 int airs_model_wait_resident(airs_model *model, int timeout_ms);
+/* Cooperative mode: wait until load rank `rank` (0 = header and token
+ * embeddings, N+1 = blk.N, last = output) or the byte range is resident.
+ * Returns at once in the lazy modes, where faults do the waiting. */
+int airs_model_wait_layer(airs_model *model, uint32_t rank, int timeout_ms);
+int airs_model_wait_range(airs_model *model, uint64_t offset, uint64_t len, int timeout_ms);
+/* "full", "small-pages" or "cooperative". */
+const char *airs_model_mode(const airs_model *model);
+
 /* 1 if the daemon died during the load and the library serves the rest. */
 int airs_model_in_fallback(const airs_model *model);
 

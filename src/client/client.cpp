@@ -87,6 +87,7 @@ struct airs_model {
   std::atomic<bool> in_fallback{false};
   bool quiet = false;
   bool released = false;
+  std::string mode = "full";
 
   const std::byte* data() const { return lazy ? lazy->data() : plain.bytes(); }
   void watch();
@@ -211,16 +212,25 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     m->status = airs::client::StatusPageView(sp, static_cast<uint64_t>(sst.st_size));
 
     const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
-    if (resident) {
+    m->mode = airs::dbus::get<std::string>(info, "mode").value_or("full");
+    if (m->mode == "cooperative") {
+      // No userfaultfd on this kernel: a read-only mapping, and the caller
+      // (or we, by default) waits on the status page before touching pages.
+      auto ro = airs::client::map_region_readonly(m->region.get(), size);
+      if (!ro) return fail(ro.error());
+      m->plain = std::move(ro).value();
+      if (opt == nullptr || opt->wait_per_layer == 0) {
+        if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24)); !w) return fail(w.error());
+      }
+    } else if (resident) {
       // Fully resident: a plain read-only mapping, no userfaultfd at all.
       void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, m->region.get(), 0);
       if (p == MAP_FAILED) return fail(errno, std::string("mmap model: ") + std::strerror(errno));
       m->plain = airs::sys::Mapping(p, size);
     } else {
-      const std::string mode = airs::dbus::get<std::string>(info, "mode").value_or("full");
       auto lm = airs::client::LazyMapping::create(
           m->region.get(), size,
-          mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs);
+          m->mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs);
       if (!lm) return fail(lm.error());
       m->lazy.emplace(std::move(lm).value());
       m->notify.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -275,6 +285,26 @@ int airs_model_open_fd(airs_client* client, int gguf_fd, const airs_model_option
 const void* airs_model_data(const airs_model* m) { return m == nullptr ? nullptr : m->data(); }
 uint64_t airs_model_size(const airs_model* m) { return m == nullptr ? 0 : m->file_size; }
 const char* airs_model_object(const airs_model* m) { return m == nullptr ? "" : m->object.c_str(); }
+const char* airs_model_mode(const airs_model* m) { return m == nullptr ? "" : m->mode.c_str(); }
+
+static std::chrono::nanoseconds timeout_of(int ms) {
+  return ms < 0 ? std::chrono::nanoseconds(std::chrono::hours(24 * 365)) : std::chrono::nanoseconds(std::chrono::milliseconds(ms));
+}
+
+int airs_model_wait_layer(airs_model* m, uint32_t rank, int timeout_ms) {
+  if (m == nullptr) return fail(EINVAL, "airs_model_wait_layer: NULL model");
+  if (m->mode != "cooperative") return 0;
+  if (auto r = airs::client::wait_rank(m->status, rank, timeout_of(timeout_ms)); !r) return fail(r.error());
+  return 0;
+}
+
+int airs_model_wait_range(airs_model* m, uint64_t offset, uint64_t len, int timeout_ms) {
+  if (m == nullptr) return fail(EINVAL, "airs_model_wait_range: NULL model");
+  if (m->mode != "cooperative") return 0;
+  if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms)); !r) return fail(r.error());
+  return 0;
+}
+
 int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->in_fallback.load() ? 1 : 0; }
 
 int airs_model_is_resident(const airs_model* m) {

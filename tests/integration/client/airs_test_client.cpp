@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     return 12;
   }
   airs_model* model = nullptr;
-  airs_model_options opt{nullptr, 0};
+  airs_model_options opt{nullptr, 0, 0};
   if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
