@@ -9,5 +9,6 @@ namespace airs::cli {
 
 void add_status(CLI::App& app, Globals& g);
 void add_inspect(CLI::App& app, Globals& g);
+void add_evict(CLI::App& app, Globals& g);
 
 }  // namespace airs::cli
