@@ -527,6 +527,7 @@ dbus::Dict PressureLoop::status() {
   d["some_events"] = sdbus::Variant(st.some_events);
   d["full_events"] = sdbus::Variant(st.full_events);
   d["level_changes"] = sdbus::Variant(st.level_changes);
+  d["samples"] = sdbus::Variant(st.samples);
   d["source_errors"] = sdbus::Variant(st.read_errors);
   if (!st.last_error.empty()) d["source_last_error"] = sdbus::Variant(st.last_error);
   d["decision"] = sdbus::Variant(last_decision_);

@@ -171,8 +171,14 @@ class MemSampler {
   }
   // The largest rise of MemAvailable between two samples at most `window`
   // apart, and when it ended.
-  std::pair<int64_t, SteadyClock::time_point> max_rise(std::chrono::milliseconds window) {
-    auto s = samples();
+  // Only samples within [from, to] count.
+  std::pair<int64_t, SteadyClock::time_point> max_rise(std::chrono::milliseconds window,
+                                                       SteadyClock::time_point from = {},
+                                                       SteadyClock::time_point to = SteadyClock::time_point::max()) {
+    auto all = samples();
+    std::vector<Sample> s;
+    for (auto& x : all)
+      if (x.at >= from && x.at <= to) s.push_back(x);
     int64_t best = 0;
     SteadyClock::time_point when{};
     size_t lo = 0;
