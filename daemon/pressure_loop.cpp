@@ -331,6 +331,9 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
     }
   }
   governor_.record_eviction(Clock::now());
+  r.duration_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - now).count());
+  last_duration_us_ = r.duration_us;
+  max_duration_us_ = std::max(max_duration_us_, r.duration_us);
   remember(r);
   return r;
 }
@@ -486,6 +489,7 @@ dbus::Dict PressureLoop::to_dict(const EvictionReport& r) {
   d["satisfied"] = sdbus::Variant(r.plan.satisfied);
   d["shortfall"] = sdbus::Variant(r.plan.shortfall);
   d["resize_note"] = sdbus::Variant(r.resize_note);
+  d["duration_us"] = sdbus::Variant(r.duration_us);
   std::vector<dbus::Dict> actions;
   for (const auto& o : r.outcomes) {
     dbus::Dict a;
@@ -546,6 +550,8 @@ dbus::Dict PressureLoop::status() {
   d["grown_bytes"] = sdbus::Variant(counters_.grown_bytes);
   d["resize_failures"] = sdbus::Variant(counters_.resize_failures);
   d["last_resize_error"] = sdbus::Variant(last_resize_error_);
+  d["last_eviction_us"] = sdbus::Variant(last_duration_us_);
+  d["max_eviction_us"] = sdbus::Variant(max_duration_us_);
   d["resize_pool"] = sdbus::Variant(cfg_.resize_pool);
   d["pool_target_bytes"] = sdbus::Variant(pool_target_pages_ * pool_.page_size());
   d["pool_current_bytes"] = sdbus::Variant(pool_.counts().total_bytes());

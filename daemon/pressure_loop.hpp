@@ -59,6 +59,7 @@ struct EvictionReport {
   uint64_t freed_bytes = 0;         // pool pages the actions freed
   uint64_t returned_bytes = 0;      // pages the kernel took back (nr_hugepages lowered by this much)
   std::string resize_note;          // why fewer went back than asked, if so
+  uint64_t duration_us = 0;         // plan + actions + shrink, on the loop thread
 };
 
 class PressureLoop {
@@ -149,6 +150,8 @@ class PressureLoop {
     uint64_t resize_failures = 0;  // shrinks or grows the kernel did not (fully) do
   } counters_;
   std::string last_resize_error_;
+  uint64_t last_duration_us_ = 0;
+  uint64_t max_duration_us_ = 0;
   struct Record {
     policy::Clock::time_point at;
     std::string trigger;

@@ -149,10 +149,13 @@ class MemSampler {
   struct Sample {
     SteadyClock::time_point at;
     uint64_t available;
+    uint64_t hugepages_total;  // HugePages_Total from the same read
   };
   explicit MemSampler(std::chrono::microseconds period) : thread_([this, period] {
       while (!stop_.load()) {
-        const Sample s{SteadyClock::now(), mem_available()};
+        auto m = sys::read_meminfo();
+        const Sample s{SteadyClock::now(), m && m->contains("MemAvailable") ? m->at("MemAvailable") : 0,
+                       m && m->contains("HugePages_Total") ? m->at("HugePages_Total") : 0};
         {
           std::lock_guard<std::mutex> g(mu_);
           samples_.push_back(s);
@@ -171,6 +174,33 @@ class MemSampler {
   }
   // The largest rise of MemAvailable between two samples at most `window`
   // apart, and when it ended.
+  // The kernel's own moment of giving huge pages back: over every pair of
+  // consecutive samples in which HugePages_Total fell, the MemAvailable
+  // change and the pages that went. Both come from one read of
+  // /proc/meminfo, so other work on the machine enters only through the
+  // few milliseconds between two samples.
+  std::pair<int64_t, uint64_t> rise_at_hugepage_drops(SteadyClock::time_point from, SteadyClock::time_point to) {
+    auto s = samples();
+    int64_t rise = 0;
+    uint64_t pages = 0;
+    // The kernel lowers HugePages_Total before it hands the pages to the
+    // buddy allocator (and restores their vmemmap first), so MemAvailable
+    // follows a little later: measure from the sample before the first drop
+    // to the highest value within `settle` after the last.
+    const std::chrono::milliseconds settle(250);
+    std::optional<size_t> first, last;
+    for (size_t i = 1; i < s.size(); ++i) {
+      if (s[i].at < from || s[i].at > to || s[i].hugepages_total >= s[i - 1].hugepages_total) continue;
+      pages += s[i - 1].hugepages_total - s[i].hugepages_total;
+      if (!first) first = i;
+      last = i;
+    }
+    if (!first) return {0, 0};
+    uint64_t top = 0;
+    for (size_t j = *first; j < s.size() && s[j].at <= s[*last].at + settle; ++j) top = std::max(top, s[j].available);
+    rise = static_cast<int64_t>(top) - static_cast<int64_t>(s[*first - 1].available);
+    return {rise, pages};
+  }
   // Only samples within [from, to] count.
   std::pair<int64_t, SteadyClock::time_point> max_rise(std::chrono::milliseconds window,
                                                        SteadyClock::time_point from = {},
