@@ -64,8 +64,8 @@ std::vector<dbus::Dict> ManagerObject::ListSessions() {
 std::string ManagerObject::Version() { return AIRS_VERSION; }
 std::string ManagerObject::Profile() { return d_.profile(); }
 std::string ManagerObject::Mode() { return d_.mode(); }
-uint64_t ManagerObject::PoolBytes() { return d_.pool_target_bytes(); }
-uint64_t ManagerObject::PoolFreeBytes() { return d_.pool_target_bytes(); }
+uint64_t ManagerObject::PoolBytes() { return d_.pool_bytes(); }
+uint64_t ManagerObject::PoolFreeBytes() { return d_.pool_free_bytes(); }
 uint64_t ManagerObject::PageSize() { return d_.page_size(); }
 std::string ManagerObject::PressureLevel() {
   return d_.pressure() ? policy::to_string(d_.pressure()->level()) : "none";

@@ -32,7 +32,10 @@ std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::Open
   auto& m = entry();
   const bool lazy = dbus::get<bool>(options, "lazy").value_or(true);
   auto r = d_.models().open(m, c.name, lazy);
-  if (!r) dbus::throw_error(r.error());
+  if (!r) {
+    d_.fds_returned(c, 2);  // nothing was handed out
+    dbus::throw_error(r.error());
+  }
   dbus::Dict info;
   info["mode"] = sdbus::Variant(d_.mode());
   info["resident"] = sdbus::Variant(r->resident);

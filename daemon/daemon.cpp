@@ -12,8 +12,11 @@
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
 #include "daemon/kv_service.hpp"
+#include "daemon/metrics.hpp"
 #include "daemon/pressure_loop.hpp"
 #include "pool/hugetlbfs_backend.hpp"
+#include "probe/mode.hpp"
+#include "probe/probe.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
 #include "sys/procfs.hpp"
@@ -86,6 +89,27 @@ Status Daemon::init() {
     spdlog::info("watchdog: pinging every {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(*wd / 2).count());
   }
 
+  // What the kernel offers decides the mode (full / small-pages /
+  // cooperative); status explains it and what would enable more.
+  auto caps = probe::probe(probe::ProbePaths{});
+  spdlog::info("platform:\n{}", probe::format_report(caps));
+  capabilities_ = probe::to_key_values(caps);
+  auto choice = probe::choose_mode(caps, cfg_.models.mode);
+  if (!choice) return std::move(choice).error();
+  mode_ = probe::to_string(choice->mode);
+  mode_reason_ = choice->reason;
+  for (auto& a : choice->advice) {
+    advice_.push_back(a.text);
+    spdlog::warn("{}", a.text);
+  }
+  spdlog::info("mode {}: {}", mode_, mode_reason_);
+
+  if (pool_target_ > 0 && choice->mode != probe::Mode::Full)
+    return make_error(ENOTSUP,
+                      "this kernel supports only the '{}' mode ({}), which this build does not implement yet; "
+                      "to run in full mode: {}",
+                      mode_, mode_reason_, advice_.empty() ? "see airs-memd's log" : advice_.front());
+
   if (pool_target_ > 0) {
     pool::HugetlbfsOptions ho;
     ho.page_size = cfg_.pool.page_size;
@@ -145,8 +169,30 @@ Status Daemon::init() {
     housekeeping();
   }));
 
+  if (!cfg_.daemon.metrics_file.empty()) {
+    auto mt = sys::PeriodicTimer::create(cfg_.daemon.metrics_interval);
+    if (!mt) return std::move(mt).error();
+    metrics_timer_.emplace(std::move(mt).value());
+    AIRS_TRY(loop_->add(metrics_timer_->fd(), EPOLLIN, [this](uint32_t) {
+      metrics_timer_->acknowledge();
+      write_metrics();
+    }));
+  }
+
   AIRS_TRY(connect_bus());
   return {};
+}
+
+void Daemon::write_metrics() {
+  std::vector<std::pair<std::string, pager::ModelStats>> ms;
+  if (models_)
+    for (auto* m : models_->all())
+      if (auto st = models_->stats(*m)) ms.emplace_back(m->name, std::move(*st));
+  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(status(), ms)); !r) {
+    // Once per failure streak would be nicer; a warning per interval is
+    // still readable and says exactly what to fix.
+    spdlog::warn("{}", r.error().message);
+  }
 }
 
 void Daemon::housekeeping() {
@@ -402,6 +448,11 @@ dbus::Dict Daemon::status() {
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count()));
   s["page_size"] = sdbus::Variant(page_size_);
   s["mode"] = sdbus::Variant(mode_);
+  s["mode_reason"] = sdbus::Variant(mode_reason_);
+  s["advice"] = sdbus::Variant(advice_);
+  dbus::Dict caps;
+  for (auto& [k, v] : capabilities_) caps[k] = sdbus::Variant(v);
+  s["capabilities"] = sdbus::Variant(caps);
   dbus::Dict pool;
   pool["target_bytes"] = sdbus::Variant(pool_target_);
   if (pool_) {

@@ -53,6 +53,8 @@ class Daemon {
   [[nodiscard]] const std::string& profile() const { return profile_; }
   [[nodiscard]] uint64_t pool_target_bytes() const { return pool_target_; }
   [[nodiscard]] uint64_t page_size() const { return page_size_; }
+  [[nodiscard]] uint64_t pool_bytes() const { return pool_ ? pool_->counts().total_bytes() : 0; }
+  [[nodiscard]] uint64_t pool_free_bytes() const { return pool_ ? pool_->counts().free_bytes() : 0; }
   dbus::IdentityCache& identities() { return ids_; }
   Models& models() { return *models_; }
   KvService& kv() { return *kv_; }
@@ -103,6 +105,9 @@ class Daemon {
   std::unique_ptr<ManagerObject> manager_;
 
   std::string mode_ = "full";
+  std::string mode_reason_;
+  std::vector<std::string> advice_;
+  std::map<std::string, std::string> capabilities_;
   std::unique_ptr<pool::Pool> pool_;
   std::unique_ptr<pager::Pager> pager_;
   std::unique_ptr<Models> models_;
@@ -113,6 +118,8 @@ class Daemon {
   std::vector<std::unique_ptr<SessionObject>> retired_sessions_;
   std::map<uint64_t, client::ModelLoadState> last_state_;
   std::optional<sys::PeriodicTimer> housekeeping_;
+  std::optional<sys::PeriodicTimer> metrics_timer_;
+  void write_metrics();
   std::map<uid_t, uint32_t> fds_by_uid_;
   std::map<std::string, std::pair<uid_t, uint32_t>> fds_by_caller_;
 };

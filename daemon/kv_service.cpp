@@ -195,6 +195,9 @@ Status KvService::make_room(KvSession& s, uint64_t bytes) {
   pc.idle_threshold = cfg_.idle_threshold;
   auto state = snapshot();
   auto plan = policy::plan_eviction(state, req, Clock::now(), pc);
+  // Evicting other sessions only to fail anyway would lose their KV for
+  // nothing: act only on a plan that covers the request.
+  if (!plan.satisfied) return make_error(ENOMEM, "{}", plan.shortfall);
   for (auto& a : plan.actions) (void)execute(a);
   return {};
 }
@@ -205,10 +208,13 @@ Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
   auto r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
   publish(notices);
   if (!r && r.error().code == ENOMEM) {
+    // Room across arenas: whole chunks are what the pool hands out.
     const auto& g = arenas_.at(s.arena).geo;
-    (void)make_room(s, uint64_t{n} * g.block_bytes + g.chunk_bytes);
-    r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
-    publish(notices);
+    const uint64_t chunks = div_round_up(uint64_t{n}, g.blocks_per_chunk);
+    if (make_room(s, chunks * g.chunk_bytes)) {
+      r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+      publish(notices);
+    }
   }
   if (!r) return std::move(r).error();
   return std::vector<uint32_t>(blocks.begin(), blocks.end());

@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   nodejs
   util-linux procps kmod
+  systemd-container bc
 )
 if [[ "${1:-}" == "--run-only" ]]; then
   packages=(dbus-daemon dbus-bin util-linux procps)

@@ -48,10 +48,18 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-if [[ -x build/src/gguf/airs-mkmodel ]] && [[ -x build/src/client/airs-demo ]]; then
-  build/src/gguf/airs-mkmodel --out "$state/demo.gguf" --size 256M --seed 7
-  build/src/client/airs-demo --bus "$bus" "$state/demo.gguf"
-fi
+# A demo model (llama-shaped, deterministic weights) and a demo client that
+# maps it lazily, checks every tensor against the file, opens a KV session
+# and holds both for a minute so `airsctl status` shows them.
+[[ -s "$state/demo.gguf" ]] || build/src/gguf/airs-mkmodel --out "$state/demo.gguf" --size 256M --seed 7
+build/src/client/airs-demo --bus "$bus" --hold 60 "$state/demo.gguf" >"$state/demo.log" 2>&1 &
+demo_pid=$!
+for _ in $(seq 300); do
+  grep -q "holding the model" "$state/demo.log" && break
+  if ! kill -0 "$demo_pid" 2>/dev/null; then cat "$state/demo.log"; exit 1; fi
+  sleep 0.1
+done
+cat "$state/demo.log"
 
 echo
 build/src/airsctl/airsctl --bus "$bus" status

@@ -19,11 +19,17 @@ jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-60}
 passed=0; failed=0; failures=()
 
-configure_build() {  # dir, cmake args...
+configure_build() {  # dir, cmake args... [-- build targets...]
   local dir=$1; shift
-  echo "==> build $dir $*"
-  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
-  cmake --build "$dir" -j"$jobs"
+  local args=() targets=()
+  while (($#)); do [[ $1 == -- ]] && { shift; targets=("$@"); break; }; args+=("$1"); shift; done
+  echo "==> build $dir ${args[*]}"
+  cmake -S . -B "$dir" -G Ninja "${args[@]}" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  if ((${#targets[@]})); then
+    cmake --build "$dir" -j"$jobs" --target "${targets[@]}"
+  else
+    cmake --build "$dir" -j"$jobs"
+  fi
 }
 
 run_ctest() {  # dir, label, extra prefix command...
@@ -45,8 +51,10 @@ run_ctest() {  # dir, label, extra prefix command...
   ((p == 0)) || failures+=("$dir:$label")
 }
 
-configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr
 run_ctest build 'unit|integration'
+# The package in a real systemd booted in systemd-nspawn (about a minute).
+run_ctest build e2e timeout 600
 
 configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DAIRS_SANITIZE=address,undefined -DAIRS_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -58,8 +66,23 @@ configure_build build-tsan -DCMAKE_BUILD_TYPE=Debug -DAIRS_SANITIZE=thread -DAIR
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build-tsan 'unit|integration' setarch "$(uname -m)" -R
 
 CC=clang CXX=clang++ configure_build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAIRS_FUZZ=ON \
-  -DAIRS_FUZZ_SECONDS="$fuzz_seconds" -DAIRS_BUILD_BENCH=OFF
+  -DAIRS_FUZZ_SECONDS="$fuzz_seconds" -DAIRS_BUILD_BENCH=OFF -- gguf_fuzz gguf_fuzz_seeds
 run_ctest build-fuzz fuzz
+
+# arm64: cross-built with Debian's cross toolchain, unit tests under qemu-user.
+echo "==> arm64 cross build and unit tests under qemu"
+set +e
+timeout 1500 scripts/cross-arm64.sh --tests-only > build-arm64.log 2>&1
+arm64_rc=$?
+set -e
+tail -5 build-arm64.log
+arm64_line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' build-arm64.log | tail -1 || true)
+if [[ $arm64_rc -ne 0 || -z "$arm64_line" ]]; then
+  failures+=("arm64 (exit $arm64_rc, see build-arm64.log)"); failed=$((failed + 1))
+else
+  t=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$arm64_line"); p=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$arm64_line")
+  passed=$((passed + t - p)); failed=$((failed + p)); ((p == 0)) || failures+=("arm64")
+fi
 
 echo
 if ((${#failures[@]})); then echo "failed suites: ${failures[*]}"; fi

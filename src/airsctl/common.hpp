@@ -3,7 +3,9 @@
 // from main.cpp.
 #pragma once
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 

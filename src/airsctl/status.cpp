@@ -40,9 +40,12 @@ void print_human(const dbus::Dict& s) {
     fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}\n", "NAME", "SIZE", "RESIDENT", "STATE", "REFS", "CLIENTS");
   for (auto& m : models) {
     const uint64_t size = val<uint64_t>(m, "size");
+    // Residency is counted in whole huge pages of the region (the file
+    // rounded up), so compare against the region, not the file.
+    const uint64_t region = std::max<uint64_t>(1, val<uint64_t>(m, "region_bytes", size));
     const uint64_t res = val<uint64_t>(m, "resident_bytes");
     fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}{}\n", val<std::string>(m, "name"), bytes(size),
-               percent(size ? static_cast<double>(res) / static_cast<double>(size) : 0.0), val<std::string>(m, "state"),
+               percent(static_cast<double>(std::min(res, region)) / static_cast<double>(region)), val<std::string>(m, "state"),
                val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"), val<bool>(m, "pinned") ? "  pinned" : "");
   }
   auto kv = val<dbus::Dict>(s, "kv");

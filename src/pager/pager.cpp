@@ -371,6 +371,9 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
     return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
                               "{}-aligned address",
                       m->name, key, addr, length, m->region->size(), format_bytes(m->unit));
+  if (!sys::is_userfaultfd(uffd.get()))
+    return make_error(EBADF, "model '{}': client {} sent an fd that is not a userfaultfd", m->name, key);
+  AIRS_TRY(sys::set_nonblocking(uffd.get()));
   AIRS_TRY(ensure_loaded(id));
   auto pidfd = sys::pidfd_open(pid);
   if (!pidfd) return make_error(ESRCH, "model '{}': client {} (pid {}) is gone: {}", m->name, key, pid,

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 namespace airs::sys {
 
@@ -128,6 +130,20 @@ Status uffd_wake(int uffd, uint64_t addr, uint64_t len) {
   uffdio_range r{addr, len};
   if (::ioctl(uffd, UFFDIO_WAKE, &r) != 0)
     return make_error(errno, "UFFDIO_WAKE [{:#x}, +{}): {}", addr, len, std::strerror(errno));
+  return {};
+}
+
+bool is_userfaultfd(int fd) {
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  char buf[64] = {};
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  return n > 0 && std::string_view(buf, static_cast<size_t>(n)) == "anon_inode:[userfaultfd]";
+}
+
+Status set_nonblocking(int fd) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+    return make_error(errno, "fcntl(O_NONBLOCK) on fd {}: {}", fd, std::strerror(errno));
   return {};
 }
 

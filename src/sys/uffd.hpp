@@ -85,6 +85,13 @@ struct RangeResult {
 // (and raise the fault again if the page is still missing).
 [[nodiscard]] Status uffd_wake(int uffd, uint64_t addr, uint64_t len);
 
+// True if `fd` is a userfaultfd (its /proc/self/fd link names one). The
+// daemon checks fds clients send before reading from them.
+[[nodiscard]] bool is_userfaultfd(int fd);
+// Sets O_NONBLOCK on the (shared) open file description: a blocking uffd in
+// the daemon's event loop would stall it.
+[[nodiscard]] Status set_nonblocking(int fd);
+
 // Reads every pending message (non-blocking uffd) into `out` (cleared first).
 // A dead owner's uffd just reads EAGAIN forever: liveness comes from a pidfd.
 [[nodiscard]] Status uffd_read_events(int uffd, std::vector<uffd_msg>& out);

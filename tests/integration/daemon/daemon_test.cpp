@@ -2,9 +2,19 @@
 // errors, clean shutdown.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "daemon_fixture.hpp"
+#include "gguf/file_io.hpp"
+#include "gguf/writer.hpp"
 
 using namespace airs::test;
 
@@ -65,4 +75,41 @@ TEST(Daemon, UnreachableBusIsAClearStartupError) {
   DaemonProcess d("unix:path=/nonexistent/bus", kSmallPool);
   EXPECT_FALSE(d.started());
   EXPECT_NE(d.log().find("cannot serve org.aios.Airs1"), std::string::npos) << d.log();
+}
+
+TEST(Daemon, WritesPrometheusMetrics) {
+  namespace fs = std::filesystem;
+  airs::gguf::ModelSpec spec;
+  spec.name = "metrics-model";
+  auto plan = airs::gguf::plan_model(spec);
+  ASSERT_TRUE(plan) << plan.error().message;
+  const auto dir = fs::temp_directory_path() / ("airs-metrics-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto model = (dir / "m.gguf").string();
+  ASSERT_TRUE(airs::gguf::write_model_file(*plan, model));
+  const auto prom = (dir / "airs.prom").string();
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), std::string(kSmallPool) + "[daemon]\nmetrics_file = \"" + prom +
+                                     "\"\nmetrics_interval = \"100ms\"\n");
+  ASSERT_TRUE(d.started()) << d.log();
+  auto load = run_process({airsctl_path(), "--bus", bus.address(), "load", model});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream in(prom);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    if (text.find("airs_model_resident_bytes{model=\"metrics-model\"}") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(text.find("airs_pool_bytes 67108864"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("airs_model_bytes{{model=\"metrics-model\"}} {}", plan->file_size)), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE airs_fault_latency_seconds histogram"), std::string::npos);
+  EXPECT_NE(text.find("airs_kv_sessions 0"), std::string::npos);
+  EXPECT_EQ(d.stop(), 0);
+  fs::remove_all(dir);
 }

@@ -4,6 +4,7 @@
 // processes (pager_test_client) that check every byte against the file.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,7 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +45,7 @@ int64_t g_raised = 0;         // nr_hugepages we added for the suite
 std::string g_nr_path;
 
 constexpr uint64_t kPoolPages = 48;
+std::vector<pid_t> g_children;  // killed at the end of each test if still alive
 
 std::string nr_path() {
   return "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(g_unit / 1024) + "kB/nr_hugepages";
@@ -98,6 +103,14 @@ class PagerTest : public ::testing::Test {
     }
   }
 
+  void TearDown() override {
+    // A failed test must not leave a client holding pool pages for the next.
+    for (pid_t p : g_children) {
+      if (::kill(p, SIGKILL) == 0) ::waitpid(p, nullptr, 0);
+    }
+    g_children.clear();
+  }
+
   void SetUp() override {
     ASSERT_GE(read_sys("free_hugepages") - read_sys("resv_hugepages"), kPoolPages)
         << "not enough free huge pages on this machine";
@@ -145,11 +158,15 @@ class PagerTest : public ::testing::Test {
     c.pid = ::fork();
     if (c.pid == 0) {
       ::fcntl(sv[1], F_SETFD, 0);
+      // Some tests expect the client to die by SIGSEGV/SIGBUS: under ASan
+      // the sanitizer must not turn those into exit(1).
+      ::setenv("ASAN_OPTIONS", "handle_segv=0:handle_sigbus=0", 1);
       const std::string fd = std::to_string(sv[1]);
       ::execl(PAGER_TEST_CLIENT, PAGER_TEST_CLIENT, fd.c_str(), mode.c_str(), src.c_str(), nullptr);
       _exit(127);
     }
     ::close(sv[1]);
+    g_children.push_back(c.pid);
     c.sock.reset(sv[0]);
     timeval tv{20, 0};
     ::setsockopt(c.sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -163,7 +180,13 @@ class PagerTest : public ::testing::Test {
       return make_error(EIO, "send hello");
     test::AttachMsg am{};
     std::vector<int> fds;
-    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2)) return make_error(EIO, "client did not attach");
+    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2)) {
+      const int err = errno;
+      int st = 0;
+      const pid_t r = ::waitpid(c.pid, &st, WNOHANG);
+      return make_error(EIO, "client {} did not attach (errno {}, {})", c.pid, err,
+                        r == c.pid ? describe(st) : std::string("still running"));
+    }
     return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
   }
 
@@ -203,6 +226,46 @@ class PagerTest : public ::testing::Test {
     return "status " + std::to_string(st);
   }
 
+  // A private hugetlbfs mount with a size= limit: its statfs counts exactly
+  // what our files hold or reserve, whatever other processes on the machine
+  // do with huge pages (the global HugePages_* counters are shared).
+  struct TempMount {
+    std::string dir;
+    explicit TempMount(uint64_t pages) {
+      char d[] = "/tmp/airs-hugetlbfs-XXXXXX";
+      if (::mkdtemp(d) == nullptr) return;
+      const std::string o = "pagesize=" + std::to_string(g_unit / 1024) + "K,size=" + std::to_string(pages * g_unit);
+      if (::mount("none", d, "hugetlbfs", 0, o.c_str()) != 0) {
+        ::rmdir(d);
+        return;
+      }
+      dir = d;
+    }
+    ~TempMount() {
+      if (dir.empty()) return;
+      ::umount2(dir.c_str(), MNT_DETACH);
+      ::rmdir(dir.c_str());
+    }
+    [[nodiscard]] uint64_t used_pages() const {
+      auto u = sys::fs_usage(dir);
+      return u ? u->blocks - u->blocks_free : UINT64_MAX;
+    }
+  };
+
+  static Daemon make_daemon_on(const std::string& mount, uint64_t pages, PagerOptions opts) {
+    Daemon d;
+    d.loop = std::move(sys::EventLoop::create()).value();
+    pool::HugetlbfsOptions ho;
+    ho.mount_path = mount;
+    auto backend = pool::HugetlbfsBackend::create(ho);
+    EXPECT_TRUE(backend.ok()) << backend.error().message;
+    auto p = pool::Pool::create(std::move(backend).value(), {pages * g_unit, false});
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    d.pool = std::move(p).value();
+    d.pager = std::move(pager::Pager::create(*d.loop, *d.pool, opts)).value();
+    return d;
+  }
+
   static pager::ModelStats stats(Daemon& d, ModelId id) {
     auto s = d.pager->stats(id);
     EXPECT_TRUE(s.ok());
@@ -215,7 +278,8 @@ class PagerTest : public ::testing::Test {
     std::vector<Child> cs;
     for (size_t i = 0; i < modes.size(); ++i) {
       cs.push_back(spawn(modes[i]));
-      ASSERT_TRUE(attach(d, id, cs.back(), i + 1)) << modes[i];
+      auto st = attach(d, id, cs.back(), i + 1);
+      ASSERT_TRUE(st) << modes[i] << ": " << st.error().message;
     }
     for (size_t i = 0; i < cs.size(); ++i) {
       const int st = wait_child(&d, cs[i].pid);
@@ -274,7 +338,8 @@ TEST_F(PagerTest, ClientAttachesHalfwayThroughWarmup) {
   const auto before = stats(d, id);
   ASSERT_LT(before.units_ready, before.units) << "warm-up finished before the attach: nothing tested";
   Child c = spawn("random:5");
-  ASSERT_TRUE(attach(d, id, c, 1));
+  auto ast = attach(d, id, c, 1);
+  ASSERT_TRUE(ast) << ast.error().message;
   const int st = wait_child(&d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
@@ -305,9 +370,10 @@ TEST_F(PagerTest, KillDashNineOfAClientMidFault) {
   EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
   auto kv1 = d.pool->kernel_view();
   ASSERT_TRUE(kv1.ok());
+  // Our files hold exactly the pool again (global Free/Rsvd are not compared
+  // here: other processes on the machine may use huge pages meanwhile).
   EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  EXPECT_EQ(kv1->free, kv0->free);
-  EXPECT_EQ(kv1->reserved, kv0->reserved);
+  EXPECT_EQ(kv1->files_pages, counts0.total_pages());
 }
 
 TEST_F(PagerTest, ReadErrorGivesSigbusNotZeros) {
@@ -355,8 +421,10 @@ TEST_F(PagerTest, EvictThenRefill) {
   auto kv1 = d.pool->kernel_view();
   ASSERT_TRUE(kv1.ok());
   EXPECT_EQ(kv1->files_pages, counts0.total_pages()) << "region still holds pages after the punch";
-  EXPECT_EQ(kv1->free, kv0->free);
-  EXPECT_EQ(kv1->reserved, kv0->reserved);
+  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
+  struct stat st {};
+  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
+  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
   EXPECT_EQ(stats(d, id).units_ready, 0U);
   EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Evicted);
   // Refill lazily through the same path; the client waits for resident.
@@ -405,31 +473,34 @@ TEST_F(PagerTest, PoolThatCannotBeHadSaysHowToFixIt) {
   EXPECT_EQ(read_sys("free_hugepages"), free0);
 }
 
+// The pool's counts against the kernel's: st_blocks of our files and the
+// statfs of a private mount (exact); the global HugePages_* counters are
+// shared with every process on the machine and only printed.
 TEST_F(PagerTest, AccountingAgreesWithTheKernel) {
-  const uint64_t free_before = read_sys("free_hugepages");
-  const uint64_t resv_before = read_sys("resv_hugepages");
+  TempMount mnt(kPoolPages + 8);
+  ASSERT_FALSE(mnt.dir.empty()) << "cannot mount hugetlbfs";
   PagerOptions o;
   o.background_warmup = false;
-  Daemon d = make_daemon(kPoolPages, o);
+  std::optional<Daemon> dd(make_daemon_on(mnt.dir, kPoolPages, o));
+  Daemon& d = *dd;
   const auto c0 = d.pool->counts();
   EXPECT_EQ(c0.total_pages(), kPoolPages);
   EXPECT_EQ(c0.free_pages, kPoolPages);
   auto kv = d.pool->kernel_view();
   ASSERT_TRUE(kv.ok());
-  EXPECT_EQ(kv->files_pages, kPoolPages);            // pre-touched
-  EXPECT_EQ(kv->free, free_before - kPoolPages);
-  EXPECT_EQ(kv->reserved, resv_before);
+  EXPECT_EQ(kv->files_pages, kPoolPages);  // pre-touched
+  ASSERT_TRUE(kv->mount.has_value());
+  EXPECT_EQ(mnt.used_pages(), kPoolPages);
   const ModelId id = load(d, g_src);
   const uint64_t m = pool::pages_for(g_file_size, g_unit);
   EXPECT_EQ(d.pool->counts().model_pages, m);
   EXPECT_EQ(d.pool->counts().free_pages, kPoolPages - m);
   kv = d.pool->kernel_view();
   ASSERT_TRUE(kv.ok());
-  // Region reserved but not filled: pages left the reserve, into Rsvd.
+  // Reserved but not filled: the pages left the reserve file, the mount
+  // still counts them (reservation).
   EXPECT_EQ(kv->files_pages, kPoolPages - m);
-  EXPECT_EQ(kv->reserved, resv_before + m);
-  EXPECT_EQ(kv->free - kv->reserved, free_before - resv_before - kPoolPages);
-  // Fill it, then everything is in files again and nothing reserved.
+  EXPECT_EQ(mnt.used_pages(), kPoolPages);
   Child c = spawn("seq");
   ASSERT_TRUE(attach(d, id, c, 1));
   const int st = wait_child(&d, c.pid);
@@ -437,25 +508,72 @@ TEST_F(PagerTest, AccountingAgreesWithTheKernel) {
   kv = d.pool->kernel_view();
   ASSERT_TRUE(kv.ok());
   EXPECT_EQ(kv->files_pages, kPoolPages);
-  EXPECT_EQ(kv->reserved, resv_before);
-  EXPECT_EQ(kv->free, free_before - kPoolPages);
+  EXPECT_EQ(mnt.used_pages(), kPoolPages);
+  std::printf("kernel: HugePages total %lu free %lu rsvd %lu surp %lu; ours %lu in files\n",
+              static_cast<unsigned long>(kv->total), static_cast<unsigned long>(kv->free),
+              static_cast<unsigned long>(kv->reserved), static_cast<unsigned long>(kv->surplus),
+              static_cast<unsigned long>(kv->files_pages));
+  // Evict: pages back into the reserve file.
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  ASSERT_TRUE(d.pager->evict(id));
+  EXPECT_EQ(d.pool->counts(), c0);
+  EXPECT_EQ(d.pool->kernel_view()->files_pages, kPoolPages);
+  EXPECT_EQ(mnt.used_pages(), kPoolPages);
   // Shrink gives pages back to the kernel, grow takes them again.
   auto took = d.pool->shrink(4);
   ASSERT_TRUE(took.ok()) << took.error().message;
   EXPECT_EQ(*took, 4U);
   EXPECT_EQ(d.pool->counts().total_pages(), kPoolPages - 4);
+  EXPECT_EQ(mnt.used_pages(), kPoolPages - 4);
   auto grew = d.pool->grow(4);
   ASSERT_TRUE(grew.ok()) << grew.error().message;
   EXPECT_EQ(*grew, 4U);
   EXPECT_EQ(d.pool->counts().total_pages(), kPoolPages);
-  kv = d.pool->kernel_view();
-  ASSERT_TRUE(kv.ok());
-  EXPECT_EQ(kv->files_pages, kPoolPages);
+  EXPECT_EQ(d.pool->kernel_view()->files_pages, kPoolPages);
+  EXPECT_EQ(mnt.used_pages(), kPoolPages);
+  dd.reset();
+  EXPECT_EQ(mnt.used_pages(), 0U) << "pages left behind after the daemon's pool went away";
+}
+
+TEST_F(PagerTest, PoolOnAHugetlbfsMountAgreesWithStatfs) {
+  char dir[] = "/tmp/airs-hugetlbfs-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string opts = "pagesize=" + std::to_string(g_unit / 1024) + "K,size=" + std::to_string(16 * g_unit);
+  ASSERT_EQ(::mount("none", dir, "hugetlbfs", 0, opts.c_str()), 0) << std::strerror(errno);
+  {
+    pool::HugetlbfsOptions ho;
+    ho.mount_path = dir;
+    auto backend = pool::HugetlbfsBackend::create(ho);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    EXPECT_EQ((*backend)->mount(), dir);
+    auto p = pool::Pool::create(std::move(backend).value(), {12 * g_unit, false});
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    auto region = (*p)->create_model_region("on-mount", 3 * g_unit + 1);
+    ASSERT_TRUE(region.ok()) << region.error().message;
+    // Fill two pages through the daemon mapping.
+    std::memset((*region)->data(), 0x5a, 2 * g_unit);
+    auto kv = (*p)->kernel_view();
+    ASSERT_TRUE(kv.ok());
+    ASSERT_TRUE(kv->mount.has_value()) << "statfs of a size= mount must report blocks";
+    const uint64_t used = kv->mount->blocks - kv->mount->blocks_free;
+    // statfs counts pages in files plus reservations of the mount's subpool.
+    EXPECT_EQ(kv->files_pages, 12U - 4U + 2U);
+    EXPECT_EQ(used, 12U) << "the mount's statfs disagrees with the pool's 12 pages";
+    EXPECT_EQ((*p)->counts().total_pages(), 12U);
+    EXPECT_EQ((*p)->counts().model_pages, 4U);
+    // Nothing is visible on the mount: files are unlinked from the start.
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 0);
+    region->reset();
+    EXPECT_EQ((*p)->counts().free_pages, 12U);
+  }
+  ASSERT_EQ(::umount(dir), 0) << std::strerror(errno);
+  ::rmdir(dir);
 }
 
 TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  const uint64_t free0 = read_sys("free_hugepages");
+  TempMount mnt(kPoolPages + 8);
+  ASSERT_FALSE(mnt.dir.empty()) << "cannot mount hugetlbfs";
   int pipefd[2];
   ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
   const pid_t daemon = ::fork();
@@ -466,7 +584,7 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     PagerOptions o;
     o.background_warmup = false;
     o.prefetch_window = 0;
-    Daemon d = make_daemon(kPoolPages, o);
+    Daemon d = make_daemon_on(mnt.dir, kPoolPages, o);
     const ModelId id = load(d, g_src);
     pid_t pids[2];
     for (int i = 0; i < 2; ++i) {
@@ -478,9 +596,11 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     for (;;) (void)d.loop->run_once(5ms);
   }
   ::close(pipefd[1]);
+  g_children.push_back(daemon);
   pid_t pids[2];
   ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
   ::close(pipefd[0]);
+  g_children.insert(g_children.end(), pids, pids + 2);
   std::this_thread::sleep_for(20ms);
   ::kill(daemon, SIGKILL);
   int dst = 0;
@@ -490,7 +610,7 @@ TEST_F(PagerTest, KillDashNineOfTheDaemonMidLoad) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client " << p << ": " << describe(st);
   }
   // Everything the dead daemon and its clients held is back in the kernel.
-  EXPECT_EQ(read_sys("free_hugepages"), free0);
+  EXPECT_EQ(mnt.used_pages(), 0U);
 }
 
 }  // namespace

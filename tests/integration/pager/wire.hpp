@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -41,7 +42,10 @@ inline bool send_msg(int sock, const void* data, size_t len, const std::vector<i
     c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
-  return ::sendmsg(sock, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
+  ssize_t n;
+  do n = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(len);
 }
 
 inline bool recv_msg(int sock, void* data, size_t len, std::vector<int>& fds, size_t nfds) {
@@ -52,12 +56,17 @@ inline bool recv_msg(int sock, void* data, size_t len, std::vector<int>& fds, si
   std::vector<char> ctrl(CMSG_SPACE(sizeof(int) * nfds));
   mh.msg_control = ctrl.data();
   mh.msg_controllen = ctrl.size();
-  if (::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(len)) return false;
+  // EINTR happens here for real: io_uring task work of the in-test daemon
+  // interrupts a socket wait that has a timeout.
+  ssize_t n;
+  do n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(len)) return false;
   fds.clear();
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; ++i) {
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       fds.push_back(fd);

@@ -1,0 +1,389 @@
+// Cold-cache model load, side by side in one run (issue 3 item 8):
+//   (a) read everything into anonymous memory, then run (llama.cpp --no-mmap)
+//   (b) mmap MAP_SHARED|MAP_POPULATE (llama.cpp's default)
+//   (c) plain mmap, demand paging
+//   (d) airs lazy attach (Pool + Pager on a daemon thread, LazyMapping here)
+//   limit: O_DIRECT sequential read at queue depth 16 into huge pages
+// For each: time to first layer (token_embd + blk.0 touched), a simulated
+// forward pass (every cache line of each layer read, then a fixed compute
+// time per layer), time until fully resident, and a second client's pass.
+// Plus fault→resume latency on ready pages: airs vs a minimal uffd handler.
+// Needs root (drop_caches, nr_hugepages).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "client/lazy_map.hpp"
+#include "pager/pager.hpp"
+#include "pool/hugetlbfs_backend.hpp"
+#include "pool/pool.hpp"
+#include "sys/event_loop.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "sys/procfs.hpp"
+#include "sys/uffd.hpp"
+#include "sys/uring.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using airs::sys::UniqueFd;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Layer {
+  uint64_t off, len;
+};
+
+void die(const std::string& m) {
+  std::fprintf(stderr, "load_bench: %s\n", m.c_str());
+  std::exit(1);
+}
+
+void drop_caches() {
+  ::sync();
+  if (!airs::sys::write_text_file("/proc/sys/vm/drop_caches", "3")) die("cannot drop caches (run as root)");
+}
+
+void make_file(const std::string& path, uint64_t size) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) return;
+  UniqueFd fd(::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
+  if (!fd) die("cannot create " + path);
+  std::vector<uint64_t> buf(1 << 20);
+  for (uint64_t off = 0; off < size; off += buf.size() * 8) {
+    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = (off / 8 + i) * 0x9e3779b97f4a7c15ULL + 1;
+    const uint64_t n = std::min<uint64_t>(buf.size() * 8, size - off);
+    if (::pwrite(fd.get(), buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) die("write");
+  }
+  ::fsync(fd.get());
+}
+
+void spin(std::chrono::microseconds d) {
+  const auto end = Clock::now() + d;
+  while (Clock::now() < end) {
+  }
+}
+
+volatile uint64_t g_sink;
+
+// The simulated forward pass: read every cache line of each layer, then
+// compute. Returns {time to first layer (layers 0 and 1), pass time} in ms.
+std::pair<double, double> forward(const std::byte* base, const std::vector<Layer>& layers,
+                                  std::chrono::microseconds compute, Clock::time_point t0) {
+  double first = 0;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto* p = reinterpret_cast<const volatile uint64_t*>(base + layers[i].off);
+    for (uint64_t w = 0; w < layers[i].len / 8; w += 8) sum += p[w];
+    if (i == 1) first = ms_since(t0);
+    spin(compute);
+  }
+  g_sink = sum;
+  return {first, ms_since(t0)};
+}
+
+struct Row {
+  std::string name;
+  double first = 0, pass = 0, resident = -1, second = 0;
+};
+
+// Runs closures on the daemon's loop thread (the pager is single-threaded).
+class LoopThread {
+ public:
+  LoopThread() {
+    loop_ = std::move(airs::sys::EventLoop::create()).value();
+    efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    (void)loop_->add(efd_.get(), EPOLLIN, [this](uint32_t) {
+      uint64_t v;
+      [[maybe_unused]] auto n = ::read(efd_.get(), &v, sizeof v);
+      std::vector<std::function<void()>> q;
+      {
+        std::lock_guard l(mu_);
+        q.swap(q_);
+      }
+      for (auto& f : q) f();
+    });
+  }
+  void start() {
+    t_ = std::thread([this] {
+      while (!stop_) {
+        (void)loop_->run_once(std::chrono::milliseconds(50));
+        if (tick_) tick_();
+      }
+    });
+  }
+  template <typename F>
+  auto call(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto fut = task.get_future();
+    {
+      std::lock_guard l(mu_);
+      q_.emplace_back([&task] { task(); });
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(efd_.get(), &one, sizeof one);
+    return fut.get();
+  }
+  void stop() {
+    stop_ = true;
+    if (t_.joinable()) t_.join();
+  }
+  airs::sys::EventLoop& loop() { return *loop_; }
+  std::function<void()> tick_;
+
+ private:
+  std::unique_ptr<airs::sys::EventLoop> loop_;
+  UniqueFd efd_;
+  std::mutex mu_;
+  std::vector<std::function<void()>> q_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+double limit_odirect(const std::string& path, uint64_t size, uint64_t hp) {
+  drop_caches();
+  const unsigned qd = 16;
+  void* buf = ::mmap(nullptr, qd * hp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+  if (buf == MAP_FAILED) die("huge page buffer for the O_DIRECT limit");
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+  auto ring = airs::sys::Ring::create(qd);
+  if (!ring) die(ring.error().message);
+  const auto t0 = Clock::now();
+  uint64_t next = 0, done = 0;
+  unsigned inflight = 0;
+  while (done < size) {
+    while (inflight < qd && next < size) {
+      const unsigned slot = static_cast<unsigned>((next / hp) % qd);
+      if (!ring->queue_read(fd.get(), static_cast<char*>(buf) + slot * hp, static_cast<uint32_t>(hp), next, 0)) break;
+      next += hp;
+      ++inflight;
+    }
+    (void)ring->submit();
+    (void)ring->wait_and_reap([&](uint64_t, int32_t res) {
+      if (res <= 0) die("O_DIRECT read failed");
+      done += static_cast<uint64_t>(res);
+      --inflight;
+    });
+  }
+  const double ms = ms_since(t0);
+  ::munmap(buf, qd * hp);
+  return ms;
+}
+
+// Minimal userfaultfd handler: a thread answering MINOR faults with CONTINUE.
+// Returns the median per-fault touch time in µs over `pages` huge pages.
+double minimal_handler_latency(uint64_t hp, unsigned pages) {
+  auto fd = airs::sys::create_hugetlb_file("", hp, "bench-minimal");
+  if (!fd) die(fd.error().message);
+  (void)airs::sys::resize_file(fd->get(), pages * hp, "bench");
+  auto w = airs::sys::map_shared(fd->get(), pages * hp, PROT_READ | PROT_WRITE, 0, "bench");
+  for (unsigned i = 0; i < pages; ++i) std::memset(w->bytes() + i * hp, 1, hp);
+  auto r = airs::sys::map_shared(fd->get(), pages * hp, PROT_READ, 0, "bench");
+  auto uffd = std::move(airs::sys::uffd_create()).value();
+  (void)airs::sys::uffd_api(uffd.get(), UFFD_FEATURE_MISSING_HUGETLBFS | UFFD_FEATURE_MINOR_HUGETLBFS);
+  const auto base = reinterpret_cast<uint64_t>(r->get());
+  (void)airs::sys::uffd_register(uffd.get(), base, pages * hp,
+                                 UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_MINOR);
+  std::atomic<bool> stop{false};
+  std::thread h([&] {
+    pollfd p{uffd.get(), POLLIN, 0};
+    while (!stop) {
+      if (::poll(&p, 1, 20) != 1) continue;
+      uffd_msg m;
+      if (::read(uffd.get(), &m, sizeof m) != sizeof m) continue;
+      const uint64_t a = m.arg.pagefault.address & ~(hp - 1);
+      (void)airs::sys::uffd_continue(uffd.get(), a, hp, hp);
+    }
+  });
+  std::vector<double> us;
+  for (unsigned i = 0; i < pages; ++i) {
+    const auto t0 = Clock::now();
+    g_sink = *reinterpret_cast<const volatile uint64_t*>(r->bytes() + i * hp);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  stop = true;
+  h.join();
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cold-cache model load: read-all vs MAP_POPULATE vs mmap vs airs lazy"};
+  std::string path = "/var/tmp/airs-load-bench.bin";
+  uint64_t size_mib = 1024;
+  unsigned nlayers = 32;
+  std::vector<unsigned> compute_us{0, 3000};
+  app.add_option("--file", path, "generated model file (reused if the size matches)");
+  app.add_option("--size-mib", size_mib, "model size in MiB (>= 1024 for the issue's numbers)");
+  app.add_option("--layers", nlayers, "blk layers");
+  app.add_option("--compute-us", compute_us, "compute time per layer, µs (one run per value)");
+  CLI11_PARSE(app, argc, argv);
+
+  const uint64_t size = size_mib << 20;
+  const uint64_t hp = std::move(airs::sys::default_huge_page_size()).value();
+  make_file(path, size);
+  // token_embd, blk.0 .. blk.N-1, output: header in token_embd's rank.
+  std::vector<Layer> layers;
+  const uint64_t embd = size / 20, out = size / 20;
+  const uint64_t blk = (size - embd - out) / nlayers;
+  layers.push_back({0, embd});
+  for (unsigned i = 0; i < nlayers; ++i) layers.push_back({embd + i * blk, blk});
+  layers.push_back({embd + nlayers * blk, size - embd - nlayers * blk});
+  std::vector<airs::pager::Extent> extents;
+  for (uint32_t i = 0; i < layers.size(); ++i) extents.push_back({layers[i].off, layers[i].len, i});
+
+  // Huge pages: the pool plus the limit's buffer.
+  const uint64_t need = airs::pool::pages_for(size, hp) + 32;
+  const std::string nr_path = "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(hp / 1024) + "kB/";
+  const uint64_t nr0 = *airs::sys::read_u64_file(nr_path + "nr_hugepages");
+  const uint64_t avail = *airs::sys::read_u64_file(nr_path + "free_hugepages") -
+                         *airs::sys::read_u64_file(nr_path + "resv_hugepages");
+  if (avail < need) (void)airs::sys::write_text_file(nr_path + "nr_hugepages", std::to_string(nr0 + need - avail));
+
+  const double limit_ms = limit_odirect(path, size, hp);
+  std::printf("file %s: %lu MiB, %u layers, huge page %lu KiB\n", path.c_str(), static_cast<unsigned long>(size_mib),
+              nlayers, static_cast<unsigned long>(hp / 1024));
+  std::printf("limit: O_DIRECT QD16 sequential read: %.1f ms (%.0f MB/s)\n\n", limit_ms, static_cast<double>(size) / 1e3 / limit_ms);
+
+  double airs_ready_us = 0;
+  for (unsigned cus : compute_us) {
+    const auto compute = std::chrono::microseconds(cus);
+    std::vector<Row> rows;
+    // (a) read all, then run
+    {
+      drop_caches();
+      Row r{"(a) read all, then run"};
+      const auto t0 = Clock::now();
+      void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      for (uint64_t off = 0; off < size; off += 8 << 20)
+        if (::pread(fd.get(), static_cast<char*>(m) + off, std::min<uint64_t>(8 << 20, size - off),
+                    static_cast<off_t>(off)) <= 0)
+          die("pread");
+      r.resident = ms_since(t0);
+      std::tie(r.first, r.pass) = forward(static_cast<std::byte*>(m), layers, compute, t0);
+      r.second = forward(static_cast<std::byte*>(m), layers, compute, Clock::now()).second;  // same process: no 2nd copy
+      ::munmap(m, size);
+      rows.push_back(r);
+    }
+    // (b) MAP_POPULATE, (c) plain mmap
+    for (int populate = 1; populate >= 0; --populate) {
+      drop_caches();
+      Row r{populate ? "(b) mmap MAP_POPULATE" : "(c) mmap, demand paging"};
+      const auto t0 = Clock::now();
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
+      if (populate) r.resident = ms_since(t0);
+      std::tie(r.first, r.pass) = forward(static_cast<std::byte*>(m), layers, compute, t0);
+      void* m2 = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+      r.second = forward(static_cast<std::byte*>(m2), layers, compute, Clock::now()).second;
+      ::munmap(m2, size);
+      ::munmap(m, size);
+      rows.push_back(r);
+    }
+    // (d) airs lazy
+    {
+      drop_caches();
+      Row r{"(d) airs lazy attach"};
+      LoopThread lt;
+      auto backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
+      auto pool = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(size, hp) * hp, false});
+      if (!pool) die(pool.error().message);
+      auto pager = std::move(airs::pager::Pager::create(lt.loop(), **pool, {})).value();
+      std::atomic<double> resident_ms{-1};
+      airs::pager::ModelId id = 0;
+      Clock::time_point t0;
+      lt.tick_ = [&] {
+        if (id != 0 && resident_ms.load() < 0) {
+          auto s = pager->stats(id);
+          if (s && s->state == airs::client::ModelLoadState::Resident) resident_ms = ms_since(t0);
+        }
+      };
+      lt.start();
+      t0 = Clock::now();
+      id = lt.call([&] {
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        return std::move(pager->load({"bench", std::move(fd), size, extents})).value();
+      });
+      const int rfd = lt.call([&] { return pager->region_fd(id); });
+      const uint64_t rsize = lt.call([&] { return pager->region_size(id); });
+      auto attach = [&](airs::pager::ClientKey key) {
+        auto lm = airs::client::LazyMapping::create(rfd, rsize, airs::client::LazyBacking::Hugetlbfs);
+        if (!lm) die(lm.error().message);
+        auto dup = std::move(lm->dup_uffd()).value();
+        auto st = lt.call([&] {
+          return pager->attach(id, key, ::getpid(), std::move(dup), UniqueFd(), lm->address(), lm->size());
+        });
+        if (!st) die(st.error().message);
+        return std::move(lm).value();
+      };
+      auto lm = attach(1);
+      std::tie(r.first, r.pass) = forward(lm.data(), layers, compute, t0);
+      while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      r.resident = resident_ms.load();
+      auto lm2 = attach(2);
+      r.second = forward(lm2.data(), layers, compute, Clock::now()).second;
+      if (airs_ready_us == 0) {
+        // Ready-page fault latency: zap the PTEs, the next touch is a MINOR
+        // fault the daemon answers with CONTINUE.
+        const unsigned pages = 64;
+        ::madvise(const_cast<std::byte*>(lm2.data()), pages * hp, MADV_DONTNEED);
+        std::vector<double> us;
+        for (unsigned i = 0; i < pages; ++i) {
+          const auto ts = Clock::now();
+          g_sink = *reinterpret_cast<const volatile uint64_t*>(lm2.data() + i * hp);
+          us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - ts).count());
+        }
+        std::sort(us.begin(), us.end());
+        airs_ready_us = us[us.size() / 2];
+      }
+      auto s = lt.call([&] { return std::move(pager->stats(id)).value(); });
+      std::printf("airs: %.0f MB/s warm-up (%s), %lu faults, %lu waited\n", s.read_mb_per_s,
+                  s.direct_io ? "O_DIRECT" : "buffered", static_cast<unsigned long>(s.faults),
+                  static_cast<unsigned long>(s.faults_waited));
+      lt.call([&] {
+        pager.reset();
+        return 0;
+      });
+      lt.stop();
+      rows.push_back(r);
+    }
+    const double total_compute = static_cast<double>(cus) * static_cast<double>(layers.size()) / 1000.0;
+    std::printf("\ncompute per layer %u µs (total compute %.1f ms), limit read %.1f ms\n", cus, total_compute, limit_ms);
+    std::printf("%-26s %12s %12s %12s %14s %10s %10s\n", "scenario", "1st layer ms", "pass ms", "resident ms",
+                "2nd pass ms", "1st/(a)", "pass/(a)");
+    for (const Row& r : rows)
+      std::printf("%-26s %12.1f %12.1f %12s %14.1f %10.3f %10.3f\n", r.name.c_str(), r.first, r.pass,
+                  r.resident < 0 ? "n/a" : std::to_string(static_cast<int>(r.resident)).c_str(), r.second,
+                  r.first / rows[0].first, r.pass / rows[0].pass);
+    const Row& d = rows.back();
+    std::printf("targets: 1st layer/(a) %.3f (<= 0.1); warm-up speed vs limit %.2f (>= 0.8); pass/max(limit, compute) "
+                "%.2f (<= 1.15); 2nd pass/compute %s (<= 1.1)\n",
+                d.first / rows[0].first, limit_ms / d.resident, d.pass / std::max(limit_ms, total_compute),
+                total_compute > 0 ? std::to_string(d.second / total_compute).c_str() : "n/a");
+  }
+  const double minimal_us = minimal_handler_latency(hp, 64);
+  std::printf("\nready-page fault→resume (median of 64): airs %.1f µs, minimal handler %.1f µs, ratio %.2f (<= 1.5)\n",
+              airs_ready_us, minimal_us, airs_ready_us / minimal_us);
+  if (avail < need) (void)airs::sys::write_text_file(nr_path + "nr_hugepages", std::to_string(nr0));
+  return 0;
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Cross-builds airs-memd for arm64 (Raspberry Pi OS / Debian arm64) with
+# Debian's cross toolchain and :arm64 libraries, runs the unit tests under
+# qemu-user, and builds the arm64 .deb. Run as root on Debian 12 (amd64).
+#
+#   sudo scripts/cross-arm64.sh            # deps, build, unit tests, .deb
+#   sudo scripts/cross-arm64.sh --tests-only   # only the unit-test targets
+#   scripts/cross-arm64.sh --no-deps ...   # skip the apt part
+#
+# Build directory: build-arm64/. Prints the time of each step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deps=1; tests_only=0
+for a in "$@"; do
+  case $a in
+    --no-deps) deps=0 ;;
+    --tests-only) tests_only=1 ;;
+    *) echo "usage: $0 [--no-deps] [--tests-only]" >&2; exit 2 ;;
+  esac
+done
+jobs=${JOBS:-$(nproc)}
+t0=$(date +%s)
+step() { echo "==> [$(( $(date +%s) - t0 ))s] $*"; }
+
+if ((deps)); then
+  if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  # Multiarch: arm64 packages come from the same Debian sources as amd64
+  # (the sources file is not touched).
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    step "dpkg --add-architecture arm64"
+    dpkg --add-architecture arm64
+  fi
+  step "apt-get update"
+  apt-get update -qq
+  # Architecture: all packages (CLI11, nlohmann-json)
+  # serve both architectures from the amd64 install (scripts/deps.sh).
+  # sdbus-c++-xml2cpp runs on the build machine: libsdbus-c++-bin (amd64).
+  step "installing the cross toolchain, qemu-user and :arm64 libraries"
+  apt-get install -y -qq --no-install-recommends \
+    crossbuild-essential-arm64 qemu-user dpkg-dev file \
+    libsdbus-c++-bin libcli11-dev nlohmann-json3-dev \
+    liburing-dev:arm64 libnuma-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 \
+    libsdbus-c++-dev:arm64 libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
+    libxxhash-dev:arm64 libtomlplusplus-dev:arm64 >/dev/null
+fi
+
+step "configure build-arm64"
+mkdir -p build-arm64
+cmake -S . -B build-arm64 -G Ninja \
+  -DCMAKE_TOOLCHAIN_FILE="$PWD/packaging/toolchain-aarch64.cmake" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
+  -DAIRS_BUILD_BENCH=OFF >build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
+
+if ((tests_only)); then
+  # Only the unit-test executables (and what they link).
+  mapfile -t targets < <(grep -ho 'add_executable([A-Za-z_0-9]*' tests/unit/*/CMakeLists.txt | cut -d'(' -f2)
+  if ((${#targets[@]} == 0)); then
+    echo "no unit-test targets found in build-arm64" >&2; exit 1
+  fi
+  step "build (unit-test targets: ${targets[*]})"
+  cmake --build build-arm64 -j"$jobs" --target "${targets[@]}"
+else
+  step "build (everything)"
+  cmake --build build-arm64 -j"$jobs"
+fi
+
+step "unit tests under qemu-aarch64"
+ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600
+
+# The model writer must produce the same bytes on both architectures
+# (tests compute expected bytes from a seed): compare with the native build
+# when there is one.
+if ((! tests_only)) && [[ -x build/src/gguf/airs-mkmodel ]]; then
+  step "airs-mkmodel: arm64 (qemu) vs native output"
+  tmp=$(mktemp -d)
+  build/src/gguf/airs-mkmodel --out "$tmp/native.gguf" --size 8M --seed 3 >/dev/null
+  qemu-aarch64 build-arm64/src/gguf/airs-mkmodel --out "$tmp/arm64.gguf" --size 8M --seed 3 >/dev/null
+  if cmp "$tmp/native.gguf" "$tmp/arm64.gguf"; then echo "byte-identical"; else rm -rf "$tmp"; exit 1; fi
+  rm -rf "$tmp"
+fi
+
+if ((! tests_only)); then
+  step "cpack -G DEB (arm64)"
+  # dpkg-shlibdeps resolves the arm64 libraries through the dpkg database
+  # of the :arm64 packages; it must be told the host architecture.
+  (cd build-arm64 && DEB_HOST_ARCH=arm64 cpack -G DEB)
+  ls -l build-arm64/*.deb
+  dpkg-deb --info build-arm64/airs-memd_*_arm64.deb | sed -n '/Package:/,$p'
+fi
+step "done"

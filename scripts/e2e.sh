@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# End-to-end test of the Debian package under a real systemd: boots this
+# machine's own root file system read-only in systemd-nspawn (a tmpfs overlay
+# takes the writes; nothing on the host changes), installs airs-memd's .deb
+# there with dpkg (so the maintainer scripts run against a live systemd and
+# D-Bus), and drives the service as a user would:
+#   - the package's postinst creates group airs, /run/airs, the sysctl file,
+#     enables and starts the service;
+#   - `systemctl start airs-memd` reaches active (Type=notify: READY=1);
+#   - `airsctl status` works for a member of airs and is refused by the bus
+#     policy (AccessDenied) for a non-member; admin methods are root's only;
+#   - a client loads a model lazily and opens a KV session (when the client
+#     tools exist; otherwise reported as not yet available, never faked);
+#   - `systemctl stop` is clean; `systemctl kill -s KILL` gets it restarted
+#     (Restart=on-failure) and clients reconnect; a hung daemon (SIGSTOP) is
+#     restarted by the watchdog;
+#   - `systemd-analyze verify` of the installed unit, and
+#     `systemd-analyze security` (written to the work dir);
+#   - dpkg --purge stops the service and removes its files.
+# Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
+#
+#   sudo scripts/e2e.sh [--build-dir DIR] [--deb FILE] [--keep]
+#
+# --build-dir: a configured build directory (default: build); the .deb is
+#   made there with cpack after building the packaged targets. The build
+#   must use CMAKE_INSTALL_PREFIX=/usr: the script sets it if not.
+# --deb: test this .deb instead of building one.
+# --keep: leave the container running and print how to enter it.
+# Needs: root, systemd-container (installed if missing), huge pages (reserved
+# here with scripts/hugepages.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$PWD
+if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+
+build=build; deb=""; keep=0
+while (($#)); do
+  case $1 in
+    --build-dir) build=$2; shift 2 ;;
+    --deb) deb=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) echo "usage: $0 [--build-dir DIR] [--deb FILE] [--keep]" >&2; exit 2 ;;
+  esac
+done
+
+t0=$(date +%s.%N)
+elapsed() { printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)"; }
+log() { echo "==> [$(elapsed)s] $*"; }
+passed=0; failed=0; skipped=0; failures=()
+pass() { echo "PASS: $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); failures+=("$*"); }
+skip() { echo "SKIP: $*"; skipped=$((skipped + 1)); }
+
+if ! command -v systemd-nspawn >/dev/null; then
+  log "installing systemd-container (systemd-nspawn)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd-container bc >/dev/null
+fi
+command -v bc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bc >/dev/null
+
+work=$(mktemp -d /var/tmp/airs-e2e.XXXXXX)
+machine=airs-e2e-$$
+root=$work/root
+nspawn_pid=""
+
+cleanup() {
+  local rc=$?
+  if ((keep)) && [[ -n $nspawn_pid ]]; then
+    echo "container left running: nsenter -t $(leader) -a bash   (stop: kill $nspawn_pid; umount $root)"
+    return $rc
+  fi
+  if [[ -n $nspawn_pid ]] && kill -0 "$nspawn_pid" 2>/dev/null; then
+    # SIGTERM to nspawn = a clean poweroff of the container.
+    kill -TERM "$nspawn_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$nspawn_pid" 2>/dev/null || true
+    wait "$nspawn_pid" 2>/dev/null || true
+  fi
+  mountpoint -q "$root" && umount "$root"
+  rm -rf "$work"
+  return $rc
+}
+trap cleanup EXIT
+
+# ---- the package -----------------------------------------------------------
+if [[ -z $deb ]]; then
+  [[ -f $build/CMakeCache.txt ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  if ! grep -qx 'CMAKE_INSTALL_PREFIX:PATH=/usr' "$build/CMakeCache.txt"; then
+    log "setting CMAKE_INSTALL_PREFIX=/usr in $build (the unit runs /usr/sbin/airs-memd)"
+    cmake -DCMAKE_INSTALL_PREFIX=/usr "$build" >/dev/null
+  fi
+  log "building the packaged targets in $build"
+  cmake --build "$build" -j"$(nproc)" --target airs-memd airsctl airs-mkmodel
+  log "cpack -G DEB"
+  (cd "$build" && cpack -G DEB -B "$work/pkg" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
+  deb=$(ls "$work"/pkg/airs-memd_*.deb)
+fi
+deb=$(readlink -f "$deb")
+log "package: $deb"
+
+# The package's file list, as Debian expects it.
+contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
+for f in /usr/sbin/airs-memd /usr/bin/airsctl /usr/lib/systemd/system/airs-memd.service \
+         /usr/share/dbus-1/system.d/org.aios.Airs1.conf /usr/share/dbus-1/system-services/org.aios.Airs1.service \
+         /usr/lib/sysusers.d/airs.conf /usr/lib/tmpfiles.d/airs.conf /usr/lib/udev/rules.d/60-airs-userfaultfd.rules \
+         /etc/airs/airs-memd.conf /etc/airs/airs-memd.conf.d/; do
+  grep -qx "$f" <<<"$contents" || fail "package lacks $f"
+done
+if grep -q '^/usr/etc/' <<<"$contents"; then
+  fail "package installs under /usr/etc (an install rule uses the relative CMAKE_INSTALL_SYSCONFDIR): $(grep '^/usr/etc/.*[^/]$' <<<"$contents" | tr '\n' ' ')"
+else
+  pass "package file list (binaries, unit, bus policy and activation, sysusers, tmpfiles, udev, /etc/airs)"
+fi
+[[ $(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles) == /etc/airs/airs-memd.conf ]] \
+  && pass "conffiles: /etc/airs/airs-memd.conf" || fail "conffiles is not /etc/airs/airs-memd.conf"
+
+# ---- huge pages on the host (the container shares the host's kernel pool) --
+pool_mib=64
+scripts/hugepages.sh $(( (pool_mib + 32) * 1024 * 1024 ))
+
+# ---- boot ------------------------------------------------------------------
+# nspawn refuses "/" itself as the image; a read-only bind of the root file
+# system (without the mounts below it) is the same tree.
+mkdir -p "$root"
+mount --bind / "$root"
+mount -o remount,bind,ro "$root"
+mkdir -p "$work/share"
+cp "$deb" "$work/share/"
+# Clients create userfaultfds through the host's device (nspawn's /dev is
+# its own tmpfs).
+uffd_bind=()
+[[ -c /dev/userfaultfd ]] && uffd_bind=(--bind=/dev/userfaultfd)
+log "booting $machine (systemd-nspawn --volatile=overlay -b)"
+boot_start=$(date +%s.%N)
+# basic.target: the host's enabled services (databases, ...) stay down; the
+# D-Bus socket is up and our unit pulls in what it needs.
+systemd-nspawn -D "$root" --volatile=overlay --keep-unit --register=no -M "$machine" \
+  --bind-ro="$work/share:/e2e" "${uffd_bind[@]}" --console=passive \
+  --capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE \
+  -b systemd.unit=basic.target >"$work/nspawn.log" 2>&1 &
+nspawn_pid=$!
+
+leader() { pgrep -P "$nspawn_pid" | head -1; }
+ct() {  # run a command in the container as root, with a clean environment
+  nsenter -t "$(leader)" -m -u -i -n -p -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+}
+as_user() {  # as_user USER CMD...: in the container as USER (with its groups)
+  local u=$1; shift
+  ct setpriv --reuid="$u" --regid="$(ct id -g "$u")" --init-groups -- env -i PATH=/usr/bin:/bin HOME=/ "$@"
+}
+svc() { ct systemctl show -P "$1" airs-memd.service; }
+
+state=""
+for _ in $(seq 300); do
+  kill -0 "$nspawn_pid" 2>/dev/null || { cat "$work/nspawn.log"; fail "container did not boot"; exit 1; }
+  if [[ -n $(leader) ]]; then
+    state=$(ct systemctl is-system-running 2>/dev/null || true)
+    [[ $state == running || $state == degraded ]] && break
+  fi
+  sleep 0.1
+done
+boot_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $boot_start" | bc)")
+if [[ $state == running || $state == degraded ]]; then
+  pass "container booted to '$state' in ${boot_s}s"
+  [[ $state == degraded ]] && ct systemctl --failed --no-pager --no-legend | sed 's/^/  failed unit in container: /'
+else
+  fail "container not running after ${boot_s}s (state '$state')"; exit 1
+fi
+ct systemctl is-active -q dev-hugepages.mount 2>/dev/null || ct systemctl start dev-hugepages.mount
+ct findmnt -n -t hugetlbfs /dev/hugepages >/dev/null && pass "dev-hugepages.mount: hugetlbfs on /dev/hugepages in the container" \
+  || fail "no hugetlbfs on /dev/hugepages in the container"
+
+# ---- install -----------------------------------------------------------------
+# A small pool for the test (the machine's profile would take 4 GiB); the
+# drop-in directory is the package's, created first so the postinst's start
+# already uses it.
+ct mkdir -p /etc/airs/airs-memd.conf.d
+# Images made for Docker ship a policy-rc.d that forbids maintainer scripts
+# to start or stop services (exit 101), and this machine's root is one:
+# remove it in the container's overlay, as on a real Debian system.
+ct rm -f /usr/sbin/policy-rc.d
+ct sh -c "printf '[pool]\nsize = \"${pool_mib}M\"\n' >/etc/airs/airs-memd.conf.d/50-e2e.conf"
+log "dpkg -i $(basename "$deb")"
+if ct dpkg -i "/e2e/$(basename "$deb")" >"$work/dpkg-i.log" 2>&1; then
+  pass "dpkg -i (maintainer scripts under a running systemd)"
+else
+  cat "$work/dpkg-i.log"; fail "dpkg -i failed"; exit 1
+fi
+ct getent group airs >/dev/null && pass "postinst: group airs exists" || fail "postinst: no group airs"
+[[ $(ct stat -c '%a %U %G' /run/airs 2>/dev/null) == "750 root airs" ]] && pass "postinst: /run/airs 0750 root:airs" \
+  || fail "postinst: /run/airs is '$(ct stat -c '%a %U %G' /run/airs 2>&1)'"
+[[ $(ct systemctl is-enabled airs-memd.service 2>/dev/null) == enabled ]] && pass "postinst: airs-memd.service enabled" \
+  || fail "postinst: airs-memd.service is '$(ct systemctl is-enabled airs-memd.service 2>&1)'"
+if ct grep -Eq '^vm\.nr_hugepages = [0-9]+$' /etc/sysctl.d/60-airs-memd.conf 2>/dev/null; then
+  pass "postinst: /etc/sysctl.d/60-airs-memd.conf for this machine ($(ct grep -E '^vm\.' /etc/sysctl.d/60-airs-memd.conf))"
+else
+  hp=$(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo)
+  [[ -z $hp ]] && skip "sysctl file: kernel without hugetlbfs" || fail "postinst wrote no /etc/sysctl.d/60-airs-memd.conf"
+fi
+# The postinst started it already (Debian's convention).
+[[ $(ct systemctl is-active airs-memd.service) == active ]] && pass "postinst started airs-memd.service" \
+  || fail "postinst did not start airs-memd.service ($(ct systemctl is-active airs-memd.service))"
+
+# Static checks on the installed unit with the real binary.
+out=$(ct systemd-analyze verify --man=no /usr/lib/systemd/system/airs-memd.service 2>&1 || true)
+[[ -z $out ]] && pass "systemd-analyze verify (installed unit): no warnings" || fail "systemd-analyze verify: $out"
+ct systemd-analyze security --no-pager airs-memd.service >"$work/security.txt" 2>&1 || true
+score=$(grep -o 'Overall exposure level for airs-memd.service: .*' "$work/security.txt" || true)
+echo "  $score"
+[[ -n ${AIRS_E2E_SECURITY_OUT:-} ]] && cp "$work/security.txt" "$AIRS_E2E_SECURITY_OUT"
+
+# ---- start / status ----------------------------------------------------------
+ct systemctl stop airs-memd.service
+t_start=$(date +%s.%N)
+if ct systemctl start airs-memd.service; then
+  start_ms=$(printf '%.0f' "$(echo "($(date +%s.%N) - $t_start) * 1000" | bc)")
+  # Type=notify: start returns when READY=1 arrived.
+  if [[ $(svc ActiveState) == active && $(svc SubState) == running ]]; then
+    pass "systemctl start airs-memd: active (READY=1) in ${start_ms} ms"
+  else
+    fail "after start: $(svc ActiveState)/$(svc SubState)"
+  fi
+else
+  fail "systemctl start airs-memd failed"; ct journalctl -u airs-memd --no-pager | tail -30
+fi
+[[ $(svc WatchdogUSec) == 10s ]] && pass "watchdog armed (WatchdogUSec=10s)" || fail "WatchdogUSec is '$(svc WatchdogUSec)'"
+# Capabilities: exactly the unit's two (as far as the container has them:
+# nspawn grants CAP_IPC_LOCK on request; some hosts withhold CAP_SYS_RESOURCE).
+mpid=$(svc MainPID)
+eff=$(ct awk '/^CapEff:/ {print $2}' "/proc/$mpid/status")
+bnd=$(ct awk '/^CapBnd:/ {print $2}' "/proc/1/status")
+want=$(printf '%016x' $(( (0x$bnd) & ((1 << 14) | (1 << 24)) )))
+[[ $eff == "$want" ]] && pass "daemon capabilities: CapEff=$eff (CAP_IPC_LOCK, CAP_SYS_RESOURCE where the host has them)" \
+  || fail "daemon CapEff=$eff, want $want"
+ct busctl --system status org.aios.Airs1 >/dev/null 2>&1 && pass "org.aios.Airs1 owned on the system bus" \
+  || fail "org.aios.Airs1 not on the system bus"
+
+ct useradd -M -N -s /usr/sbin/nologin -G airs airs-member
+ct useradd -M -N -s /usr/sbin/nologin airs-outsider
+if out=$(as_user airs-member airsctl status 2>&1); then
+  pass "airsctl status as a member of airs"
+  sed 's/^/  | /' <<<"$out" | head -20
+else
+  fail "airsctl status as a member of airs: $out"
+fi
+if out=$(as_user airs-outsider airsctl status 2>&1); then
+  fail "airsctl status as a non-member succeeded (bus policy not applied)"
+elif grep -q 'AccessDenied\|Access denied\|access denied' <<<"$out"; then
+  pass "airsctl status as a non-member: refused by the bus policy (AccessDenied)"
+else
+  fail "airsctl status as a non-member failed, but not with AccessDenied: $out"
+fi
+# Admin methods: root only, by policy.
+evict=(busctl --system call org.aios.Airs1 /org/aios/Airs1 org.aios.Airs1.Manager Evict 'a{sv}b' 0 true)
+if out=$(as_user airs-member "${evict[@]}" 2>&1); then
+  fail "Manager.Evict as a member of airs was allowed"
+elif grep -qi 'access denied\|AccessDenied' <<<"$out"; then
+  pass "Manager.Evict (admin) as a member of airs: AccessDenied"
+else
+  fail "Manager.Evict as a member failed without AccessDenied: $out"
+fi
+# For root the call must reach the daemon: success, or the daemon's own
+# error, never the bus's AccessDenied.
+if out=$(ct "${evict[@]}" 2>&1) || ! grep -qi 'access denied\|AccessDenied' <<<"$out"; then
+  pass "Manager.Evict (dry run) as root: passed by the bus policy${out:+ (daemon answered: $out)}"
+else
+  fail "Manager.Evict as root: $out"
+fi
+
+# ---- a client: lazy model load and a KV session --------------------------------
+ct airs-mkmodel --out /var/tmp/e2e.gguf --size 16M --seed 7 >/dev/null 2>&1 && ct chmod 0644 /var/tmp/e2e.gguf || true
+if ct sh -c 'airsctl --help' 2>/dev/null | grep -Eq '^ +load( |$)'; then
+  if out=$(as_user airs-member airsctl load /var/tmp/e2e.gguf 2>&1); then
+    pass "airsctl load (lazy) as a member"
+    models=$(as_user airs-member airsctl --json status 2>&1 || true)
+    grep -q 'e2e' <<<"$models" && pass "the model is listed in status" || fail "model not in status: $models"
+  else
+    fail "airsctl load as a member: $out"
+  fi
+elif [[ -x $build/src/client/airs-demo ]]; then
+  cp "$build/src/client/airs-demo" "$work/share/"
+  if out=$(as_user airs-member /e2e/airs-demo --bus system /var/tmp/e2e.gguf 2>&1); then
+    pass "client loads a model lazily and opens a KV session (airs-demo)"
+  else
+    fail "airs-demo: $out"
+  fi
+else
+  skip "client model load + KV session: not yet available (no 'airsctl load', no airs-demo client in $build)"
+fi
+
+# ---- stop, kill, watchdog --------------------------------------------------------
+t_stop=$(date +%s.%N)
+ct systemctl stop airs-memd.service
+stop_ms=$(printf '%.0f' "$(echo "($(date +%s.%N) - $t_stop) * 1000" | bc)")
+if [[ $(svc ActiveState) == inactive && $(svc Result) == success && $(svc ExecMainStatus) == 0 ]]; then
+  pass "systemctl stop: clean (exit 0, Result=success) in ${stop_ms} ms"
+else
+  fail "systemctl stop: $(svc ActiveState) Result=$(svc Result) status=$(svc ExecMainStatus)"
+fi
+left=$(ct find /dev/hugepages -mindepth 1 2>/dev/null | wc -l)
+((left == 0)) && pass "no pool files left in /dev/hugepages after stop" || fail "$left files left in /dev/hugepages after stop"
+
+wait_restarted() {  # old_pid timeout_s: waits for a new main pid, active
+  local old=$1 n=$(( $2 * 10 )) pid
+  for _ in $(seq "$n"); do
+    pid=$(svc MainPID)
+    if [[ $pid != 0 && $pid != "$old" && $(svc ActiveState) == active ]]; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+ct systemctl start airs-memd.service
+pid=$(svc MainPID); restarts=$(svc NRestarts)
+t_k=$(date +%s.%N)
+ct systemctl kill -s KILL airs-memd.service
+if wait_restarted "$pid" 15; then
+  k_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t_k" | bc)")
+  (( $(svc NRestarts) == restarts + 1 )) && pass "SIGKILL: restarted by Restart=on-failure in ${k_s}s (pid $pid -> $(svc MainPID))" \
+    || fail "SIGKILL: new pid but NRestarts $(svc NRestarts), was $restarts"
+  as_user airs-member airsctl status >/dev/null 2>&1 && pass "clients reconnect after the restart (airsctl status as member)" \
+    || fail "airsctl status after the restart failed"
+else
+  fail "SIGKILL: not restarted within 15 s ($(svc ActiveState)/$(svc SubState))"
+fi
+
+pid=$(svc MainPID); restarts=$(svc NRestarts)
+t_w=$(date +%s.%N)
+ct kill -STOP "$pid"
+# Watchdog 10 s, SIGABRT (+SIGCONT from systemd), RestartSec 1 s.
+if wait_restarted "$pid" 45; then
+  w_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t_w" | bc)")
+  if ct journalctl -u airs-memd.service --no-pager -o cat 2>/dev/null | grep -qi 'watchdog timeout'; then
+    pass "hung daemon (SIGSTOP): watchdog timeout, restarted in ${w_s}s"
+  else
+    fail "hung daemon restarted in ${w_s}s, but the journal shows no watchdog timeout"
+  fi
+else
+  fail "hung daemon not restarted within 45 s ($(svc ActiveState)/$(svc SubState))"
+  ct kill -CONT "$pid" 2>/dev/null || true
+fi
+
+# ---- D-Bus activation: a call to the stopped service starts it ------------------
+ct systemctl stop airs-memd.service
+if as_user airs-member airsctl status >/dev/null 2>&1 && [[ $(svc ActiveState) == active ]]; then
+  pass "bus activation: airsctl status as a member started the stopped service (SystemdService=)"
+else
+  fail "bus activation: airsctl status on the stopped service gave $(svc ActiveState)"
+fi
+
+# ---- remove and purge ------------------------------------------------------------
+if ct dpkg --purge airs-memd >"$work/dpkg-purge.log" 2>&1; then
+  [[ $(ct systemctl is-active airs-memd.service 2>/dev/null) != active ]] \
+    && ! ct test -e /usr/lib/systemd/system/airs-memd.service \
+    && ! ct test -e /etc/sysctl.d/60-airs-memd.conf \
+    && ! ct test -e /usr/share/dbus-1/system.d/org.aios.Airs1.conf \
+    && pass "dpkg --purge: service stopped, unit, bus policy and sysctl file gone" \
+    || fail "dpkg --purge left the service running or files behind"
+else
+  cat "$work/dpkg-purge.log"; fail "dpkg --purge failed"
+fi
+
+journal=$(ct journalctl -u airs-memd.service --no-pager -o short-monotonic 2>/dev/null | tail -40 || true)
+
+# ---- the sandbox lets the daemon resize the pool, and nothing else ----------
+# nspawn keeps /sys and /proc/sys read-only, so the resize path is checked in
+# a second container with writable API file systems: a transient service
+# with every sandbox setting of the shipped unit writes the huge page knobs
+# (their current value back: the host's pool does not change) and must fail
+# on any other kernel tunable or file.
+if [[ -n $(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo) ]]; then
+  kill -TERM "$nspawn_pid"; wait "$nspawn_pid" 2>/dev/null || true
+  SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 systemd-nspawn -D "$root" --volatile=overlay --keep-unit --register=no \
+    -M "$machine-vfs" --console=passive --capability=CAP_IPC_LOCK,CAP_SYS_RESOURCE -b systemd.unit=basic.target \
+    >"$work/nspawn2.log" 2>&1 &
+  nspawn_pid=$!
+  for _ in $(seq 300); do
+    [[ -n $(leader) ]] && [[ $(ct systemctl is-system-running 2>/dev/null) =~ ^(running|degraded)$ ]] && break
+    sleep 0.1
+  done
+  props=()
+  while IFS= read -r line; do props+=(-p "$line"); done < <(
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/airs-memd.service |
+      sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=' |
+      grep -Ev '^(Type|NotifyAccess|BusName|ExecStart|WatchdogSec|Restart|RestartSec|TimeoutStopSec)=')
+  hp_kb=$(awk '/^Hugepagesize:/ {print $2}' /proc/meminfo)
+  knob=/sys/kernel/mm/hugepages/hugepages-${hp_kb}kB/nr_hugepages
+  node_knob=$(ls /sys/devices/system/node/node0/hugepages/hugepages-${hp_kb}kB/nr_hugepages 2>/dev/null || true)
+  probe="for f in $knob /proc/sys/vm/nr_hugepages $node_knob; do v=\$(cat \$f) && echo \$v >\$f && echo rw:\$f || echo ro:\$f; done
+         for f in /proc/sys/vm/swappiness /sys/kernel/mm/transparent_hugepage/defrag; do v=\$(cat \$f) && echo \$v >\$f 2>/dev/null && echo rw:\$f || echo ro:\$f; done
+         touch /etc/airs-x 2>/dev/null && echo rw:/etc || echo ro:/etc
+         touch /dev/hugepages/airs-x 2>/dev/null && rm -f /dev/hugepages/airs-x && echo rw:/dev/hugepages || echo ro:/dev/hugepages"
+  out=$(ct systemd-run --wait --pipe -q "${props[@]}" sh -c "$probe" 2>&1 || true)
+  want="rw:$knob rw:/proc/sys/vm/nr_hugepages${node_knob:+ rw:$node_knob} ro:/proc/sys/vm/swappiness ro:/sys/kernel/mm/transparent_hugepage/defrag ro:/etc rw:/dev/hugepages"
+  if [[ $(grep -E '^(rw|ro):' <<<"$out" | tr '\n' ' ' | sed 's/ $//') == "$want" ]]; then
+    pass "unit sandbox: huge page knobs and /dev/hugepages writable; other tunables and /etc read-only"
+  else
+    fail "unit sandbox: got '$(tr '\n' ' ' <<<"$out")', want '$want'"
+  fi
+fi
+
+if ((failed)); then
+  echo "journal of airs-memd in the container:"
+  echo "$journal"
+  printf 'failed: %s\n' "${failures[@]}"
+fi
+echo "e2e: boot ${boot_s}s, total $(elapsed)s"
+echo "$passed passed, $failed failed, $skipped skipped"
+((failed == 0))

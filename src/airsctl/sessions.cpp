@@ -1,0 +1,41 @@
+// airsctl sessions: every KV session (owner, uid, priority, blocks, shared
+// blocks, idle time).
+#include <fmt/format.h>
+
+#include "airsctl/common.hpp"
+#include "airsctl/subcommands.hpp"
+
+namespace airs::cli {
+
+void add_sessions(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("sessions", "List KV-cache sessions");
+  cmd->callback([&g] {
+    try {
+      auto bus = connect(g);
+      auto mgr = manager_proxy(*bus);
+      std::vector<dbus::Dict> list;
+      mgr->callMethod("ListSessions").onInterface("org.aios.Airs1.Manager").storeResultsTo(list);
+      if (g.json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (auto& d : list) j.push_back(dbus::to_json(d));
+        std::puts(j.dump().c_str());
+        return;
+      }
+      fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>8}\n", "SESSION", "OWNER", "UID", "PRIORITY",
+                 "MODEL", "BLOCKS", "SHARED", "TOKENS", "IDLE");
+      for (auto& d : list) {
+        fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>7.1f}s\n",
+                   std::string(dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{})),
+                   dbus::get<std::string>(d, "owner").value_or(""), dbus::get<uint32_t>(d, "uid").value_or(0),
+                   dbus::get<std::string>(d, "priority").value_or(""), dbus::get<std::string>(d, "model").value_or(""),
+                   dbus::get<uint32_t>(d, "blocks").value_or(0), dbus::get<uint32_t>(d, "shared_blocks").value_or(0),
+                   dbus::get<uint32_t>(d, "tokens").value_or(0), dbus::get<double>(d, "idle_s").value_or(0));
+      }
+      if (list.empty()) fmt::print("(no sessions)\n");
+    } catch (const sdbus::Error& e) {
+      throw CLI::RuntimeError(report(e));
+    }
+  });
+}
+
+}  // namespace airs::cli

@@ -1,0 +1,108 @@
+// The real KernelOps. Where src/sys already wraps a call (PSI triggers,
+// io_uring rings) it is used as is; the rest are the few raw calls a probe
+// needs that nothing else in the daemon makes (a uffd from one named source,
+// an O_DIRECT open of an arbitrary file).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "probe/probe.hpp"
+#include "sys/fd.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "sys/procfs.hpp"
+#include "sys/psi.hpp"
+#include "sys/uffd.hpp"
+#include "sys/uring.hpp"
+
+namespace airs::probe {
+namespace {
+
+// UFFDIO_API with no requested features answers with every feature the
+// kernel has; that is the whole point of asking.
+Result<uint64_t> api_features(sys::UniqueFd fd, const std::string& what) {
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = 0;
+  if (::ioctl(fd.get(), UFFDIO_API, &api) != 0)
+    return make_error(errno, "UFFDIO_API on a userfaultfd from {}: {}", what, std::strerror(errno));
+  return static_cast<uint64_t>(api.features);
+}
+
+Result<uint64_t> real_uffd_syscall() {
+  sys::UniqueFd fd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+  if (!fd) return make_error(errno, "userfaultfd(2): {}", std::strerror(errno));
+  return api_features(std::move(fd), "userfaultfd(2)");
+}
+
+Result<uint64_t> real_uffd_device(const std::string& device) {
+  sys::UniqueFd dev(::open(device.c_str(), O_RDWR | O_CLOEXEC));
+  if (!dev) return make_error(errno, "open {}: {}", device, std::strerror(errno));
+  sys::UniqueFd fd(::ioctl(dev.get(), USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK));
+  if (!fd) return make_error(errno, "USERFAULTFD_IOC_NEW on {}: {}", device, std::strerror(errno));
+  return api_features(std::move(fd), device);
+}
+
+Status real_io_uring_setup() {
+  auto ring = sys::Ring::create(2);
+  if (!ring) return std::move(ring).error();
+  return {};
+}
+
+Status real_psi_trigger(const std::string& path) {
+  // PsiTriggerSpec's default is exactly "some 150000 2000000" (a 2 s window
+  // works without CAP_SYS_RESOURCE); create() writes the trailing NUL.
+  auto t = sys::PsiTrigger::create(path, sys::PsiTriggerSpec{});
+  if (!t) return std::move(t).error();
+  return {};
+}
+
+Status open_direct_file(const std::string& path) {
+  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+  if (!fd) return make_error(errno, "open {} with O_DIRECT: {}", path, std::strerror(errno));
+  return {};
+}
+
+Status real_open_direct(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return make_error(errno, "stat {}: {}", path, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return open_direct_file(path);
+  // An unnamed file leaves nothing behind in the models directory.
+  sys::UniqueFd fd(::open(path.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600));
+  if (fd) return {};
+  const int e = errno;
+  if (e != EOPNOTSUPP && e != EISDIR && e != EACCES && e != EROFS)
+    return make_error(e, "O_TMPFILE with O_DIRECT in {}: {}", path, std::strerror(e));
+  // No O_TMPFILE here, or no write access: any existing file answers too.
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(path.c_str()), ::closedir);
+  if (!d) return make_error(errno, "cannot list {}: {}", path, std::strerror(errno));
+  while (dirent* ent = ::readdir(d.get())) {
+    const std::string file = path + "/" + ent->d_name;
+    struct stat fst {};
+    if (::stat(file.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) return open_direct_file(file);
+  }
+  return make_error(e, "cannot tell whether {} supports O_DIRECT: O_TMPFILE failed ({}) and it holds no file",
+                    path, std::strerror(e));
+}
+
+}  // namespace
+
+KernelOps KernelOps::real() {
+  KernelOps ops;
+  ops.uffd_syscall = real_uffd_syscall;
+  ops.uffd_device = real_uffd_device;
+  ops.io_uring_setup = real_io_uring_setup;
+  ops.psi_trigger = real_psi_trigger;
+  ops.page_size = sys::base_page_size;
+  ops.open_direct = real_open_direct;
+  ops.read_file = [](const std::string& path) { return sys::read_text_file(path); };
+  return ops;
+}
+
+}  // namespace airs::probe
