@@ -1,6 +1,7 @@
 #include "daemon/bus_manager.hpp"
 
 #include "daemon/daemon.hpp"
+#include "daemon/pressure_loop.hpp"
 #include "dbus/names.hpp"
 
 namespace airs::daemon {
@@ -37,8 +38,14 @@ void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool& force) {
   if (!r) dbus::throw_error(r.error());
 }
 
-dbus::Dict ManagerObject::Evict(const dbus::Dict&, const bool&) {
-  dbus::throw_error(dbus::kErrUnsupported, "Evict: not available in this build yet");
+dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
+  const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  d_.require_admin(c, "Evict");
+  auto* p = d_.pressure();
+  if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
+  auto r = p->admin_evict(what, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
+  if (!r) dbus::throw_error(r.error());
+  return PressureLoop::to_dict(*r);
 }
 
 std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
@@ -60,6 +67,8 @@ std::string ManagerObject::Mode() { return d_.mode(); }
 uint64_t ManagerObject::PoolBytes() { return d_.pool_bytes(); }
 uint64_t ManagerObject::PoolFreeBytes() { return d_.pool_free_bytes(); }
 uint64_t ManagerObject::PageSize() { return d_.page_size(); }
-std::string ManagerObject::PressureLevel() { return "none"; }
+std::string ManagerObject::PressureLevel() {
+  return d_.pressure() ? policy::to_string(d_.pressure()->level()) : "none";
+}
 
 }  // namespace airs::daemon

@@ -13,6 +13,7 @@
 #include "daemon/bus_session.hpp"
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/pressure_loop.hpp"
 #include "pool/hugetlbfs_backend.hpp"
 #include "pool/shmem_backend.hpp"
 #include "probe/mode.hpp"
@@ -35,6 +36,7 @@ Daemon::~Daemon() {
   retired_sessions_.clear();
   model_objects_.clear();
   manager_.reset();
+  pressure_.reset();
   kv_.reset();
   models_.reset();
   pager_.reset();
@@ -159,6 +161,18 @@ Status Daemon::init() {
                                           it->second->emitEvicted(blocks, reason);
                                         if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
                                       });
+    // --- pressure loop (issue 5) ---
+    PressureLoop::Hooks hooks;
+    hooks.level_changed = [this](policy::Level level, const dbus::Dict& details) {
+      if (manager_) manager_->emitPressureChanged(policy::to_string(level), details);
+    };
+    hooks.model_evicted = [this](const std::string& object, uint64_t bytes, const std::string& reason) {
+      if (manager_) manager_->emitEvicted(sdbus::ObjectPath(object), std::vector<uint32_t>{}, bytes, reason);
+    };
+    auto pl = PressureLoop::create(*loop_, *pool_, *models_, *kv_, cfg_, pool_target_, std::move(hooks));
+    if (!pl) return std::move(pl).error();
+    pressure_ = std::move(pl).value();
+    // --- end pressure loop ---
     spdlog::info("pool: {} in {} pages of {} ({}), pinned: hugetlb pages are never swapped or reclaimed",
                  format_bytes(pool_->counts().total_bytes()), pool_->counts().total_pages(), format_bytes(page_size_),
                  pool_->backend().name());
@@ -489,6 +503,7 @@ dbus::Dict Daemon::status() {
     for (auto* m : models_->all()) models.push_back(model_dict(*m));
   s["models"] = sdbus::Variant(models);
   if (kv_) s["kv"] = sdbus::Variant(kv_->stats());
+  if (pressure_) s["pressure"] = sdbus::Variant(pressure_->status());
   return s;
 }
 

@@ -27,6 +27,7 @@ class ManagerObject;
 class ModelObject;
 class SessionObject;
 class KvService;
+class PressureLoop;
 struct KvSession;
 
 struct Options {
@@ -57,6 +58,8 @@ class Daemon {
   dbus::IdentityCache& identities() { return ids_; }
   Models& models() { return *models_; }
   KvService& kv() { return *kv_; }
+  // The pressure loop (null without a local pool).
+  PressureLoop* pressure() { return pressure_.get(); }
   // CreateSession for `caller`: the session object is registered on the bus.
   std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> create_session(
       const dbus::Caller& caller, const std::string& model_path, const std::string& priority);
@@ -110,6 +113,7 @@ class Daemon {
   std::unique_ptr<Models> models_;
   std::map<uint64_t, std::unique_ptr<ModelObject>> model_objects_;
   std::unique_ptr<KvService> kv_;
+  std::unique_ptr<PressureLoop> pressure_;
   std::map<std::string, std::unique_ptr<SessionObject>> session_objects_;
   std::vector<std::unique_ptr<SessionObject>> retired_sessions_;
   std::map<uint64_t, client::ModelLoadState> last_state_;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("airsctl ") + AIRS_VERSION);
   airs::cli::add_status(app, g);
   airs::cli::add_inspect(app, g);
+  airs::cli::add_evict(app, g);
   airs::cli::add_load(app, g);
   airs::cli::add_read(app, g);
   airs::cli::add_sessions(app, g);

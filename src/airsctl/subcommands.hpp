@@ -9,6 +9,7 @@ namespace airs::cli {
 
 void add_status(CLI::App& app, Globals& g);
 void add_inspect(CLI::App& app, Globals& g);
+void add_evict(CLI::App& app, Globals& g);
 void add_load(CLI::App& app, Globals& g);
 void add_read(CLI::App& app, Globals& g);
 void add_sessions(CLI::App& app, Globals& g);

@@ -1,0 +1,575 @@
+#include "daemon/pressure_loop.hpp"
+
+#include <sys/epoll.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/kv_service.hpp"
+#include "daemon/models.hpp"
+#include "dbus/names.hpp"
+#include "sys/procfs.hpp"
+#include "util/units.hpp"
+
+namespace airs::daemon {
+namespace {
+
+using policy::Clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr size_t kLastEvictions = 32;
+constexpr const char* kDamonAdmin = "/sys/kernel/mm/damon/admin/kdamonds";
+
+pressure::Config monitor_config(const config::PressureConfig& c) {
+  pressure::Config m;
+  m.source = c.source == "psi"    ? pressure::Source::PsiTriggers
+             : c.source == "poll" ? pressure::Source::PollPsi
+                                  : pressure::Source::Auto;
+  m.mild = {sys::PsiKind::Some, c.some_threshold, c.some_window};
+  m.severe = {sys::PsiKind::Full, c.full_threshold, c.full_window};
+  m.poll_interval = c.poll_interval;
+  if (c.mem_available_low != 0) {
+    // An explicit bound replaces the MemTotal fractions; half of it is severe.
+    m.meminfo_some_fraction = 0;
+    m.meminfo_full_fraction = 0;
+    m.meminfo_some_bytes = c.mem_available_low;
+    m.meminfo_full_bytes = c.mem_available_low / 2;
+  }
+  return m;
+}
+
+// Whether DAMON can rank KV arenas here. It needs virtual-address monitoring
+// of the client processes' arena mappings; only reads sysfs, never starts a
+// kdamond (they are a machine-wide resource other tools may own).
+std::string probe_damon() {
+  auto nr = sys::read_u64_file(std::string(kDamonAdmin) + "/nr_kdamonds");
+  if (!nr)
+    return "unavailable: no DAMON sysfs interface (/sys/kernel/mm/damon/admin; kernel without CONFIG_DAMON_SYSFS); "
+           "idle KV is ranked by last use";
+  if (*nr == 0)
+    return "unavailable: DAMON sysfs present but the daemon does not start kdamonds of its own yet (KV arenas are "
+           "mapped at client addresses it does not track); idle KV is ranked by last use";
+  auto ops = sys::read_text_file(std::string(kDamonAdmin) + "/0/contexts/0/avail_operations");
+  std::string o = ops ? *ops : std::string("?");
+  while (!o.empty() && (o.back() == '\n' || o.back() == ' ')) o.pop_back();
+  for (auto& ch : o)
+    if (ch == '\n') ch = ',';
+  if (o.find("vaddr") == std::string::npos)
+    return "unavailable: the kernel offers only '" + o +
+           "' DAMON operations (no CONFIG_DAMON_VADDR), so client KV mappings cannot be monitored; idle KV is ranked "
+           "by last use";
+  return "unavailable: kdamonds exist but belong to another owner, and the daemon does not track client arena "
+         "addresses yet; idle KV is ranked by last use";
+}
+
+const char* kind_name(policy::ActionKind k) {
+  switch (k) {
+    case policy::ActionKind::DropCached: return "cached-kv";
+    case policy::ActionKind::EvictBlocks: return "kv-blocks";
+    case policy::ActionKind::EvictModel: return "model";
+  }
+  return "unknown";
+}
+
+int64_t ms_since(Clock::time_point t, Clock::time_point now) { return duration_cast<milliseconds>(now - t).count(); }
+
+}  // namespace
+
+PressureLoop::PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, KvService& kv,
+                           const config::Config& cfg, uint64_t pool_target_bytes, Hooks hooks)
+    : loop_(loop),
+      pool_(pool),
+      models_(models),
+      kv_(kv),
+      cfg_(cfg.pressure),
+      pool_target_pages_(pool::pages_for(pool_target_bytes, pool.page_size())),
+      hooks_(std::move(hooks)),
+      governor_(policy::GovernorConfig{cfg.pressure.min_eviction_interval, milliseconds(5000),
+                                       duration_cast<milliseconds>(cfg.pressure.grow_after)},
+                Clock::now()) {
+  policy_cfg_.idle_threshold = cfg.kv.idle_threshold;
+  policy_cfg_.target_some_bytes = cfg.pressure.target_some_bytes;
+  policy_cfg_.target_full_bytes = cfg.pressure.target_full_bytes;
+}
+
+PressureLoop::~PressureLoop() {
+  cancel_timer();
+  monitor_.reset();
+}
+
+Result<std::unique_ptr<PressureLoop>> PressureLoop::create(sys::EventLoop& loop, pool::Pool& pool, Models& models,
+                                                           KvService& kv, const config::Config& cfg,
+                                                           uint64_t pool_target_bytes, Hooks hooks) {
+  std::unique_ptr<PressureLoop> p(new PressureLoop(loop, pool, models, kv, cfg, pool_target_bytes, std::move(hooks)));
+  auto mc = monitor_config(cfg.pressure);
+  auto m = pressure::PressureMonitor::create(loop, mc, [raw = p.get()](policy::Level now, policy::Level before) {
+    raw->on_level(now, before);
+  });
+  if (!m && cfg.pressure.source == "poll") {
+    // "poll" means the PSI file if it can be read, else MemAvailable.
+    mc.source = pressure::Source::PollMeminfo;
+    m = pressure::PressureMonitor::create(loop, mc, [raw = p.get()](policy::Level now, policy::Level before) {
+      raw->on_level(now, before);
+    });
+  }
+  if (!m) return make_error(m.error().code, "pressure loop: {}", m.error().message);
+  p->monitor_ = std::move(m).value();
+  p->damon_ = probe_damon();
+  const auto& st = p->monitor_->status();
+  spdlog::info("pressure: source {} ({}); targets some {} / full {}; pool {} resize {}", pressure::to_string(st.source),
+               st.why, format_bytes(cfg.pressure.target_some_bytes), format_bytes(cfg.pressure.target_full_bytes),
+               cfg.pressure.resize_pool ? "with" : "without", "nr_hugepages");
+  spdlog::info("pressure: damon {}", p->damon_);
+  return p;
+}
+
+// ---- event handling -------------------------------------------------------
+
+void PressureLoop::on_level(policy::Level now_level, policy::Level before) {
+  const auto now = Clock::now();
+  const policy::Level eff_before = governor_.level();
+  governor_.observe(now_level, now);
+  spdlog::info("pressure: raw level {} → {} ({})", policy::to_string(before), policy::to_string(now_level),
+               monitor_->status().why);
+  note_effective_level(eff_before);
+  evaluate();
+}
+
+void PressureLoop::note_effective_level(policy::Level before) {
+  const policy::Level after = governor_.level();
+  if (after == before) return;
+  spdlog::info("pressure: effective level {} → {}", policy::to_string(before), policy::to_string(after));
+  if (!hooks_.level_changed) return;
+  dbus::Dict d;
+  const auto& st = monitor_->status();
+  d["previous"] = sdbus::Variant(std::string(policy::to_string(before)));
+  d["raw"] = sdbus::Variant(std::string(policy::to_string(governor_.raw_level())));
+  d["source"] = sdbus::Variant(std::string(pressure::to_string(st.source)));
+  if (st.psi) {
+    d["some_avg10"] = sdbus::Variant(st.psi->some.avg10);
+    d["full_avg10"] = sdbus::Variant(st.psi->full.avg10);
+  }
+  hooks_.level_changed(after, d);
+}
+
+uint64_t PressureLoop::events_seen() const {
+  const auto& st = monitor_->status();
+  return st.some_events + st.full_events;
+}
+
+bool PressureLoop::pool_below_target() const { return pool_.counts().total_pages() < pool_target_pages_; }
+
+void PressureLoop::evaluate() {
+  const auto now = Clock::now();
+  const policy::Level before = governor_.level();
+  governor_.tick(now);
+  note_effective_level(before);
+  const auto d = governor_.decide(now, cfg_.resize_pool && pool_below_target());
+  last_decision_ = fmt::format("{}: {}", policy::to_string(d.kind), d.reason);
+  switch (d.kind) {
+    case policy::Decision::Kind::Evict:
+      // Target bytes are per pressure event: a level that merely holds
+      // between two kernel events frees nothing more.
+      if (events_seen() != events_at_last_eviction_) {
+        events_at_last_eviction_ = events_seen();
+        pressure_evict(d.level);
+      } else {
+        last_decision_ = "wait: no new pressure event since the last eviction";
+      }
+      // While pressure lasts, look again after the rate limit: for new
+      // events, and for the governor's step down.
+      schedule(now + cfg_.min_eviction_interval);
+      return;
+    case policy::Decision::Kind::Grow:
+      grow();
+      schedule(Clock::now() + cfg_.grow_after);
+      return;
+    case policy::Decision::Kind::Wait:
+      if (d.retry_at) {
+        schedule(*d.retry_at);
+      } else if (governor_.level() != policy::Level::None) {
+        schedule(now + cfg_.min_eviction_interval);
+      } else {
+        cancel_timer();
+      }
+      return;
+  }
+}
+
+void PressureLoop::schedule(Clock::time_point at) {
+  cancel_timer();
+  const auto delay = std::max<Clock::duration>(at - Clock::now(), milliseconds(1));
+  auto t = sys::PeriodicTimer::create(delay);
+  if (!t) {
+    spdlog::error("pressure: cannot arm the loop's timer ({}); the loop acts on the next pressure change only",
+                  t.error().message);
+    return;
+  }
+  timer_.emplace(std::move(t).value());
+  auto r = loop_.add(timer_->fd(), EPOLLIN, [this](uint32_t) {
+    // One-shot: drop the timer before acting (evaluate() may arm a new one).
+    cancel_timer();
+    evaluate();
+  });
+  if (!r) {
+    spdlog::error("pressure: cannot watch the loop's timer: {}", r.error().message);
+    timer_.reset();
+  }
+}
+
+void PressureLoop::cancel_timer() {
+  if (!timer_) return;
+  loop_.remove(timer_->fd());
+  timer_.reset();
+}
+
+// ---- eviction ---------------------------------------------------------------
+
+policy::PoolState PressureLoop::snapshot() const {
+  policy::PoolState s = kv_.snapshot();
+  s.total_bytes = pool_.counts().total_bytes();
+  s.free_bytes = pool_.counts().free_bytes();
+  for (ModelEntry* m : models_.all()) {
+    if (m->evicted) continue;
+    auto st = models_.stats(*m);
+    policy::ModelState ms;
+    ms.id = m->id;
+    ms.name = m->name;
+    // The whole region's pages come back when a model goes, filled or not.
+    ms.resident_bytes = st ? st->region_size : m->file_size;
+    ms.refcount = m->refcount();
+    ms.pinned = m->pinned;
+    ms.last_used = m->last_used;
+    s.models.push_back(std::move(ms));
+  }
+  return s;
+}
+
+std::string PressureLoop::object_of(const policy::Action& a) const {
+  switch (a.kind) {
+    case policy::ActionKind::DropCached: return fmt::format("kv-arena:{}", a.id);
+    case policy::ActionKind::EvictBlocks:
+      if (const KvSession* s = kv_.find_id(a.id)) return s->path;
+      return fmt::format("{}{}", dbus::kSessionPathPrefix, a.id);
+    case policy::ActionKind::EvictModel:
+      for (ModelEntry* m : models_.all())
+        if (m->id == a.id) return m->object_path;
+      return fmt::format("{}{}", dbus::kModelPathPrefix, a.id);
+  }
+  return "?";
+}
+
+EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run,
+                                 std::string trigger) {
+  const auto now = Clock::now();
+  const uint64_t ps = pool_.page_size();
+  EvictionReport r;
+  r.dry_run = dry_run;
+  r.trigger = std::move(trigger);
+  r.reserve_bytes = reserve_pages * ps;
+  if (req) {
+    r.requested_bytes = req->everything ? 0 : req->bytes;
+    r.plan = policy::plan_eviction(snapshot(), *req, now, policy_cfg_);
+  } else {
+    r.plan.satisfied = true;
+  }
+  for (const auto& a : r.plan.actions) r.outcomes.push_back(EvictionOutcome{a, object_of(a), 0, {}});
+  if (dry_run) return r;
+
+  const uint64_t free_before = pool_.counts().free_pages;
+  for (auto& o : r.outcomes) {
+    const uint64_t before = pool_.counts().free_bytes();
+    if (o.action.kind == policy::ActionKind::EvictModel) {
+      ModelEntry* m = nullptr;
+      for (ModelEntry* x : models_.all())
+        if (x->id == o.action.id) m = x;
+      if (m == nullptr) {
+        o.error = "model is gone";
+      } else if (auto st = models_.evict(*m); !st) {
+        o.error = st.error().message;
+      }
+    } else if (auto st = kv_.execute(o.action); !st) {
+      o.error = st.error().message;
+    }
+    const uint64_t after = pool_.counts().free_bytes();
+    o.freed_bytes = after > before ? after - before : 0;
+    if (!o.error.empty()) {
+      ++counters_.action_errors;
+      spdlog::warn("pressure: {} {} failed: {}", kind_name(o.action.kind), o.object, o.error);
+      continue;
+    }
+    if (o.action.kind == policy::ActionKind::EvictModel && hooks_.model_evicted)
+      hooks_.model_evicted(o.object, o.freed_bytes, o.action.reason);
+  }
+  const uint64_t free_after = pool_.counts().free_pages;
+  const uint64_t freed_pages = free_after > free_before ? free_after - free_before : 0;
+  r.freed_bytes = freed_pages * ps;
+
+  // The pages sit free in the pool now; only a lower nr_hugepages turns
+  // them into memory the rest of the system can use. One write for the
+  // reserve share and everything just freed.
+  const uint64_t give = std::min(pool_.counts().free_pages, reserve_pages + freed_pages);
+  if (cfg_.resize_pool && give > 0) {
+    auto took = pool_.shrink(give);
+    if (!took) {
+      ++counters_.resize_failures;
+      r.resize_note = "giving pages back failed: " + took.error().message;
+    } else {
+      r.returned_bytes = *took * ps;
+      if (*took < give) {
+        ++counters_.resize_failures;
+        r.resize_note = fmt::format("the kernel took back {} of {} free huge pages (another process holds or "
+                                    "reserved free pages?)",
+                                    *took, give);
+      }
+    }
+    if (!r.resize_note.empty()) {
+      last_resize_error_ = r.resize_note;
+      spdlog::warn("pressure: {}", r.resize_note);
+    }
+  }
+  governor_.record_eviction(Clock::now());
+  r.duration_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - now).count());
+  last_duration_us_ = r.duration_us;
+  max_duration_us_ = std::max(max_duration_us_, r.duration_us);
+  remember(r);
+  return r;
+}
+
+void PressureLoop::remember(const EvictionReport& r) {
+  const auto now = Clock::now();
+  uint64_t executed = 0;
+  for (const auto& o : r.outcomes) {
+    if (!o.error.empty()) continue;
+    ++executed;
+    ++counters_.actions;
+    switch (o.action.kind) {
+      case policy::ActionKind::DropCached: counters_.evicted_cached_bytes += o.freed_bytes; break;
+      case policy::ActionKind::EvictBlocks: counters_.evicted_kv_bytes += o.freed_bytes; break;
+      case policy::ActionKind::EvictModel: counters_.evicted_model_bytes += o.freed_bytes; break;
+    }
+    last_.push_back(Record{now, r.trigger, o});
+    if (last_.size() > kLastEvictions) last_.pop_front();
+  }
+  counters_.evicted_bytes += r.freed_bytes;
+  counters_.returned_bytes += r.returned_bytes;
+  counters_.reserve_bytes += std::min(r.reserve_bytes, r.returned_bytes);
+  if (executed > 0 || r.returned_bytes > 0) ++counters_.evictions;
+  spdlog::info("pressure: {}: {} actions freed {} in the pool, {} of it and {} of free reserve back to the kernel "
+               "(requested {}){}",
+               r.trigger, executed, format_bytes(r.freed_bytes),
+               format_bytes(r.returned_bytes - std::min(r.returned_bytes, r.reserve_bytes)),
+               format_bytes(std::min(r.reserve_bytes, r.returned_bytes)),
+               r.requested_bytes ? format_bytes(r.requested_bytes) : std::string("everything allowed"),
+               r.plan.shortfall.empty() ? "" : "; " + r.plan.shortfall);
+}
+
+void PressureLoop::pressure_evict(policy::Level level) {
+  const uint64_t ps = pool_.page_size();
+  const uint64_t target = level == policy::Level::Full ? cfg_.target_full_bytes : cfg_.target_some_bytes;
+  // Free pool pages first: handing them back destroys nothing.
+  const uint64_t reserve_pages = cfg_.resize_pool ? std::min(pool_.counts().free_pages, target / ps) : 0;
+  const uint64_t rest = target - std::min(target, reserve_pages * ps);
+  std::optional<policy::Request> req;
+  // When the reserve covers the target nothing is planned (a request for 0
+  // bytes would mean the level's whole target).
+  if (rest > 0) {
+    req.emplace();
+    req->level = level;
+    req->bytes = rest;
+  }
+  (void)run(req, reserve_pages, false, fmt::format("pressure {}", policy::to_string(level)));
+}
+
+void PressureLoop::grow() {
+  const uint64_t have = pool_.counts().total_pages();
+  if (have >= pool_target_pages_) return;
+  const uint64_t want = pool_target_pages_ - have;
+  auto got = pool_.grow(want);
+  governor_.record_grow(Clock::now());
+  ++counters_.grows;
+  const uint64_t ps = pool_.page_size();
+  if (!got) {
+    ++counters_.resize_failures;
+    last_resize_error_ = fmt::format("growing the pool back by {} pages failed: {}", want, got.error().message);
+    spdlog::warn("pressure: {}", last_resize_error_);
+    return;
+  }
+  counters_.grown_bytes += *got * ps;
+  if (*got < want) {
+    ++counters_.resize_failures;
+    last_resize_error_ = fmt::format(
+        "growing the pool back: the kernel gave {} of {} huge pages of {} (memory is fragmented or in use); the pool "
+        "stays at {} of {}; retrying after {} s without pressure",
+        *got, want, format_bytes(ps), format_bytes(pool_.counts().total_bytes()),
+        format_bytes(pool_target_pages_ * ps), cfg_.grow_after.count());
+    spdlog::warn("pressure: {}", last_resize_error_);
+  } else {
+    spdlog::info("pressure: pool grown back by {} to {}", format_bytes(*got * ps), format_bytes(pool_.counts().total_bytes()));
+  }
+}
+
+// ---- admin ------------------------------------------------------------------
+
+Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who) {
+  policy::Request req;
+  bool any = false;
+  for (const auto& [k, v] : what) {
+    if (k != "priority" && k != "session" && k != "model" && k != "bytes")
+      return make_error(EINVAL, "Evict: unknown key '{}' (accepted: priority, session, model, bytes)", k);
+  }
+  if (what.count("priority")) {
+    auto s = dbus::get<std::string>(what, "priority");
+    auto p = s ? policy::parse_priority(*s) : std::nullopt;
+    if (!p)
+      return make_error(EINVAL, "Evict: priority must be a string, one of interactive, system, background (got '{}')",
+                        s.value_or("a non-string"));
+    req.priorities = {*p};
+    any = true;
+  }
+  if (what.count("session")) {
+    std::string path;
+    if (auto o = dbus::get<sdbus::ObjectPath>(what, "session")) path = *o;
+    else if (auto s = dbus::get<std::string>(what, "session")) path = *s;
+    const std::string prefix = dbus::kSessionPathPrefix;
+    uint64_t id = 0;
+    bool ok = path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
+    if (ok) {
+      try {
+        size_t used = 0;
+        id = std::stoull(path.substr(prefix.size()), &used);
+        ok = used == path.size() - prefix.size();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok || kv_.find_id(id) == nullptr)
+      return make_error(ENOENT, "Evict: no session '{}' (see airsctl sessions)", path);
+    req.sessions = {id};
+    any = true;
+  }
+  if (what.count("model")) {
+    std::string key;
+    if (auto o = dbus::get<sdbus::ObjectPath>(what, "model")) key = *o;
+    else if (auto s = dbus::get<std::string>(what, "model")) key = *s;
+    ModelEntry* m = models_.find_by_path(key);
+    if (m == nullptr) m = models_.find_by_name(key);
+    if (m == nullptr) return make_error(ENOENT, "Evict: no model '{}' is loaded (see airsctl status)", key);
+    req.models = {m->id};
+    any = true;
+  }
+  if (what.count("bytes")) {
+    auto b = dbus::get<uint64_t>(what, "bytes");
+    if (!b || *b == 0) return make_error(EINVAL, "Evict: bytes must be a positive uint64 (t)");
+    req.bytes = *b;
+    any = true;
+  }
+  if (!any) return make_error(EINVAL, "Evict: say what to evict: priority, session, model and/or bytes");
+  const bool targeted = !req.sessions.empty() || !req.models.empty();
+  // A priority names KV of that priority only; a target names only itself.
+  if (!req.priorities.empty() || targeted) req.include_cached = false;
+  if (!req.priorities.empty() && req.models.empty()) req.include_models = false;
+  req.everything = req.bytes == 0;
+  auto r = run(req, 0, dry_run, "admin " + who);
+  if (!dry_run) ++counters_.admin_evictions;
+  return r;
+}
+
+dbus::Dict PressureLoop::to_dict(const EvictionReport& r) {
+  dbus::Dict d;
+  d["dry_run"] = sdbus::Variant(r.dry_run);
+  d["trigger"] = sdbus::Variant(r.trigger);
+  d["requested_bytes"] = sdbus::Variant(r.requested_bytes);
+  d["planned_bytes"] = sdbus::Variant(r.plan.bytes);
+  d["freed_bytes"] = sdbus::Variant(r.freed_bytes);
+  d["reserve_bytes"] = sdbus::Variant(r.reserve_bytes);
+  d["returned_bytes"] = sdbus::Variant(r.returned_bytes);
+  d["satisfied"] = sdbus::Variant(r.plan.satisfied);
+  d["shortfall"] = sdbus::Variant(r.plan.shortfall);
+  d["resize_note"] = sdbus::Variant(r.resize_note);
+  d["duration_us"] = sdbus::Variant(r.duration_us);
+  std::vector<dbus::Dict> actions;
+  for (const auto& o : r.outcomes) {
+    dbus::Dict a;
+    a["kind"] = sdbus::Variant(std::string(kind_name(o.action.kind)));
+    a["object"] = sdbus::Variant(o.object);
+    a["id"] = sdbus::Variant(o.action.id);
+    a["blocks"] = sdbus::Variant(o.action.blocks);
+    a["bytes"] = sdbus::Variant(o.action.bytes);
+    a["freed_bytes"] = sdbus::Variant(o.freed_bytes);
+    a["reason"] = sdbus::Variant(o.action.reason);
+    a["error"] = sdbus::Variant(o.error);
+    actions.push_back(std::move(a));
+  }
+  d["actions"] = sdbus::Variant(actions);
+  return d;
+}
+
+// ---- status -----------------------------------------------------------------
+
+dbus::Dict PressureLoop::status() {
+  monitor_->refresh();
+  const auto now = Clock::now();
+  const auto& st = monitor_->status();
+  dbus::Dict d;
+  d["source"] = sdbus::Variant(std::string(pressure::to_string(st.source)));
+  d["why"] = sdbus::Variant(st.why);
+  d["level"] = sdbus::Variant(std::string(policy::to_string(governor_.level())));
+  d["raw_level"] = sdbus::Variant(std::string(policy::to_string(st.level)));
+  d["level_for_ms"] = sdbus::Variant(static_cast<uint64_t>(std::max<int64_t>(0, ms_since(governor_.level_since(), now))));
+  if (st.psi) {
+    d["some_avg10"] = sdbus::Variant(st.psi->some.avg10);
+    d["some_avg60"] = sdbus::Variant(st.psi->some.avg60);
+    d["full_avg10"] = sdbus::Variant(st.psi->full.avg10);
+    d["full_avg60"] = sdbus::Variant(st.psi->full.avg60);
+    d["some_total_us"] = sdbus::Variant(st.psi->some.total_us);
+    d["full_total_us"] = sdbus::Variant(st.psi->full.total_us);
+  }
+  if (st.mem_available) d["source_mem_available"] = sdbus::Variant(*st.mem_available);
+  d["some_events"] = sdbus::Variant(st.some_events);
+  d["full_events"] = sdbus::Variant(st.full_events);
+  d["level_changes"] = sdbus::Variant(st.level_changes);
+  d["samples"] = sdbus::Variant(st.samples);
+  d["source_errors"] = sdbus::Variant(st.read_errors);
+  if (!st.last_error.empty()) d["source_last_error"] = sdbus::Variant(st.last_error);
+  d["decision"] = sdbus::Variant(last_decision_);
+  d["damon"] = sdbus::Variant(damon_);
+  d["evictions"] = sdbus::Variant(counters_.evictions);
+  d["admin_evictions"] = sdbus::Variant(counters_.admin_evictions);
+  d["actions"] = sdbus::Variant(counters_.actions);
+  d["action_errors"] = sdbus::Variant(counters_.action_errors);
+  d["evicted_bytes"] = sdbus::Variant(counters_.evicted_bytes);
+  d["evicted_cached_bytes"] = sdbus::Variant(counters_.evicted_cached_bytes);
+  d["evicted_kv_bytes"] = sdbus::Variant(counters_.evicted_kv_bytes);
+  d["evicted_model_bytes"] = sdbus::Variant(counters_.evicted_model_bytes);
+  d["reserve_returned_bytes"] = sdbus::Variant(counters_.reserve_bytes);
+  d["returned_bytes"] = sdbus::Variant(counters_.returned_bytes);
+  d["grows"] = sdbus::Variant(counters_.grows);
+  d["grown_bytes"] = sdbus::Variant(counters_.grown_bytes);
+  d["resize_failures"] = sdbus::Variant(counters_.resize_failures);
+  d["last_resize_error"] = sdbus::Variant(last_resize_error_);
+  d["last_eviction_us"] = sdbus::Variant(last_duration_us_);
+  d["max_eviction_us"] = sdbus::Variant(max_duration_us_);
+  d["resize_pool"] = sdbus::Variant(cfg_.resize_pool);
+  d["pool_target_bytes"] = sdbus::Variant(pool_target_pages_ * pool_.page_size());
+  d["pool_current_bytes"] = sdbus::Variant(pool_.counts().total_bytes());
+  d["target_some_bytes"] = sdbus::Variant(cfg_.target_some_bytes);
+  d["target_full_bytes"] = sdbus::Variant(cfg_.target_full_bytes);
+  std::vector<dbus::Dict> last;
+  for (auto it = last_.rbegin(); it != last_.rend(); ++it) {
+    dbus::Dict e;
+    e["age_ms"] = sdbus::Variant(static_cast<uint64_t>(std::max<int64_t>(0, ms_since(it->at, now))));
+    e["trigger"] = sdbus::Variant(it->trigger);
+    e["kind"] = sdbus::Variant(std::string(kind_name(it->outcome.action.kind)));
+    e["object"] = sdbus::Variant(it->outcome.object);
+    e["bytes"] = sdbus::Variant(it->outcome.freed_bytes);
+    e["reason"] = sdbus::Variant(it->outcome.action.reason);
+    last.push_back(std::move(e));
+  }
+  d["last_evictions"] = sdbus::Variant(last);  // newest first
+  return d;
+}
+
+}  // namespace airs::daemon

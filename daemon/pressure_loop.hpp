@@ -1,0 +1,163 @@
+// The pressure loop: memory pressure in, memory back to the system out.
+//
+//   PressureMonitor (PSI triggers / polling) ──level──► Governor (hysteresis,
+//   rate limit) ──Evict──► snapshot (KV + models) ──► policy::plan_eviction
+//   ──► execute (KvService::execute, Models::evict) ──► Pool::shrink
+//   (lowers nr_hugepages: the freed pages become MemAvailable)
+//                 ──Grow (quiet for grow_after)──► Pool::grow back to target
+//
+// Per pressure event (a new PSI trigger event or polled crossing) the loop
+// frees the level's target bytes: first pages already free in the pool's
+// reserve (nothing is destroyed for them), then by the policy's order for
+// the rest; everything freed goes back to the kernel in one nr_hugepages
+// write. Admin eviction (`airsctl evict`) goes through the same executor and
+// shares the governor's rate limit; both have a dry run that plans only.
+//
+// Everything runs on the daemon's event loop thread; the loop owns no
+// thread and wakes only on pressure events and on one timer that exists
+// while pressure is high, a grow is pending or the rate limit holds.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dbus/variant.hpp"
+#include "policy/governor.hpp"
+#include "policy/policy.hpp"
+#include "pool/pool.hpp"
+#include "pressure/pressure_monitor.hpp"
+#include "sys/event_loop.hpp"
+#include "util/result.hpp"
+
+namespace airs::daemon {
+
+class Models;
+class KvService;
+
+// One executed (or, in a dry run, planned) action.
+struct EvictionOutcome {
+  policy::Action action;
+  std::string object;       // session/model object path, or "kv-arena:<id>" for cached prefix blocks
+  uint64_t freed_bytes = 0; // pool pages this action freed (0 in a dry run)
+  std::string error;        // empty on success
+};
+
+struct EvictionReport {
+  bool dry_run = false;
+  std::string trigger;              // "pressure full", "admin uid 0", ...
+  uint64_t requested_bytes = 0;     // 0 = everything the filters allow
+  policy::Plan plan;
+  std::vector<EvictionOutcome> outcomes;
+  uint64_t reserve_bytes = 0;       // free pool pages handed back without evicting anything
+  uint64_t freed_bytes = 0;         // pool pages the actions freed
+  uint64_t returned_bytes = 0;      // pages the kernel took back (nr_hugepages lowered by this much)
+  std::string resize_note;          // why fewer went back than asked, if so
+  uint64_t duration_us = 0;         // plan + actions + shrink, on the loop thread
+};
+
+class PressureLoop {
+ public:
+  struct Hooks {
+    // The effective pressure level changed (emit PressureChanged).
+    std::function<void(policy::Level level, const dbus::Dict& details)> level_changed;
+    // A model was evicted (emit Evicted for it). KV evictions are signalled
+    // by KvService's own callback.
+    std::function<void(const std::string& object, uint64_t bytes, const std::string& reason)> model_evicted;
+  };
+
+  // Starts the pressure source on `loop`. All references must outlive the
+  // loop object. `pool_target_bytes` is the pool's configured size (what a
+  // grow restores). Errors: no pressure source works (messages from the
+  // monitor), or a timer cannot be created.
+  static Result<std::unique_ptr<PressureLoop>> create(sys::EventLoop& loop, pool::Pool& pool, Models& models,
+                                                      KvService& kv, const config::Config& cfg,
+                                                      uint64_t pool_target_bytes, Hooks hooks);
+  ~PressureLoop();
+  PressureLoop(const PressureLoop&) = delete;
+  PressureLoop& operator=(const PressureLoop&) = delete;
+
+  // Admin eviction (Manager.Evict). `what`: "priority" s, "session" o,
+  // "model" o|s (path or name), "bytes" t; at least one. Without "bytes"
+  // everything the filters allow goes. `who` names the caller for logs.
+  // Errors: EINVAL (bad or empty `what`), ENOENT (no such session/model).
+  // A dry run only plans. Loop thread.
+  Result<EvictionReport> admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who);
+
+  // The report as an a{sv} for the bus: "dry_run" b, "trigger" s,
+  // "requested_bytes" t, "planned_bytes" t, "freed_bytes" t,
+  // "reserve_bytes" t, "returned_bytes" t, "satisfied" b, "shortfall" s,
+  // "resize_note" s, "actions" aa{sv} of {kind s, object s, id t, blocks u,
+  // bytes t, freed_bytes t, reason s, error s}.
+  [[nodiscard]] static dbus::Dict to_dict(const EvictionReport& r);
+
+  // The "pressure" dict of status (refreshes PSI averages at most once per
+  // trigger window).
+  [[nodiscard]] dbus::Dict status();
+  [[nodiscard]] policy::Level level() const { return governor_.level(); }
+
+ private:
+  PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, KvService& kv, const config::Config& cfg,
+               uint64_t pool_target_bytes, Hooks hooks);
+  void on_level(policy::Level now, policy::Level before);
+  void evaluate();
+  void schedule(policy::Clock::time_point at);
+  void cancel_timer();
+  void note_effective_level(policy::Level before);
+  void pressure_evict(policy::Level level);
+  void grow();
+  [[nodiscard]] policy::PoolState snapshot() const;
+  EvictionReport run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run, std::string trigger);
+  void remember(const EvictionReport& r);
+  [[nodiscard]] std::string object_of(const policy::Action& a) const;
+  [[nodiscard]] bool pool_below_target() const;
+  [[nodiscard]] uint64_t events_seen() const;
+
+  sys::EventLoop& loop_;
+  pool::Pool& pool_;
+  Models& models_;
+  KvService& kv_;
+  config::PressureConfig cfg_;
+  policy::Config policy_cfg_;
+  uint64_t pool_target_pages_ = 0;
+  Hooks hooks_;
+  std::unique_ptr<pressure::PressureMonitor> monitor_;
+  policy::Governor governor_;
+  std::optional<sys::PeriodicTimer> timer_;  // one-shot: removed when it fires
+  uint64_t events_at_last_eviction_ = 0;
+  std::string damon_;
+  std::string last_decision_;
+
+  struct Counters {
+    uint64_t evictions = 0;        // runs that executed at least one action or returned reserve pages
+    uint64_t admin_evictions = 0;
+    uint64_t actions = 0;
+    uint64_t action_errors = 0;
+    uint64_t evicted_bytes = 0;    // pool pages freed by actions
+    uint64_t evicted_cached_bytes = 0;
+    uint64_t evicted_kv_bytes = 0;
+    uint64_t evicted_model_bytes = 0;
+    uint64_t reserve_bytes = 0;    // free reserve handed back
+    uint64_t returned_bytes = 0;   // to the kernel, all causes
+    uint64_t grows = 0;
+    uint64_t grown_bytes = 0;
+    uint64_t resize_failures = 0;  // shrinks or grows the kernel did not (fully) do
+  } counters_;
+  std::string last_resize_error_;
+  uint64_t last_duration_us_ = 0;
+  uint64_t max_duration_us_ = 0;
+  struct Record {
+    policy::Clock::time_point at;
+    std::string trigger;
+    EvictionOutcome outcome;
+  };
+  std::deque<Record> last_;  // newest last, bounded
+};
+
+}  // namespace airs::daemon
