@@ -41,14 +41,14 @@ mkdir -p "$work"
 llama_work=$build/tests/llama/work
 [[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
 gen=$llama_work/llama-gen
-mk=$build/tests/llama/airs-llama-mkmodel
+mk=$build/src/gguf/airs-mkmodel
 memd=$build/daemon/airs-memd
 ctl=$build/src/airsctl/airsctl
 preload=$build/src/preload/libairs-preload.so
 for f in "$gen" "$mk" "$memd" "$ctl" "$preload"; do [[ -e $f ]] || { echo "bench_llama: $f missing (build it)" >&2; exit 1; }; done
 
 model=$work/llama-$size.gguf
-[[ -f $model ]] || "$mk" --out "$model" --size "$size" --seed 42 >/dev/null
+[[ -f $model ]] || "$mk" --llama --out "$model" --size "$size" --seed 42 >/dev/null
 model_bytes=$(stat -c %s "$model")
 pool_bytes=$(( (model_bytes / 1048576 + 64) * 1048576 ))
 

@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: airs-mkmodel --out FILE [--size 1G | --layers N --embd N --ff N --vocab N]\n"
     "                    [--heads N] [--heads-kv N] [--context N] [--seed S]\n"
-    "                    [--types mixed|f32|f16|q8_0|q4_0|q4_K] [--alignment 32] [--gguf-version 3]\n";
+    "                    [--types mixed|f32|f16|q8_0|q4_0|q4_K] [--alignment 32] [--gguf-version 3] [--llama]\n";
 
 bool parse_u64(const char* text, uint64_t* out) {
   char* end = nullptr;
@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (opt == "--llama") {
+      // A vocabulary and weights the real llama.cpp loads and runs.
+      spec.llama_compatible = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "airs-mkmodel: %s needs a value\n%s", opt.c_str(), kUsage);
       return 2;
@@ -67,6 +72,7 @@ int main(int argc, char** argv) {
     else if (opt == "--heads-kv") ok = num(&spec.n_head_kv);
     else if (opt == "--context") ok = num(&spec.context_length);
     else if (opt == "--seed") ok = num(&spec.seed);
+
     else if (opt == "--alignment" || opt == "--gguf-version") {
       ok = parse_u64(val, &n) && n <= UINT32_MAX;
       (opt == "--alignment" ? spec.alignment : spec.version) = static_cast<uint32_t>(n);

@@ -46,8 +46,8 @@ std::string model_path(const std::string& size, uint64_t seed) {
   fs::create_directories(dir);
   const std::string p = dir + "/llama-" + size + "-s" + std::to_string(seed) + ".gguf";
   if (!fs::exists(p)) {
-    auto r = run_process({kMkmodel, "--out", p + ".tmp", "--size", size, "--seed", std::to_string(seed)}, 300s);
-    if (r.exit_code != 0) throw std::runtime_error("airs-llama-mkmodel: " + r.err);
+    auto r = run_process({kMkmodel, "--llama", "--out", p + ".tmp", "--size", size, "--seed", std::to_string(seed)}, 300s);
+    if (r.exit_code != 0) throw std::runtime_error("airs-mkmodel --llama: " + r.err);
     fs::rename(p + ".tmp", p);
   }
   return p;
