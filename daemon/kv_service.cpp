@@ -13,6 +13,7 @@
 #include "dbus/names.hpp"
 #include "policy/policy.hpp"
 #include "sys/hugetlbfs.hpp"
+#include "sys/proc_handles.hpp"
 #include "util/hash.hpp"
 #include "util/units.hpp"
 
@@ -20,13 +21,6 @@ namespace airs::daemon {
 namespace {
 
 constexpr uint32_t kNoticeCapacity = 4096;
-
-Result<sys::UniqueFd> reopen_readonly(int fd) {
-  const std::string p = "/proc/self/fd/" + std::to_string(fd);
-  sys::UniqueFd r(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!r) return make_error(errno, "reopen {} read-only: {}", p, std::strerror(errno));
-  return r;
-}
 
 kv::Config allocator_config(const config::KvConfig& c) {
   kv::Config k;
@@ -131,7 +125,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
 
   CreatedSession out;
   auto arena_fd = sys::UniqueFd(::fcntl(arenas_.at(*aid).region->fd(), F_DUPFD_CLOEXEC, 3));
-  auto notice_ro = reopen_readonly(s->notice_fd.get());
+  auto notice_ro = sys::reopen(s->notice_fd.get(), O_RDONLY | O_CLOEXEC);
   auto ev = sys::UniqueFd(::fcntl(s->event_fd.get(), F_DUPFD_CLOEXEC, 3));
   if (!arena_fd || !notice_ro || !ev) return fail("dup");
   out.arena_fd = std::move(arena_fd);

@@ -12,19 +12,11 @@
 
 #include "dbus/names.hpp"
 #include "gguf/file_io.hpp"
+#include "sys/proc_handles.hpp"
 #include "util/units.hpp"
 
 namespace airs::daemon {
 namespace {
-
-// A read-only reopen of an fd we hold (a resident model can be handed out
-// without write access).
-Result<sys::UniqueFd> reopen_readonly(int fd) {
-  const std::string p = "/proc/self/fd/" + std::to_string(fd);
-  sys::UniqueFd r(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!r) return make_error(errno, "reopen {} read-only: {}", p, std::strerror(errno));
-  return r;
-}
 
 Result<sys::UniqueFd> dup_fd(int fd) {
   sys::UniqueFd r(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
@@ -134,10 +126,10 @@ Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, bool l
                       m.name, st->resident_bytes, st->region_size);
   OpenResult r;
   // Writable only where a client must register a userfaultfd on it.
-  auto region = (resident || cooperative_) ? reopen_readonly(pager_.region_fd(m.pager_id))
+  auto region = (resident || cooperative_) ? sys::reopen(pager_.region_fd(m.pager_id), O_RDONLY | O_CLOEXEC)
                                            : dup_fd(pager_.region_fd(m.pager_id));
   if (!region) return std::move(region).error();
-  auto status = reopen_readonly(pager_.status_fd(m.pager_id));
+  auto status = sys::reopen(pager_.status_fd(m.pager_id), O_RDONLY | O_CLOEXEC);
   if (!status) return std::move(status).error();
   r.region = std::move(region).value();
   r.status = std::move(status).value();
