@@ -179,8 +179,9 @@ class PagerTest : public ::testing::Test {
     if (c.pid == 0) {
       ::fcntl(sv[1], F_SETFD, 0);
       // Some tests expect the client to die by SIGSEGV/SIGBUS: under ASan
-      // the sanitizer must not turn those into exit(1).
+      // or TSan the sanitizer must not turn those into exit(1).
       ::setenv("ASAN_OPTIONS", "handle_segv=0:handle_sigbus=0", 1);
+      ::setenv("TSAN_OPTIONS", "handle_segv=0:handle_sigbus=0", 1);
       const std::string fd = std::to_string(sv[1]);
       ::execl(PAGER_TEST_CLIENT, PAGER_TEST_CLIENT, fd.c_str(), mode.c_str(), src.c_str(), nullptr);
       _exit(127);
@@ -699,8 +700,8 @@ class CooperativeTest : public PagerTest {
     ADD_FAILURE() << "child " << pid << " timed out";
     return -1;
   }
-  // ASan intercepts mlock/munlock and makes them no-ops: VmLck stays 0.
-#if defined(__SANITIZE_ADDRESS__)
+  // ASan and TSan intercept mlock/munlock and make them no-ops: VmLck stays 0.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   static constexpr bool kMlockWorks = false;
 #else
   static constexpr bool kMlockWorks = true;
@@ -726,6 +727,12 @@ TEST_F(CooperativeTest, UffdAttachIsRefused) {
 }
 
 TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
+#if defined(__SANITIZE_THREAD__)
+  // The instrumented client starts after the whole fill is done, so there
+  // is nothing left to wait for (the client exits 7 then); this race needs
+  // the plain or ASan build, which run it.
+  GTEST_SKIP() << "under TSan the client starts only after the fill completed: nothing to wait for";
+#endif
   PagerOptions o;
   o.queue_depth = 1;
   Daemon d = make_daemon(kPoolPages, o);

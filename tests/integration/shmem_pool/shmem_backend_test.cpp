@@ -20,8 +20,8 @@
 namespace airs {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMlockWorks = false;  // ASan makes mlock/munlock no-ops
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kMlockWorks = false;  // ASan and TSan make mlock/munlock no-ops
 #else
 constexpr bool kMlockWorks = true;
 #endif
@@ -125,7 +125,7 @@ TEST(ShmemBackend, PoolShrinkHandsPagesStraightBack) {
 }
 
 TEST(ShmemBackend, MlockRefusedNamesTheFix) {
-  if (!kMlockWorks) GTEST_SKIP() << "mlock is a no-op under ASan: it cannot be refused";
+  if (!kMlockWorks) GTEST_SKIP() << "mlock is a no-op under ASan/TSan: it cannot be refused";
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
