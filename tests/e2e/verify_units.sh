@@ -79,7 +79,10 @@ if command -v dbus-daemon >/dev/null; then
 </busconfig>
 CONF
   if out=$(timeout 10 dbus-daemon --config-file="$scratch/bus.conf" --fork --print-pid 2>&1); then
-    kill "$(head -1 <<<"$out")" 2>/dev/null || true
+    # stderr is merged (warnings such as an unknown group come first): the
+    # pid is the line that is only a number.
+    pid=$(grep -E '^[0-9]+$' <<<"$out" | tail -1)
+    [[ -n $pid ]] && kill "$pid" 2>/dev/null || true
   else
     bad "dbus-daemon rejected the policy: $out"
   fi
