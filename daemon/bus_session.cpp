@@ -57,23 +57,18 @@ void SessionObject::Close() {
   d_.close_session(s, c);
 }
 
+// Properties read the allocator's record of this one session.
 std::string SessionObject::Priority() {
-  for (auto& d : d_.kv().list())
-    if (dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{}) == path_)
-      return dbus::get<std::string>(d, "priority").value_or("");
-  return "";
+  auto i = d_.kv().info(path_);
+  return i ? std::string(policy::to_string(i->priority)) : std::string();
 }
 uint32_t SessionObject::Blocks() {
-  for (auto& d : d_.kv().list())
-    if (dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{}) == path_)
-      return dbus::get<uint32_t>(d, "blocks").value_or(0);
-  return 0;
+  auto i = d_.kv().info(path_);
+  return i ? i->blocks : 0;
 }
 uint32_t SessionObject::Tokens() {
-  for (auto& d : d_.kv().list())
-    if (dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{}) == path_)
-      return dbus::get<uint32_t>(d, "tokens").value_or(0);
-  return 0;
+  auto i = d_.kv().info(path_);
+  return i ? i->length : 0;
 }
 
 }  // namespace airs::daemon

@@ -290,6 +290,14 @@ const KvSession* KvService::find_id(kv::SessionId id) const {
   return it == sessions_.end() ? nullptr : it->second.get();
 }
 
+std::optional<kv::SessionInfo> KvService::info(const std::string& path) const {
+  auto it = by_path_.find(path);
+  if (it == by_path_.end()) return std::nullopt;
+  auto r = alloc_.session_info(it->second);
+  if (!r) return std::nullopt;
+  return std::move(r).value();
+}
+
 dbus::Dict KvService::stats() const {
   auto t = alloc_.total_stats();
   dbus::Dict d;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,8 @@ class KvService final : public kv::ChunkOps {
   [[nodiscard]] dbus::Dict stats() const;
   [[nodiscard]] std::vector<dbus::Dict> list() const;
   [[nodiscard]] const KvSession* find_id(kv::SessionId id) const;
+  // The allocator's view of the session at `path` (for bus properties).
+  [[nodiscard]] std::optional<kv::SessionInfo> info(const std::string& path) const;
   [[nodiscard]] kv::Allocator& allocator() { return alloc_; }
 
   // kv::ChunkOps

@@ -94,7 +94,7 @@ std::string format_metrics(const dbus::Dict& s, const std::vector<std::pair<std:
           lvl == "full" ? 2.0 : lvl == "some" ? 1.0 : 0.0);
     gauge(out, "airs_psi_some_avg10", "PSI memory some avg10", num<double>(pr, "some_avg10"));
     gauge(out, "airs_psi_full_avg10", "PSI memory full avg10", num<double>(pr, "full_avg10"));
-    out += fmt::format("# HELP airs_evictions_total Eviction actions\n# TYPE airs_evictions_total counter\nairs_evictions_total {}\n",
+    out += fmt::format("# HELP airs_evictions_total Eviction runs of the pressure loop and admin Evict\n# TYPE airs_evictions_total counter\nairs_evictions_total {}\n",
                        num<uint64_t>(pr, "evictions"));
     out += fmt::format("# HELP airs_evicted_bytes_total Bytes evicted\n# TYPE airs_evicted_bytes_total counter\nairs_evicted_bytes_total {}\n",
                        num<uint64_t>(pr, "evicted_bytes"));
