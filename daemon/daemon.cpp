@@ -149,6 +149,10 @@ Status Daemon::init() {
     pager::PagerOptions pgo;
     pgo.queue_depth = cfg_.models.queue_depth;
     pgo.prefetch_window = cfg_.models.prefetch_window;
+    pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
+    pgo.direct_io = cfg_.models.direct_io == "on"    ? pager::DirectIo::On
+                    : cfg_.models.direct_io == "off" ? pager::DirectIo::Off
+                                                     : pager::DirectIo::Auto;
     pgo.uffd_clients = choice->mode != probe::Mode::Cooperative;
     auto pg = pager::Pager::create(*loop_, *pool_, pgo);
     if (!pg) return std::move(pg).error();

@@ -79,7 +79,11 @@ struct Pager::Read {
 };
 
 Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Ring ring)
-    : loop_(loop), pool_(pool), opts_(opts), ring_(std::make_unique<sys::Ring>(std::move(ring))) {
+    : loop_(loop),
+      pool_(pool),
+      opts_(opts),
+      ring_(std::make_unique<sys::Ring>(std::move(ring))),
+      warmup_rate_(opts.warmup_bytes_per_s, std::chrono::milliseconds(100), Clock::now()) {
   reads_.resize(opts_.queue_depth);
 }
 
@@ -93,6 +97,7 @@ Pager::~Pager() {
     }
   }
   loop_.remove(ring_->event_fd());
+  if (warmup_timer_) loop_.remove(warmup_timer_->fd());
 }
 
 Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts) {
@@ -103,6 +108,15 @@ Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& p
   auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts, std::move(ring).value()));
   Pager* self = p.get();
   AIRS_TRY(loop.add(self->ring_->event_fd(), EPOLLIN, [self](uint32_t) { self->on_ring(); }));
+  if (opts.warmup_bytes_per_s > 0) {
+    auto t = sys::OneShotTimer::create();
+    if (!t) return std::move(t).error();
+    self->warmup_timer_.emplace(std::move(t).value());
+    AIRS_TRY(loop.add(self->warmup_timer_->fd(), EPOLLIN, [self](uint32_t) {
+      self->warmup_timer_->acknowledge();
+      self->pump();
+    }));
+  }
   return p;
 }
 
@@ -133,7 +147,17 @@ Result<ModelId> Pager::load(ModelSpec spec) {
   m->region = std::move(region).value();
   // O_DIRECT where the file system allows: reads go straight into the huge
   // pages without polluting the page cache with a second copy.
-  if (auto d = sys::reopen(spec.gguf.get(), O_RDONLY | O_DIRECT)) m->gguf_direct = std::move(d).value();
+  if (opts_.direct_io != DirectIo::Off) {
+    auto d = sys::reopen(spec.gguf.get(), O_RDONLY | O_DIRECT);
+    if (d) {
+      m->gguf_direct = std::move(d).value();
+    } else if (opts_.direct_io == DirectIo::On) {
+      return make_error(d.error().code,
+                        "model '{}': models.direct_io = \"on\" but the file system refuses O_DIRECT ({}); set it to "
+                        "\"auto\" to read through the page cache there",
+                        spec.name, d.error().message);
+    }
+  }
   m->gguf = std::move(spec.gguf);
 
   // Status page: written here, sealed, handed out read-only.
@@ -213,6 +237,14 @@ void Pager::pump() {
         if (m->draining || !m->region->reserved()) continue;
         auto u = m->plan.next(cls);
         if (!u) continue;
+        if (cls == ReadClass::Background && !warmup_rate_.take(m->unit, Clock::now())) {
+          // Over the warm-up rate: come back when the bucket allows a read.
+          if (!warmup_timer_->armed()) {
+            if (auto st = warmup_timer_->arm(warmup_rate_.wait(Clock::now())); !st)
+              spdlog::error("pager: warm-up pacing: {}", st.error().message);
+          }
+          break;
+        }
         if (issue(*m, *u)) {
           progress = true;
           queued = true;

@@ -17,12 +17,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "client/status_page.hpp"
 #include "pager/fill_plan.hpp"
+#include "pager/read_rate.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
 #include "sys/fd.hpp"
@@ -43,6 +45,12 @@ struct ModelSpec {
   std::vector<Extent> extents;
 };
 
+enum class DirectIo : uint8_t {
+  Auto,  // O_DIRECT where the file system takes it, buffered reads elsewhere
+  On,    // O_DIRECT or the load fails (a file system that refuses it is named)
+  Off,   // buffered reads through the page cache (a second copy of the model)
+};
+
 struct PagerOptions {
   uint32_t queue_depth = 16;       // io_uring reads in flight
   uint32_t prefetch_window = 2;    // ranks past the last faulted rank
@@ -51,6 +59,11 @@ struct PagerOptions {
   // region read-only and wait on the status page per rank (client::wait_rank).
   // Background warm-up must stay on: nothing else drives the fill.
   bool uffd_clients = true;
+  // Bytes per second for the background warm-up (0: as fast as the device
+  // goes). Faults and the layer-ahead window are never limited; in
+  // cooperative mode the warm-up is the whole fill, so this paces it all.
+  uint64_t warmup_bytes_per_s = 0;
+  DirectIo direct_io = DirectIo::Auto;
 };
 
 // fault→resume latency (the daemon's side: fault event read → CONTINUE done).
@@ -159,6 +172,8 @@ class Pager {
   uint32_t reads_active_ = 0;
   std::map<ModelId, std::unique_ptr<Model>> models_;
   ModelId next_id_ = 1;
+  ReadRate warmup_rate_;
+  std::optional<sys::OneShotTimer> warmup_timer_;  // set when the rate is limited
 };
 
 }  // namespace airs::pager

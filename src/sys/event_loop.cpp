@@ -3,6 +3,7 @@
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -92,6 +93,29 @@ uint64_t PeriodicTimer::acknowledge() {
   uint64_t n = 0;
   if (::read(fd_.get(), &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return 0;
   return n;
+}
+
+Result<OneShotTimer> OneShotTimer::create() {
+  UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!fd) return make_error(errno, "timerfd_create: {}", std::strerror(errno));
+  return OneShotTimer(std::move(fd));
+}
+
+Status OneShotTimer::arm(std::chrono::nanoseconds delay) {
+  const int64_t ns = std::max<int64_t>(delay.count(), 1);  // 0 would disarm
+  itimerspec its{};
+  its.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  its.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  if (::timerfd_settime(fd_.get(), 0, &its, nullptr) != 0)
+    return make_error(errno, "timerfd_settime: {}", std::strerror(errno));
+  armed_ = true;
+  return {};
+}
+
+void OneShotTimer::acknowledge() {
+  uint64_t n = 0;
+  (void)!::read(fd_.get(), &n, sizeof n);
+  armed_ = false;
 }
 
 Result<SignalSource> SignalSource::create(std::initializer_list<int> signals) {

@@ -67,6 +67,23 @@ class PeriodicTimer {
   UniqueFd fd_;
 };
 
+// A timerfd (CLOCK_MONOTONIC) that fires once per arm(); created disarmed.
+class OneShotTimer {
+ public:
+  static Result<OneShotTimer> create();
+  [[nodiscard]] int fd() const { return fd_.get(); }
+  // (Re)arms to fire once after `delay` (at least 1 ns). Errors: timerfd_settime.
+  [[nodiscard]] Status arm(std::chrono::nanoseconds delay);
+  [[nodiscard]] bool armed() const { return armed_; }
+  // Reads the expiration (call from the EPOLLIN callback); disarmed after.
+  void acknowledge();
+
+ private:
+  explicit OneShotTimer(UniqueFd fd) : fd_(std::move(fd)) {}
+  UniqueFd fd_;
+  bool armed_ = false;
+};
+
 // A signalfd for the given signals; they are blocked for the calling thread
 // (call before any thread is created so all threads inherit the mask).
 class SignalSource {
