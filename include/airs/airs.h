@@ -78,7 +78,10 @@ int airs_model_wait_range(airs_model *model, uint64_t offset, uint64_t len, int 
 /* "full", "small-pages" or "cooperative". */
 const char *airs_model_mode(const airs_model *model);
 
-/* 1 if the daemon died during the load and the library serves the rest. */
+/* 1 if the daemon died during the load and the library serves the rest
+ * (lazy modes: this process fills its faults from the GGUF file;
+ * cooperative mode: the GGUF file is mapped in the region's place, same
+ * address, and every wait returns). */
 int airs_model_in_fallback(const airs_model *model);
 
 /* Drops the reference and unmaps. */

@@ -83,6 +83,7 @@ struct airs_model {
   airs::sys::UniqueFd daemon_pidfd;
   airs::sys::UniqueFd stop;                         // eventfd: tells the watcher to exit
   std::unique_ptr<airs::client::FallbackServer> fallback;
+  std::unique_ptr<airs::client::CooperativeFallback> coop;  // cooperative mode
   std::thread watcher;
   std::atomic<bool> in_fallback{false};
   bool quiet = false;
@@ -90,6 +91,7 @@ struct airs_model {
   std::string mode = "full";
 
   const std::byte* data() const { return lazy ? lazy->data() : plain.bytes(); }
+  bool serving_itself() const { return in_fallback.load() || (coop && coop->taken_over()); }
   void watch();
   void start_fallback(const char* why);
 };
@@ -177,6 +179,20 @@ void airs_model::watch() {
   }
 }
 
+// A pidfd of the daemon that owns the bus name (to notice its death).
+// Throws sdbus::Error if the bus cannot say.
+static airs::Result<airs::sys::UniqueFd> daemon_pidfd(airs_client& client) {
+  uint32_t dpid = 0;
+  auto dbusp = sdbus::createProxy(*client.bus, "org.freedesktop.DBus", "/org/freedesktop/DBus");
+  dbusp->callMethod("GetConnectionUnixProcessID")
+      .onInterface("org.freedesktop.DBus")
+      .withArguments(std::string(airs::dbus::kBusName))
+      .storeResultsTo(dpid);
+  airs::sys::UniqueFd fd(pidfd_open_(static_cast<pid_t>(dpid)));
+  if (!fd) return airs::make_error(errno, "pidfd_open of airs-memd (pid {}): {}", dpid, std::strerror(errno));
+  return fd;
+}
+
 static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_model_options* opt, airs_model** out) {
   if (client == nullptr || out == nullptr) return fail(EINVAL, "airs_model_open: NULL argument");
   auto m = std::make_unique<airs_model>();
@@ -219,8 +235,23 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       auto ro = airs::client::map_region_readonly(m->region.get(), size);
       if (!ro) return fail(ro.error());
       m->plain = std::move(ro).value();
+      if (!resident) {
+        // If the daemon dies before the fill ends, the waits swap in the
+        // GGUF file itself (the region would never fill).
+        if (auto pidfd = daemon_pidfd(*client); !pidfd) return fail(pidfd.error());
+        else m->daemon_pidfd = std::move(pidfd).value();
+        airs_model* mm = m.get();
+        m->coop = std::make_unique<airs::client::CooperativeFallback>(
+            m->plain.get(), size, m->gguf.get(), m->daemon_pidfd.get(), [mm] {
+              if (!mm->quiet)
+                std::fprintf(stderr, "airs: airs-memd exited during the load; mapping %s from the GGUF file in this "
+                                     "process instead\n",
+                             mm->object.c_str());
+            });
+      }
       if (opt == nullptr || opt->wait_per_layer == 0) {
-        if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24)); !w) return fail(w.error());
+        if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24), m->coop.get()); !w)
+          return fail(w.error());
       }
     } else if (resident) {
       // Fully resident: a plain read-only mapping, no userfaultfd at all.
@@ -237,14 +268,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       m->stop.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
       if (!m->notify || !m->stop) return fail(errno, "eventfd");
       // The daemon's pid, to notice its death (a uffd never reports it).
-      uint32_t dpid = 0;
-      auto dbusp = sdbus::createProxy(*client->bus, "org.freedesktop.DBus", "/org/freedesktop/DBus");
-      dbusp->callMethod("GetConnectionUnixProcessID")
-          .onInterface("org.freedesktop.DBus")
-          .withArguments(std::string(airs::dbus::kBusName))
-          .storeResultsTo(dpid);
-      m->daemon_pidfd.reset(pidfd_open_(static_cast<pid_t>(dpid)));
-      if (!m->daemon_pidfd) return fail(errno, std::string("pidfd_open(daemon): ") + std::strerror(errno));
+      if (auto pidfd = daemon_pidfd(*client); !pidfd) return fail(pidfd.error());
+      else m->daemon_pidfd = std::move(pidfd).value();
       auto ufd = m->lazy->dup_uffd();
       if (!ufd) return fail(ufd.error());
       try {
@@ -294,27 +319,41 @@ static std::chrono::nanoseconds timeout_of(int ms) {
 int airs_model_wait_layer(airs_model* m, uint32_t rank, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_layer: NULL model");
   if (m->mode != "cooperative") return 0;
-  if (auto r = airs::client::wait_rank(m->status, rank, timeout_of(timeout_ms)); !r) return fail(r.error());
+  if (auto r = airs::client::wait_rank(m->status, rank, timeout_of(timeout_ms), m->coop.get()); !r)
+    return fail(r.error());
   return 0;
 }
 
 int airs_model_wait_range(airs_model* m, uint64_t offset, uint64_t len, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_range: NULL model");
   if (m->mode != "cooperative") return 0;
-  if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms)); !r) return fail(r.error());
+  if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms), m->coop.get()); !r)
+    return fail(r.error());
   return 0;
 }
 
-int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->in_fallback.load() ? 1 : 0; }
+int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->serving_itself() ? 1 : 0; }
 
 int airs_model_is_resident(const airs_model* m) {
   if (m == nullptr) return 0;
+  // Cooperative mode maps read-only from the start: resident only when the
+  // status page says so (or the file took the region's place).
+  if (m->mode == "cooperative")
+    return m->serving_itself() ||
+                   (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Resident)
+               ? 1
+               : 0;
   if (m->plain.valid()) return 1;
   return m->status.valid() && m->status.state() == airs::client::ModelLoadState::Resident ? 1 : 0;
 }
 
 int airs_model_wait_resident(airs_model* m, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_resident: NULL model");
+  if (m->mode == "cooperative") {
+    if (auto r = airs::client::wait_resident(m->status, timeout_of(timeout_ms), m->coop.get()); !r)
+      return fail(r.error());
+    return 0;
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!airs_model_is_resident(m)) {
     if (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Failed)
@@ -335,7 +374,7 @@ void airs_model_close(airs_model* m) {
     (void)!::write(m->stop.get(), &one, sizeof one);
     m->watcher.join();
   }
-  if (!m->in_fallback.load()) {
+  if (!m->serving_itself()) {
     try {
       m->proxy->callMethod("Release").onInterface("org.aios.Airs1.Model");
     } catch (const sdbus::Error&) {

@@ -5,8 +5,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
@@ -150,13 +153,40 @@ Result<sys::Mapping> map_region_readonly(int region_fd, uint64_t size) {
   return sys::map_shared(region_fd, size, PROT_READ, 0, "model region (cooperative, read-only)");
 }
 
+CooperativeFallback::CooperativeFallback(void* base, uint64_t size, int gguf_fd, int daemon_pidfd,
+                                         std::function<void()> announce)
+    : base_(base), size_(size), gguf_fd_(gguf_fd), daemon_pidfd_(daemon_pidfd), announce_(std::move(announce)) {}
+
+bool CooperativeFallback::daemon_gone() const { return sys::pidfd_exited(daemon_pidfd_); }
+
+Status CooperativeFallback::take_over() {
+  std::lock_guard lock(mu_);
+  if (taken_.load(std::memory_order_relaxed)) return {};
+  if (failed_) return *failed_;
+  // MAP_FIXED replaces the region's pages in the one call; the file mapping
+  // has no holes to read as zeros (past EOF it would be SIGBUS, and nothing
+  // reads the region past the file's size).
+  void* p = ::mmap(base_, size_, PROT_READ, MAP_SHARED | MAP_FIXED, gguf_fd_, 0);
+  if (p == MAP_FAILED) {
+    failed_ = Error{errno, fmt::format("the daemon died before the model was resident and mapping the GGUF file "
+                                       "in its place failed: {}",
+                                       std::strerror(errno))};
+    return *failed_;
+  }
+  ::madvise(base_, size_, MADV_DONTFORK);
+  taken_.store(true, std::memory_order_release);
+  if (announce_) announce_();
+  return {};
+}
+
 namespace {
 
 // The futex loop shared by the waits: `done` is checked after loading the
 // generation, so a publish between the check and the wait changes the word
 // and the wait returns at once.
 template <typename Done>
-Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const char* what, Done done) {
+Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const char* what,
+                  CooperativeFallback* fallback, Done done) {
   if (!status.valid()) return make_error(EINVAL, "waiting for {}: the model's status page is not valid", what);
   using Clock = std::chrono::steady_clock;
   const bool forever = timeout.count() < 0;
@@ -164,15 +194,26 @@ Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const
   for (;;) {
     const uint32_t gen = status.generation();
     if (done()) return {};
+    if (fallback != nullptr && fallback->taken_over()) return {};
     if (status.state() == ModelLoadState::Failed)
       return make_error(EIO, "waiting for {}: the daemon could not read part of the model (see its log); those "
                              "bytes will never be ready",
                         what);
+    if (fallback != nullptr && fallback->daemon_gone()) {
+      // The status page may have moved between the check above and the
+      // daemon's exit: look once more before leaving the pool's pages.
+      if (done()) return {};
+      return fallback->take_over();
+    }
     int64_t left = -1;
     if (!forever) {
       const auto now = Clock::now();
       if (now >= deadline) return make_error(ETIMEDOUT, "waiting for {}: not ready after the timeout", what);
       left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    }
+    if (fallback != nullptr) {
+      const int64_t slice = std::chrono::nanoseconds(CooperativeFallback::kCheckEvery).count();
+      left = left < 0 ? slice : std::min(left, slice);
     }
     (void)sys::futex_wait(status.generation_word(), gen, left);
   }
@@ -180,17 +221,19 @@ Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const
 
 }  // namespace
 
-Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout) {
+Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
+                 CooperativeFallback* fallback) {
   if (status.valid()) {
     bool known = false;
     for (uint32_t i = 0; i < status.rank_count(); ++i) known = known || status.ranks()[i].rank == rank;
     if (!known) return make_error(EINVAL, "wait_rank: the model has no load rank {}", rank);
   }
   const std::string what = "load rank " + std::to_string(rank);
-  return wait_until(status, timeout, what.c_str(), [&] { return status.rank_ready(rank); });
+  return wait_until(status, timeout, what.c_str(), fallback, [&] { return status.rank_ready(rank); });
 }
 
-Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout) {
+Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
+                  CooperativeFallback* fallback) {
   if (!status.valid()) return make_error(EINVAL, "wait_range: the model's status page is not valid");
   const uint64_t unit = status.unit_size();
   const uint64_t region = uint64_t{status.unit_count()} * unit;
@@ -201,14 +244,14 @@ Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chr
   const auto last = static_cast<uint32_t>((offset + len - 1) / unit);
   uint32_t next = first;  // units before `next` were seen ready (bits are never cleared but by eviction)
   const std::string what = "bytes [" + std::to_string(offset) + ", +" + std::to_string(len) + ")";
-  return wait_until(status, timeout, what.c_str(), [&] {
+  return wait_until(status, timeout, what.c_str(), fallback, [&] {
     while (next <= last && status.unit_ready(next)) ++next;
     return next > last;
   });
 }
 
-Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout) {
-  return wait_until(status, timeout, "the whole model", [&] {
+Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout, CooperativeFallback* fallback) {
+  return wait_until(status, timeout, "the whole model", fallback, [&] {
     return status.state() == ModelLoadState::Resident || status.ready_units() == status.unit_count();
   });
 }

@@ -10,9 +10,13 @@
 // keep our own uffd and give the daemon a dup.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "client/status_page.hpp"
@@ -107,19 +111,63 @@ class FallbackServer {
 // nothing populated. Thread: any. Errors: mmap.
 [[nodiscard]] Result<sys::Mapping> map_region_readonly(int region_fd, uint64_t size);
 
+// What a cooperative client does when the daemon dies before the model is
+// resident (nobody fills the region any more): the region mapping is
+// replaced in place (same address, MAP_FIXED) by a read-only shared mapping
+// of the GGUF file itself — byte i of the region is byte i of the file — so
+// every later touch reads the file's bytes from the page cache (shared with
+// every process that maps the file), never zeros, and every wait returns.
+// The swap is one mmap call: a thread reading a unit that was ready reads
+// the same bytes before and after it.
+class CooperativeFallback {
+ public:
+  // `base`, `size`: the read-only region mapping (must stay mapped while
+  // this lives; its owner unmaps the same range later). `gguf_fd`: the
+  // client's own model file, `daemon_pidfd`: a pidfd of the daemon (neither
+  // owned). `announce` (may be empty) runs once when the swap happened.
+  CooperativeFallback(void* base, uint64_t size, int gguf_fd, int daemon_pidfd, std::function<void()> announce);
+  // True once the daemon has exited. Thread: any.
+  [[nodiscard]] bool daemon_gone() const;
+  // Swaps the mapping (once; later and concurrent calls return the first
+  // call's result). Thread: any. Errors: mmap of the file (the region
+  // mapping is then unchanged and the waits report it).
+  [[nodiscard]] Status take_over();
+  [[nodiscard]] bool taken_over() const { return taken_.load(std::memory_order_acquire); }
+  // How often a waiter looks at the daemon's pidfd while the status page
+  // stays still (a futex wait cannot also wait for a process).
+  static constexpr std::chrono::milliseconds kCheckEvery{50};
+
+ private:
+  void* base_;
+  uint64_t size_;
+  int gguf_fd_;
+  int daemon_pidfd_;
+  std::function<void()> announce_;
+  std::mutex mu_;
+  std::atomic<bool> taken_{false};
+  std::optional<Error> failed_;
+};
+
 // Blocks until every unit of load rank `rank` is ready: futex wait on the
 // status page's generation word (non-private) re-checking the rank's
 // units_ready == units_total after each wake. `timeout` < 0: forever.
 // Thread: any (many threads may wait at once). Errors: EINVAL unknown rank or
 // invalid page, EIO the model failed to load and the rank is not complete,
 // ETIMEDOUT.
-[[nodiscard]] Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout);
+//
+// With `fallback` (may be null), a wait also watches the daemon: once it is
+// gone and the wait's units are not ready, the fallback takes over and the
+// wait returns OK (the bytes now come from the file).
+[[nodiscard]] Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
+                               CooperativeFallback* fallback = nullptr);
 // Blocks until every unit overlapping region bytes [offset, +len) is ready
 // (for callers that know tensor offsets rather than ranks). Same errors;
 // EINVAL for a range past the region.
-[[nodiscard]] Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout);
+[[nodiscard]] Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
+                                CooperativeFallback* fallback = nullptr);
 // Blocks until the whole model is resident (what a plain mapper must do
 // before its first touch). Same errors.
-[[nodiscard]] Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout);
+[[nodiscard]] Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout,
+                                   CooperativeFallback* fallback = nullptr);
 
 }  // namespace airs::client

@@ -397,6 +397,35 @@ TEST_P(PagerModeTest, ClientAttachesHalfwayThroughWarmup) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
 
+TEST_P(PagerModeTest, WarmupRatePacesTheBackgroundButNeverAFault) {
+  constexpr uint64_t kRate = 8 << 20;
+  PagerOptions o;
+  o.warmup_bytes_per_s = kRate;
+  o.prefetch_window = 0;
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelId id = load(d, g_src);
+  // The last full unit (a late layer): its fault is read at once although
+  // the paced warm-up is seconds away from it.
+  Child c = spawn("touch:31");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  (void)run_until(d, [] { return false; }, 1000ms);
+  const auto s = stats(d, id);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s.units_ready, s.units) << "the whole model was read in " << secs << " s at 8 MiB/s";
+  EXPECT_GT(s.faults_waited, 0U) << "the fault found its unit ready: it did not go past the warm-up";
+  // Never above the rate: rate × time, the 100 ms the bucket saves, one
+  // unit of debt, and the fault's layer (a fault reads its whole layer at
+  // once: units 29..32, the last extent).
+  const uint64_t fault_layer = (g_file_size + g_unit - 1) / g_unit - g_extents.back().offset / g_unit;
+  const double allowed =
+      static_cast<double>(kRate) * (secs + 0.1) + static_cast<double>((1 + fault_layer) * g_unit);
+  EXPECT_LE(static_cast<double>(s.bytes_read), allowed) << "read " << s.bytes_read << " bytes in " << secs << " s";
+  EXPECT_GE(s.bytes_read, 2 * g_unit) << "the warm-up did not run at all";
+}
+
 TEST_P(PagerModeTest, ForkedChildOfAClientNeverSeesZeros) { run_clients({}, {"fork"}); }
 
 TEST_P(PagerModeTest, KillDashNineOfAClientMidFault) {
@@ -743,6 +772,45 @@ TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
       << describe(st) << " (exit 7: the model was resident before the client waited, nothing tested)";
   EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Resident);
+}
+
+TEST_F(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int pipefd[2];
+  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  const pid_t daemon = ::fork();
+  if (daemon == 0) {
+    // The daemon: the warm-up paced to 16 MiB/s, so the 66 MiB model takes
+    // about four seconds and is far from resident when it dies.
+    ::close(pipefd[0]);
+    PagerOptions o;
+    o.warmup_bytes_per_s = 16 << 20;
+    Daemon d = make_daemon(kPoolPages, o);
+    const ModelId id = load(d, g_src);
+    pid_t pids[2];
+    for (int i = 0; i < 2; ++i) {
+      Child c = spawn("coop-fallback");
+      if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
+      pids[i] = c.pid;
+    }
+    if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
+    for (;;) (void)d.loop->run_once(5ms);
+  }
+  ::close(pipefd[1]);
+  g_children.push_back(daemon);
+  pid_t pids[2];
+  ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
+  ::close(pipefd[0]);
+  g_children.insert(g_children.end(), pids, pids + 2);
+  std::this_thread::sleep_for(700ms);
+  ::kill(daemon, SIGKILL);
+  int dst = 0;
+  ::waitpid(daemon, &dst, 0);
+  for (pid_t p : pids) {
+    const int st = wait_child(nullptr, p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << "client " << p << ": " << describe(st) << " (exit 7: resident before the daemon died, nothing tested)";
+  }
 }
 
 TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {

@@ -38,8 +38,9 @@ int g_src = -1;
 uint64_t g_file_size = 0;
 uint64_t g_unit = 0;
 
-// Compare one unit of the mapping with the source (tail past EOF: zeros).
-bool verify_unit(const std::byte* base, uint64_t u) {
+// Compare one unit of the mapping with the source (tail past EOF: zeros,
+// unless `past_eof` is false: then only the file's bytes are read).
+bool verify_unit(const std::byte* base, uint64_t u, bool past_eof = true) {
   std::vector<std::byte> want(g_unit, std::byte{0});
   const uint64_t off = u * g_unit;
   const uint64_t n = off < g_file_size ? std::min(g_unit, g_file_size - off) : 0;
@@ -52,8 +53,9 @@ bool verify_unit(const std::byte* base, uint64_t u) {
     }
     done += static_cast<uint64_t>(r);
   }
-  if (std::memcmp(base + off, want.data(), g_unit) != 0) {
-    for (uint64_t i = 0; i < g_unit; ++i)
+  const uint64_t len = past_eof ? g_unit : n;
+  if (std::memcmp(base + off, want.data(), len) != 0) {
+    for (uint64_t i = 0; i < len; ++i)
       if (base[off + i] != want[i]) {
         std::fprintf(stderr, "client %d: unit %lu differs at byte %lu: got %02x want %02x\n", getpid(),
                      static_cast<unsigned long>(u), static_cast<unsigned long>(off + i),
@@ -71,6 +73,10 @@ bool verify_unit(const std::byte* base, uint64_t u) {
 //                  (while the fill is still going on: exit 7 if everything
 //                  was already resident at the first rank, nothing tested)
 //   coop-resident  wait for full residency, then check every unit
+//   coop-fallback  like coop-ranks while the daemon dies mid-load: the waits
+//                  swap the GGUF file in; then every byte of the file must
+//                  read right at the same address (exit 7: the model was
+//                  resident before the daemon died, nothing tested)
 int run_cooperative(const std::string& mode, int region_fd, const airs::test::Hello& hello, StatusPageView status) {
   if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
   // A writable mapping must be refused on the O_RDONLY fd.
@@ -87,6 +93,39 @@ int run_cooperative(const std::string& mode, int region_fd, const airs::test::He
     }
     for (uint64_t u = 0; u < units; ++u)
       if (!verify_unit(base, u)) return 3;
+    return 0;
+  }
+  if (mode == "coop-fallback") {
+    auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
+    if (!daemon) return 23;
+    std::atomic<int> announced{0};
+    airs::client::CooperativeFallback fb(m->get(), hello.region_size, g_src, daemon->get(), [&] { ++announced; });
+    std::vector<bool> checked(units, false);
+    std::vector<airs::client::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+    for (const auto& r : ranks) {
+      auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30), &fb);
+      if (!st) {
+        std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
+        return 53;
+      }
+      if (fb.taken_over()) break;
+      for (uint64_t u = 0; u < units; ++u) {
+        if (checked[u] || !status.unit_ready(static_cast<uint32_t>(u))) continue;
+        if (!verify_unit(base, u)) return 3;
+        checked[u] = true;
+      }
+    }
+    if (!fb.taken_over()) return 7;
+    if (announced.load() != 1) return 55;
+    if (status.ready_units() == status.unit_count()) return 7;
+    // Ready units or not, every byte of the file through the same pointer.
+    for (uint64_t u = 0; u < units; ++u)
+      if (!verify_unit(base, u, false)) return 3;
+    // A second take-over is a no-op, and the waits return at once now.
+    if (!fb.take_over() || announced.load() != 1) return 56;
+    if (!airs::client::wait_resident(status, std::chrono::seconds(0), &fb)) return 57;
+    std::fprintf(stderr, "client %d: took over with %u of %u units filled by the daemon\n", getpid(),
+                 status.ready_units(), status.unit_count());
     return 0;
   }
   if (mode == "coop-ranks") {
