@@ -91,7 +91,7 @@ struct Range {
 
 int main(int argc, char** argv) {
   std::string bus, file, order = "seq";
-  bool wait_go = false, fork_child = false, hold = false;
+  bool wait_go = false, fork_child = false, hold = false, per_layer = false;
   long long touch = -1;
   int wait_resident_ms = -1;
   for (int i = 1; i < argc; ++i) {
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
     else if (a == "--wait-go") wait_go = true;
     else if (a == "--fork-child") fork_child = true;
     else if (a == "--hold") hold = true;
+    else if (a == "--per-layer") per_layer = true;  // cooperative mode: wait for each range before reading it
     else if (a == "--touch") touch = std::stoll(next());
     else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
     else {
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
     return 12;
   }
   airs_model* model = nullptr;
-  airs_model_options opt{nullptr, 0, 0};
+  airs_model_options opt{nullptr, 0, per_layer ? 1 : 0};
   if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
@@ -213,6 +214,13 @@ int main(int argc, char** argv) {
       if (auto s = src->read(r.offset, want.data(), want.size()); !s) {
         std::fprintf(stderr, "pread %s: %s\n", r.name.c_str(), s.error().message.c_str());
         return 15;
+      }
+      if (per_layer) {
+        if (int rc = airs_model_wait_range(model, r.offset, r.nbytes, 60000); rc != 0) {
+          say("wait-failed tensor=%s rc=%d", r.name.c_str(), rc);
+          std::fprintf(stderr, "airs_model_wait_range: %s\n", airs_last_error());
+          return 16;
+        }
       }
       const auto* got = const_cast<const unsigned char*>(data) + r.offset;
       if (std::memcmp(got, want.data(), r.nbytes) != 0) {

@@ -276,9 +276,12 @@ TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
 
 // ---- 4. kill -9 of the daemon mid-load ----
 
-TEST_F(ClientIntegration, KillDashNineOfTheDaemonMidLoad) {
+// Both userfaultfd modes: the library's fallback server answers the faults.
+class DaemonDeath : public ClientIntegration, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(DaemonDeath, KillDashNineOfTheDaemonMidLoad) {
   auto m = make_model(dir_, "m.gguf", "orphan", 32 * kMiB);
-  if (!start(64, "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
+  if (!start(64, "[models]\nqueue_depth = 1\nmode = \"" + GetParam() + "\"\n", 8 * kMiB)) return;
   Child faulting(client(m, {"--order", "seq"}));
   Child idle(client(m, {"--order", "random:11", "--wait-go"}));
   auto o = faulting.expect_line("opened");
@@ -300,6 +303,38 @@ TEST_F(ClientIntegration, KillDashNineOfTheDaemonMidLoad) {
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   std::printf("[ info ] both clients done %lld ms after the daemon died\n", static_cast<long long>(took.count()));
   EXPECT_NE(faulting.err().find("serving the remaining pages"), std::string::npos) << faulting.err();
+}
+
+INSTANTIATE_TEST_SUITE_P(LazyModes, DaemonDeath, ::testing::Values("full", "small-pages"), [](const auto& p) {
+  return std::string(p.param == "full" ? "Full" : "SmallPages");
+});
+
+// Cooperative mode (no userfaultfd): the daemon dies while the paced fill
+// is a quarter done. A client waiting per tensor and one blocked in open
+// (waiting for residency) both swap the GGUF file in and read its bytes.
+TEST_F(ClientIntegration, CooperativeClientsOutliveTheDaemonMidLoad) {
+  auto m = make_model(dir_, "m.gguf", "orphan-coop", 32 * kMiB);
+  if (!start(64, "[models]\nmode = \"cooperative\"\nwarmup_rate = \"8M\"\n")) return;
+  Child per_layer(client(m, {"--per-layer", "--order", "seq"}));
+  auto o = per_layer.expect_line("opened");
+  ASSERT_TRUE(o) << per_layer.transcript();
+  EXPECT_EQ(field(*o, "resident"), "0") << *o;
+  Child blocked(client(m, {"--order", "random:5"}));
+  const std::string object = field(*o, "object");
+  // Both opened (the second is now waiting for residency inside open).
+  ASSERT_TRUE(wait_until([&] { return model_status(object).value("refcount", 0U) >= 2; }, 10s))
+      << model_status(object).dump();
+  EXPECT_EQ(dbus_->status().value("mode", std::string()), "cooperative");
+  const auto ms = model_status(object);
+  EXPECT_LT(ms.value("resident_bytes", uint64_t{0}), round_up_pages(m.size()) / 2)
+      << "most of the model was loaded before the kill";
+  daemon_->kill_hard();
+  expect_verified(per_layer, m, "1");
+  expect_verified(blocked, m, "1");
+  EXPECT_EQ(per_layer.wait(10s).exit_code, 0) << per_layer.transcript();
+  EXPECT_EQ(blocked.wait(10s).exit_code, 0) << blocked.transcript();
+  for (Child* c : {&per_layer, &blocked})
+    EXPECT_NE(c->err().find("from the GGUF file in this process"), std::string::npos) << c->err();
 }
 
 // ---- 5. a forked child of a client ----
