@@ -518,6 +518,23 @@ TEST_P(PagerModeTest, EvictThenRefill) {
   EXPECT_EQ(d.pool->counts().model_pages, model_pages);
 }
 
+TEST_F(PagerTest, DirectIoSettingIsObeyed) {
+  const std::pair<pager::DirectIo, bool> cases[] = {
+      {pager::DirectIo::Off, false}, {pager::DirectIo::On, true}, {pager::DirectIo::Auto, true}};
+  for (const auto& [setting, direct] : cases) {
+    PagerOptions o;
+    o.direct_io = setting;
+    Daemon d = make_daemon(kPoolPages, o);
+    const ModelId id = load(d, g_src);
+    EXPECT_EQ(stats(d, id).direct_io, direct) << "setting " << static_cast<int>(setting);
+    Child c = spawn("seq");
+    ASSERT_TRUE(attach(d, id, c, 1));
+    const int st = wait_child(&d, c.pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+    EXPECT_EQ(stats(d, id).bytes_read, g_file_size);
+  }
+}
+
 TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {
   Daemon d = make_daemon(8, {});
   const auto counts0 = d.pool->counts();

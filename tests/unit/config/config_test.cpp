@@ -22,6 +22,8 @@ page_size = "2M"
 numa_policy = "interleave"
 [models]
 prefetch_window = 3
+warmup_rate = "20M"
+direct_io = "off"
 pinned = ["tinyllama"]
 [kv]
 tokens_per_block = 32
@@ -38,6 +40,8 @@ poll_interval = 250
   EXPECT_EQ(c->pool.size, 512 * kMiB);
   EXPECT_EQ(c->pool.page_size, 2 * kMiB);
   EXPECT_EQ(c->models.prefetch_window, 3u);
+  EXPECT_EQ(c->models.warmup_rate, 20 * kMiB);
+  EXPECT_EQ(c->models.direct_io, "off");
   EXPECT_EQ(c->models.pinned, std::vector<std::string>{"tinyllama"});
   EXPECT_EQ(c->kv.tokens_per_block, 32u);
   EXPECT_EQ(c->kv.idle_threshold, 120s);
@@ -65,6 +69,10 @@ TEST(Config, BadValuesNameKeyAndReason) {
   auto d = config::parse("[models]\nqueue_depth = 0\n", "x.conf");
   ASSERT_FALSE(d);
   EXPECT_NE(d.error().message.find("queue_depth: 0 is out of range"), std::string::npos) << d.error().message;
+  auto w = config::parse("[models]\nwarmup_rate = \"fast\"\n", "x.conf");
+  ASSERT_FALSE(w);
+  EXPECT_NE(w.error().message.find("[models] warmup_rate: 'fast' is not a size"), std::string::npos)
+      << w.error().message;
   auto e = config::parse("[pool\n", "x.conf");
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message.find("x.conf:1:"), std::string::npos) << e.error().message;
