@@ -224,6 +224,44 @@ class PagerTest : public ::testing::Test {
     return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
   }
 
+  // Forks a daemon (made by `make`) that loads the test model, hands it to
+  // two clients in `client_mode` and serves them; after `grace` the daemon
+  // is killed (SIGKILL). Returns the clients' wait statuses. The caller
+  // must be a child subreaper so the clients (grandchildren) come back to it.
+  static std::vector<int> kill_daemon_under_clients(const std::function<Daemon()>& make,
+                                                    const std::string& client_mode, std::chrono::milliseconds grace) {
+    int pipefd[2];
+    EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+    const pid_t daemon = ::fork();
+    if (daemon == 0) {
+      ::close(pipefd[0]);
+      Daemon d = make();
+      const ModelId id = load(d, g_src);
+      pid_t pids[2];
+      for (int i = 0; i < 2; ++i) {
+        Child c = spawn(client_mode);
+        if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
+        pids[i] = c.pid;
+      }
+      if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
+      for (;;) (void)d.loop->run_once(5ms);
+    }
+    ::close(pipefd[1]);
+    g_children.push_back(daemon);
+    pid_t pids[2];
+    const bool got = ::read(pipefd[0], pids, sizeof pids) == static_cast<ssize_t>(sizeof pids);
+    ::close(pipefd[0]);
+    EXPECT_TRUE(got) << "the forked daemon did not start its clients";
+    if (!got) return {};
+    g_children.insert(g_children.end(), pids, pids + 2);
+    std::this_thread::sleep_for(grace);
+    ::kill(daemon, SIGKILL);
+    ::waitpid(daemon, nullptr, 0);
+    std::vector<int> out;
+    for (pid_t p : pids) out.push_back(wait_child(nullptr, p));
+    return out;
+  }
+
   // Run the daemon's loop until pred() or timeout.
   static bool run_until(Daemon& d, const std::function<bool()>& pred, std::chrono::milliseconds timeout = 30s) {
     const auto end = std::chrono::steady_clock::now() + timeout;
@@ -674,41 +712,16 @@ TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   const bool shmem = g_backing == Backing::Shmem;
   TempMount mnt(shmem ? 0 : kPoolPages + 8);
   ASSERT_TRUE(shmem || !mnt.dir.empty()) << "cannot mount hugetlbfs";
-  int pipefd[2];
-  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
-  const pid_t daemon = ::fork();
-  if (daemon == 0) {
-    // The daemon: fault-driven only, so most of the model is still missing
-    // when it dies.
-    ::close(pipefd[0]);
-    PagerOptions o;
-    o.background_warmup = false;
-    o.prefetch_window = 0;
-    Daemon d = shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o);
-    const ModelId id = load(d, g_src);
-    pid_t pids[2];
-    for (int i = 0; i < 2; ++i) {
-      Child c = spawn("fallback:3000");
-      if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
-      pids[i] = c.pid;
-    }
-    if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
-    for (;;) (void)d.loop->run_once(5ms);
-  }
-  ::close(pipefd[1]);
-  g_children.push_back(daemon);
-  pid_t pids[2];
-  ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
-  ::close(pipefd[0]);
-  g_children.insert(g_children.end(), pids, pids + 2);
-  std::this_thread::sleep_for(20ms);
-  ::kill(daemon, SIGKILL);
-  int dst = 0;
-  ::waitpid(daemon, &dst, 0);
-  for (pid_t p : pids) {
-    const int st = wait_child(nullptr, p);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client " << p << ": " << describe(st);
-  }
+  // The daemon: fault-driven only, so most of the model is still missing
+  // when it dies.
+  PagerOptions o;
+  o.background_warmup = false;
+  o.prefetch_window = 0;
+  const auto statuses = kill_daemon_under_clients(
+      [&] { return shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o); }, "fallback:3000",
+      20ms);
+  ASSERT_EQ(statuses.size(), 2U);
+  for (int st : statuses) EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
   // Everything the dead daemon and its clients held is back in the kernel
   // (hugetlbfs: the private mount counts it exactly; shmem pages have no
   // such private counter).
@@ -793,41 +806,15 @@ TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
 
 TEST_F(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  int pipefd[2];
-  ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
-  const pid_t daemon = ::fork();
-  if (daemon == 0) {
-    // The daemon: the warm-up paced to 16 MiB/s, so the 66 MiB model takes
-    // about four seconds and is far from resident when it dies.
-    ::close(pipefd[0]);
-    PagerOptions o;
-    o.warmup_bytes_per_s = 16 << 20;
-    Daemon d = make_daemon(kPoolPages, o);
-    const ModelId id = load(d, g_src);
-    pid_t pids[2];
-    for (int i = 0; i < 2; ++i) {
-      Child c = spawn("coop-fallback");
-      if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
-      pids[i] = c.pid;
-    }
-    if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
-    for (;;) (void)d.loop->run_once(5ms);
-  }
-  ::close(pipefd[1]);
-  g_children.push_back(daemon);
-  pid_t pids[2];
-  ASSERT_EQ(::read(pipefd[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
-  ::close(pipefd[0]);
-  g_children.insert(g_children.end(), pids, pids + 2);
-  std::this_thread::sleep_for(700ms);
-  ::kill(daemon, SIGKILL);
-  int dst = 0;
-  ::waitpid(daemon, &dst, 0);
-  for (pid_t p : pids) {
-    const int st = wait_child(nullptr, p);
+  // The warm-up paced to 16 MiB/s: the 66 MiB model takes about four
+  // seconds and is far from resident when the daemon dies.
+  PagerOptions o;
+  o.warmup_bytes_per_s = 16 << 20;
+  const auto statuses = kill_daemon_under_clients([&] { return make_daemon(kPoolPages, o); }, "coop-fallback", 700ms);
+  ASSERT_EQ(statuses.size(), 2U);
+  for (int st : statuses)
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        << "client " << p << ": " << describe(st) << " (exit 7: resident before the daemon died, nothing tested)";
-  }
+        << describe(st) << " (exit 7: resident before the daemon died, nothing tested)";
 }
 
 TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
