@@ -39,7 +39,7 @@ Result<std::unique_ptr<HugetlbfsBackend>> HugetlbfsBackend::create(HugetlbfsOpti
   }
   // Checked once here (a node that is not online is a configuration error)
   // and kept resolved, so every later mbind names the same nodes.
-  auto nodes = sys::resolve_numa_nodes(opts.numa_policy, opts.numa_nodes);
+  auto nodes = sys::resolve_numa_nodes(opts.numa_policy, opts.numa_nodes, opts.node_dir + "/has_memory");
   if (!nodes) return std::move(nodes).error();
   opts.numa_nodes = std::move(nodes).value();
   b->opts_ = std::move(opts);
@@ -103,6 +103,9 @@ Result<KernelView> HugetlbfsBackend::kernel_view() {
   v.free = *fr;
   v.reserved = *rs;
   v.surplus = *sp;
+  auto nodes = sys::read_node_huge_pages(page_size_, opts_.node_dir);
+  if (!nodes) return std::move(nodes).error();
+  v.nodes = std::move(nodes).value();
   if (!mount_.empty()) {
     auto u = sys::fs_usage(mount_);
     if (u && u->blocks != 0) v.mount = *u;

@@ -226,7 +226,11 @@ Status run_on_all_nodes() {
 }
 
 Result<std::vector<NodeHugePages>> read_node_huge_pages(uint64_t page_size, const std::string& node_dir) {
-  auto nodes = read_node_list(node_dir + "/has_memory");
+  auto t = read_text_file(node_dir + "/has_memory");
+  // No node directory: a kernel without NUMA has no per-node counters.
+  if (!t && t.error().code == ENOENT) return std::vector<NodeHugePages>{};
+  if (!t) return std::move(t).error();
+  auto nodes = parse_node_list(*t, node_dir + "/has_memory");
   if (!nodes) return std::move(nodes).error();
   std::vector<NodeHugePages> out;
   for (int n : *nodes) {

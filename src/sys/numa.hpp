@@ -103,8 +103,9 @@ struct NodeHugePages {
   uint64_t free = 0;
   uint64_t surplus = 0;
 };
-// One entry per node listed in `node_dir`/has_memory. Errors: a missing
-// counter file, naming it.
+// One entry per node listed in `node_dir`/has_memory; none when there is no
+// has_memory (a kernel without NUMA). Errors: a missing counter file (the
+// kernel has no pages of that size), naming it.
 [[nodiscard]] Result<std::vector<NodeHugePages>> read_node_huge_pages(uint64_t page_size,
                                                                        const std::string& node_dir = kNodeDir);
 

@@ -208,6 +208,33 @@ TEST_P(NumaPoolTest, ANodeThatIsNotOnlineIsRejectedByName) {
   }
 }
 
+// hugetlbfs: the kernel view carries this size's counters per node, and
+// they add up to the global ones (read twice over if another process moved
+// nr_hugepages in between).
+TEST_P(NumaPoolTest, KernelViewHasPerNodeHugePages) {
+  auto b = backend(NumaPolicy::Local, {});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  bool agreed = false;
+  for (int attempt = 0; attempt < 5 && !agreed; ++attempt) {
+    auto v = (*b)->kernel_view();
+    ASSERT_TRUE(v.ok()) << v.error().message;
+    if (GetParam() == Backing::Shmem) {
+      EXPECT_TRUE(v->nodes.empty()) << "shmem has no per-node pool";
+      return;
+    }
+    std::vector<int> seen;
+    uint64_t total = 0;
+    for (const auto& n : v->nodes) {
+      seen.push_back(n.node);
+      total += n.total;
+      EXPECT_LE(n.free, n.total);
+    }
+    ASSERT_EQ(seen, nodes_);
+    agreed = total == v->total;
+  }
+  EXPECT_TRUE(agreed) << "per-node nr_hugepages never added up to the global count";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, NumaPoolTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem),
                          [](const auto& pi) { return pi.param == Backing::Hugetlbfs ? "hugetlbfs" : "shmem"; });
 
