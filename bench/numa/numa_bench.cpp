@@ -154,11 +154,17 @@ int run(uint64_t mib, int passes, int rounds, const std::string& only) {
   int failures = 0;
   // Rounds over the whole set, best per row across them: noise from other
   // work on the machine then hits every policy alike instead of one row.
+  // The case order rotates each round so no policy always runs first.
+  rows.resize(kinds.size() * cases.size() * cpu->size());
   for (int round = 0; round < rounds; ++round) {
-    size_t k = 0;
-    for (const auto& kind : kinds)
-      for (const auto& c : cases)
-        for (int reader : *cpu) {
+    for (size_t ki = 0; ki < kinds.size(); ++ki)
+      for (size_t step = 0; step < cases.size(); ++step)
+        for (size_t ri = 0; ri < cpu->size(); ++ri) {
+          const size_t ci = (step + static_cast<size_t>(round)) % cases.size();
+          const std::string& kind = kinds[ki];
+          const Case& c = cases[ci];
+          const int reader = (*cpu)[ri];
+          const size_t k = (ki * cases.size() + ci) * cpu->size() + ri;
           auto row = run_case(kind, c, bytes, passes, cpu->front(), reader);
           if (!row) {
             std::fprintf(stderr, "%s %s reader node %d: %s\n", kind.c_str(), c.label.c_str(), reader,
@@ -167,14 +173,14 @@ int run(uint64_t mib, int passes, int rounds, const std::string& only) {
             row = Row{c.label, kind, "failed", reader, 0};
           }
           if (round == 0) {
-            rows.push_back(std::move(row).value());
+            rows[k] = std::move(row).value();
           } else {
             rows[k].gbps = std::max(rows[k].gbps, row->gbps);
           }
-          if (c.policy == NumaPolicy::Local) local[{kind, reader}] = rows[k].gbps;
-          ++k;
         }
   }
+  for (const auto& r : rows)
+    if (r.policy == "local") local[{r.backend, r.reader}] = r.gbps;
   std::printf("%-18s %-10s %-7s %-34s %8s %9s\n", "policy", "backend", "reader", "pages per node", "GB/s",
               "vs local");
   for (const auto& r : rows) {
