@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sys/fd.hpp"
 #include "sys/hugetlbfs.hpp"
+#include "sys/numa.hpp"
 #include "util/result.hpp"
 
 namespace airs::pool {
@@ -32,6 +34,11 @@ struct KernelView {
   std::optional<uint64_t> shmem_bytes;
   std::optional<uint64_t> mlocked_bytes;
   std::optional<uint64_t> unevictable_bytes;
+  // hugetlbfs only: this size's counters per node with memory (sysfs
+  // nodeN/hugepages). Bind and interleave take pages from these, not from
+  // the global pool: a node at 0 free cannot serve a fault bound to it.
+  // Empty on a kernel without NUMA.
+  std::vector<sys::NodeHugePages> nodes;
 };
 
 class PoolBackend {

@@ -37,6 +37,11 @@ Result<std::unique_ptr<HugetlbfsBackend>> HugetlbfsBackend::create(HugetlbfsOpti
     if (!m) return std::move(m).error();
     if (*m) b->mount_ = **m;
   }
+  // Checked once here (a node that is not online is a configuration error)
+  // and kept resolved, so every later mbind names the same nodes.
+  auto nodes = sys::resolve_numa_nodes(opts.numa_policy, opts.numa_nodes, opts.node_dir + "/has_memory");
+  if (!nodes) return std::move(nodes).error();
+  opts.numa_nodes = std::move(nodes).value();
   b->opts_ = std::move(opts);
   return b;
 }
@@ -54,7 +59,8 @@ Result<sys::UniqueFd> HugetlbfsBackend::create_file(const std::string& name, uin
 
 Status HugetlbfsBackend::populate(int fd, uint64_t offset, uint64_t len, const std::string& what) {
   // fallocate has no mapping whose policy could apply: use the thread's.
-  sys::ScopedThreadPolicy policy(opts_.numa_policy, opts_.numa_nodes);
+  auto policy = sys::ScopedThreadPolicy::apply(opts_.numa_policy, opts_.numa_nodes);
+  if (!policy) return make_error(policy.error().code, "{}: {}", what, policy.error().message);
   return sys::allocate_range(fd, offset, len, what);
 }
 
@@ -66,7 +72,7 @@ Result<sys::Mapping> HugetlbfsBackend::map_region(int fd, uint64_t len, const st
   auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
   if (!m) return std::move(m).error();
   // Before the first touch, so every fill lands on the policy's nodes.
-  AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes));
+  AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes, what));
   return std::move(m).value();
 }
 
@@ -97,6 +103,9 @@ Result<KernelView> HugetlbfsBackend::kernel_view() {
   v.free = *fr;
   v.reserved = *rs;
   v.surplus = *sp;
+  auto nodes = sys::read_node_huge_pages(page_size_, opts_.node_dir);
+  if (!nodes) return std::move(nodes).error();
+  v.nodes = std::move(nodes).value();
   if (!mount_.empty()) {
     auto u = sys::fs_usage(mount_);
     if (u && u->blocks != 0) v.mount = *u;

@@ -17,6 +17,7 @@ struct HugetlbfsOptions {
   sys::NumaPolicy numa_policy = sys::NumaPolicy::Local;
   std::vector<int> numa_nodes;    // for Bind/Interleave; empty = all
   std::string sysfs_dir = "/sys/kernel/mm/hugepages";
+  std::string node_dir = sys::kNodeDir;  // per-node counters (kernel_view)
   std::string meminfo = "/proc/meminfo";
   std::string mountinfo = "/proc/self/mountinfo";
 };

@@ -19,6 +19,11 @@ Result<std::unique_ptr<ShmemBackend>> ShmemBackend::create(ShmemOptions opts) {
                       unit, base);
   auto b = std::unique_ptr<ShmemBackend>(new ShmemBackend());
   b->unit_ = unit;
+  // Checked once here (a node that is not online is a configuration error)
+  // and kept resolved, so every later mbind names the same nodes.
+  auto nodes = sys::resolve_numa_nodes(opts.numa_policy, opts.numa_nodes);
+  if (!nodes) return std::move(nodes).error();
+  opts.numa_nodes = std::move(nodes).value();
   b->opts_ = std::move(opts);
   return b;
 }
@@ -46,7 +51,7 @@ Result<std::byte*> ShmemBackend::pin_map(int fd, uint64_t end, const std::string
     return make_error(EINVAL, "{}: the file grew after it was first populated; the pool never resizes files", what);
   auto m = sys::map_shared(fd, *size, PROT_READ | PROT_WRITE, 0, what + " (pin mapping)");
   if (!m) return std::move(m).error();
-  AIRS_TRY(sys::numa_bind_range(m->get(), *size, opts_.numa_policy, opts_.numa_nodes));
+  AIRS_TRY(sys::numa_bind_range(m->get(), *size, opts_.numa_policy, opts_.numa_nodes, what + " (pin mapping)"));
   std::byte* p = m->bytes();
   maps_.emplace(*ino, std::move(m).value());
   return p;
@@ -56,8 +61,10 @@ Status ShmemBackend::populate(int fd, uint64_t offset, uint64_t len, const std::
   auto base = pin_map(fd, offset + len, what);
   if (!base) return std::move(base).error();
   {
-    // fallocate has no mapping whose policy could apply: use the thread's.
-    sys::ScopedThreadPolicy policy(opts_.numa_policy, opts_.numa_nodes);
+    // The file's shared policy (set through pin_map's mbind) places these
+    // pages; the thread's is the fallback should the file have none.
+    auto policy = sys::ScopedThreadPolicy::apply(opts_.numa_policy, opts_.numa_nodes);
+    if (!policy) return make_error(policy.error().code, "{}: {}", what, policy.error().message);
     AIRS_TRY(sys::allocate_range(fd, offset, len, what));
   }
   if (auto st = sys::lock_range(*base + offset, len, what); !st) {
@@ -81,13 +88,14 @@ Status ShmemBackend::release(int fd, uint64_t offset, uint64_t len, const std::s
 Result<sys::Mapping> ShmemBackend::map_region(int fd, uint64_t len, const std::string& what) {
   auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
   if (!m) return std::move(m).error();
-  AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes));
+  AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes, what));
   return std::move(m).value();
 }
 
 Status ShmemBackend::pin(int fd, std::byte* map, uint64_t offset, uint64_t len, const std::string& what) {
   {
-    sys::ScopedThreadPolicy policy(opts_.numa_policy, opts_.numa_nodes);
+    auto policy = sys::ScopedThreadPolicy::apply(opts_.numa_policy, opts_.numa_nodes);
+    if (!policy) return make_error(policy.error().code, "{}: {}", what, policy.error().message);
     AIRS_TRY(sys::allocate_range(fd, offset, len, what));
   }
   return sys::lock_range(map + offset, len, what);
