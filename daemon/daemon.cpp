@@ -20,6 +20,7 @@
 #include "probe/probe.hpp"
 #include "dbus/names.hpp"
 #include "sys/notify.hpp"
+#include "sys/numa.hpp"
 #include "sys/procfs.hpp"
 #include "util/units.hpp"
 
@@ -113,9 +114,14 @@ Status Daemon::init() {
   spdlog::info("mode {}: {}", mode_, mode_reason_);
 
   if (pool_target_ > 0) {
-    const auto numa = cfg_.pool.numa_policy == "bind"         ? sys::NumaPolicy::Bind
-                      : cfg_.pool.numa_policy == "interleave" ? sys::NumaPolicy::Interleave
-                                                              : sys::NumaPolicy::Local;
+    auto policy = sys::parse_numa_policy(cfg_.pool.numa_policy);
+    if (!policy) return std::move(policy).error();
+    const sys::NumaPolicy numa = *policy;
+    auto nodes = sys::resolve_numa_nodes(numa, cfg_.pool.numa_nodes);
+    if (!nodes) return std::move(nodes).error();
+    numa_ = numa == sys::NumaPolicy::Local ? std::string("local")
+                                           : fmt::format("{} over {}", sys::to_string(numa), sys::format_node_list(*nodes));
+    spdlog::info("pool NUMA policy: {} ({} node(s) with memory)", numa_, sys::numa_node_count());
     // full: huge pages from hugetlbfs. small-pages and cooperative: shmem
     // (memfd) pinned with mlock, for kernels without hugetlbfs or forced.
     std::unique_ptr<pool::PoolBackend> backend;
@@ -482,6 +488,7 @@ dbus::Dict Daemon::status() {
   if (pool_) {
     const auto& c = pool_->counts();
     pool["backend"] = sdbus::Variant(std::string(pool_->backend().name()));
+    pool["numa"] = sdbus::Variant(numa_);
     pool["total_pages"] = sdbus::Variant(c.total_pages());
     pool["total_bytes"] = sdbus::Variant(c.total_bytes());
     pool["free_bytes"] = sdbus::Variant(c.free_bytes());

@@ -105,6 +105,7 @@ class Daemon {
   std::unique_ptr<ManagerObject> manager_;
 
   std::string mode_ = "full";
+  std::string numa_;  // the pool's NUMA policy and the nodes it uses, for status
   std::string mode_reason_;
   std::vector<std::string> advice_;
   std::map<std::string, std::string> capabilities_;

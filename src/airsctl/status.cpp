@@ -30,6 +30,7 @@ void print_human(const dbus::Dict& s) {
   fmt::print("  total {:>12}  models {:>12}  kv {:>12}  free {:>12}\n", bytes(val<uint64_t>(pool, "total_bytes")),
              bytes(val<uint64_t>(pool, "model_bytes")), bytes(val<uint64_t>(pool, "kv_bytes")),
              bytes(val<uint64_t>(pool, "free_bytes")));
+  if (auto numa = dbus::get<std::string>(pool, "numa")) fmt::print("  numa: {}\n", *numa);
   if (pool.count("kernel_hugepages_total"))
     fmt::print("  kernel: HugePages_Total {}  Free {}  Rsvd {}   pinned: {}\n",
                val<uint64_t>(pool, "kernel_hugepages_total"), val<uint64_t>(pool, "kernel_hugepages_free"),

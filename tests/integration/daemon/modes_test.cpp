@@ -45,6 +45,7 @@ TEST_P(ForcedMode, GivesTheFileBytesAndSaysWhichModeItRuns) {
   EXPECT_EQ(j["mode"], mode);
   EXPECT_FALSE(j["mode_reason"].get<std::string>().empty());
   EXPECT_EQ(j["pool"]["backend"], mode == "full" ? "hugetlbfs" : "shmem");
+  EXPECT_EQ(j["pool"]["numa"], "local");
   EXPECT_EQ(d.stop(), 0) << d.log();
   fs::remove_all(dir);
 }
