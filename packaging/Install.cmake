@@ -1,7 +1,7 @@
 # System integration: where `cmake --install` (prefix /usr) and the .deb put
 # the unit, bus policy, activation file, sysusers/tmpfiles/udev/sysctl
-# files and the configuration, at the paths Debian expects; then the CPack
-# configuration and the systemd/packaging tests.
+# files, the man pages and the configuration, at the paths Debian expects;
+# then the CPack configuration and the systemd/packaging tests.
 # Included once from the top-level CMakeLists.txt, after add_subdirectory(tests).
 #
 #   cmake -S . -B build -DCMAKE_INSTALL_PREFIX=/usr
@@ -27,6 +27,13 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/airs-memd)
 if(EXISTS ${PROJECT_SOURCE_DIR}/docs/boot.md)
   install(FILES ${PROJECT_SOURCE_DIR}/docs/boot.md DESTINATION share/doc/airs-memd)
 endif()
+# Man pages, hand-written roff (docs/man; tests/unit/man keeps them honest).
+# Installed uncompressed: man-db reads them as they are.
+set(_airs_man ${PROJECT_SOURCE_DIR}/docs/man)
+install(FILES ${_airs_man}/airsctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${_airs_man}/libairs.3 DESTINATION ${CMAKE_INSTALL_MANDIR}/man3)
+install(FILES ${_airs_man}/airs-memd.conf.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5)
+install(FILES ${_airs_man}/airs-memd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 
 # /etc (CMAKE_INSTALL_FULL_SYSCONFDIR is /etc when the prefix is /usr).
 install(FILES ${PROJECT_SOURCE_DIR}/config/airs-memd.conf DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/airs)

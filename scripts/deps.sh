@@ -14,6 +14,7 @@ packages=(
   nodejs
   util-linux procps kmod
   systemd-container bc
+  groff-base python3          # tests/unit/man: render and check the man pages
 )
 if [[ "${1:-}" == "--run-only" ]]; then
   packages=(dbus-daemon dbus-bin util-linux procps)
