@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "Configuration file")->capture_default_str();
   app.add_option("--config-dir", dropin_dir, "Drop-in directory (default: <config>.d)");
   app.add_option("--bus", bus, "D-Bus to serve on: system, session, or an address (overrides daemon.bus)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warning, error (overrides daemon.log_level)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warning, error (overrides daemon.log_level)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error"}));
   app.add_flag("--check-config", check_config, "Validate the configuration, print the effective one, and exit");
   app.set_version_flag("--version", std::string("airs-memd ") + AIRS_VERSION);
   CLI11_PARSE(app, argc, argv);
