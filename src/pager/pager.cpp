@@ -261,6 +261,12 @@ bool Pager::issue(Model& m, uint32_t unit) {
   for (size_t slot = 0; slot < reads_.size(); ++slot) {
     Read& r = reads_[slot];
     if (r.active) continue;
+    // shmem: the reserve hands this unit's page over just before the read
+    // allocates it (the pool's memory stays its size).
+    if (auto st = pool_.claim(*m.region, unit); !st) {
+      unit_failed(m, unit, st.error().code);
+      return true;
+    }
     r = Read{true, m.id, unit, 0, std::min(m.unit, m.file_size - uint64_t{unit} * m.unit), false};
     m.plan.set_state(unit, UnitState::InFlight);
     ++m.in_flight;

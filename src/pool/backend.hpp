@@ -82,6 +82,11 @@ class PoolBackend {
   // (shmem), false when they stay in a kernel pool that adjust_kernel_pages
   // must shrink (hugetlbfs).
   [[nodiscard]] virtual bool release_frees_memory() const { return false; }
+  // True when a model region's mapping takes no pages by itself (shmem), so
+  // the reserve can hand pages over unit by unit as they are filled
+  // (Pool::claim) instead of all at once when the region is reserved;
+  // false when mapping the region reserves every page at once (hugetlbfs).
+  [[nodiscard]] virtual bool hands_over_per_unit() const { return false; }
 };
 
 }  // namespace airs::pool

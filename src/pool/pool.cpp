@@ -48,12 +48,15 @@ Region::Region(Pool* pool, std::string name, sys::UniqueFd fd, uint64_t size, ui
 Region::~Region() {
   // Punch before closing: clients may still map the file, and only the
   // punch frees pages other mappers hold. Then the reserve takes them back.
-  const uint64_t charged = kind_ == PageKind::Model ? (map_.valid() ? pages_ : 0) : charged_;
+  const bool model = kind_ == PageKind::Model;
+  const uint64_t charged = model ? (map_.valid() ? pages_ : 0) : charged_;
   if (charged > 0) (void)pool_->backend_->release(fd_.get(), 0, size_, name_);
   map_.reset();
   pool_->backend_->forget_file(fd_.get());
   fd_.reset();
-  if (charged > 0) {
+  if (charged > 0 && model) {
+    pool_->return_model_pages(*this);
+  } else if (charged > 0) {
     pool_->counts_.of(kind_) -= charged;
     pool_->give_to_reserve(charged);
   }
@@ -116,14 +119,42 @@ Error Pool::exhausted(const std::string& what, uint64_t need) const {
                     counts_.free_pages, counts_.total_pages());
 }
 
-Status Pool::take_from_reserve(uint64_t n) {
+Status Pool::take_from_reserve(uint64_t n) { return punch_reserve(n, false); }
+
+Status Pool::punch_reserve(uint64_t n, bool owed) {
   const uint64_t ps = counts_.page_size;
   for (const PageRange& r : pick_runs(reserve_held_, true, n, true)) {
     AIRS_TRY(backend_->release(reserve_.get(), r.first * ps, r.count * ps, "pool reserve"));
     for (uint64_t i = r.first; i < r.first + r.count; ++i) reserve_held_[i] = false;
-    counts_.free_pages -= r.count;
+    (owed ? owed_ : counts_.free_pages) -= r.count;
   }
   return {};
+}
+
+Status Pool::claim(Region& r, uint64_t page) {
+  if (r.kind_ != PageKind::Model || r.claimed_.empty() || !r.map_.valid()) return {};
+  if (page >= r.claimed_.size())
+    return make_error(EINVAL, "model '{}': page {} lies past its {} pages", r.name_, page, r.pages_);
+  if (r.claimed_[page]) return {};
+  AIRS_TRY(punch_reserve(1, true));
+  r.claimed_[page] = true;
+  ++r.claimed_count_;
+  return {};
+}
+
+void Pool::return_model_pages(Region& r) {
+  counts_.model_pages -= r.pages_;
+  if (r.claimed_.empty()) {
+    give_to_reserve(r.pages_);
+    return;
+  }
+  // Pages never handed over are still in the reserve: free again as they are.
+  const uint64_t unclaimed = r.pages_ - r.claimed_count_;
+  owed_ -= unclaimed;
+  counts_.free_pages += unclaimed;
+  give_to_reserve(r.claimed_count_);
+  r.claimed_.clear();
+  r.claimed_count_ = 0;
 }
 
 uint64_t Pool::give_to_reserve(uint64_t n) {
@@ -164,15 +195,31 @@ Status Pool::reserve_region(Region& r) {
   if (r.kind_ != PageKind::Model) return make_error(EINVAL, "region '{}' is not a model region", r.name_);
   if (r.map_.valid()) return {};
   if (r.pages_ > counts_.free_pages) return exhausted("model '" + r.name_ + "'", r.pages_);
-  AIRS_TRY(take_from_reserve(r.pages_));
+  const bool per_unit = backend_->hands_over_per_unit();
+  if (per_unit) {
+    // Charged now, handed over by claim() as the pager fills each unit.
+    counts_.free_pages -= r.pages_;
+    owed_ += r.pages_;
+  } else {
+    AIRS_TRY(take_from_reserve(r.pages_));
+  }
   auto m = backend_->map_region(r.fd(), r.size_, "model '" + r.name_ + "'");
   if (!m) {
-    give_to_reserve(r.pages_);
+    if (per_unit) {
+      owed_ -= r.pages_;
+      counts_.free_pages += r.pages_;
+    } else {
+      give_to_reserve(r.pages_);
+    }
     return make_error(m.error().code, "model '{}': the kernel would not reserve {} pages ({}); another process "
                                       "took free huge pages?",
                       r.name_, r.pages_, m.error().message);
   }
   r.map_ = std::move(m).value();
+  if (per_unit) {
+    r.claimed_.assign(r.pages_, false);
+    r.claimed_count_ = 0;
+  }
   counts_.model_pages += r.pages_;
   return {};
 }
@@ -184,8 +231,7 @@ Status Pool::release_region(Region& r) {
   // (a stale mapping would fault without a reservation).
   AIRS_TRY(backend_->release(r.fd(), 0, r.size_, "model '" + r.name_ + "'"));
   r.map_.reset();
-  counts_.model_pages -= r.pages_;
-  give_to_reserve(r.pages_);
+  return_model_pages(r);
   return {};
 }
 

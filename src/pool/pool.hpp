@@ -9,6 +9,11 @@
 // the region and fallocates the reserve again. Counts are exact by kind and
 // `kernel_view()` exposes the kernel's numbers so they can be compared.
 //
+// On shmem the hand-over to a model region is per unit instead (claim(),
+// called by the pager before it reads a unit): the reserve keeps the pages
+// charged to the region until each is about to be filled, so loading starts
+// at once and the pool's memory stays its size throughout.
+//
 // Known window: between the punch of the reserve and the claim in the target
 // another process on the machine could take the freed pages; the claim then
 // fails with ENOMEM, the pages are claimed back into the reserve, and the
@@ -62,6 +67,10 @@ class Region {
   sys::Mapping map_;
   uint64_t charged_ = 0;
   std::vector<bool> held_;  // KV: which pages are allocated
+  // Model regions on a per-unit backend: which pages the reserve has handed
+  // over (the rest are charged to the region but still held by the reserve).
+  std::vector<bool> claimed_;
+  uint64_t claimed_count_ = 0;
 };
 
 struct PoolOptions {
@@ -93,6 +102,11 @@ class Pool {
   [[nodiscard]] Status release_region(Region& r);
   // Re-reserve a released model region (same errors as create_model_region).
   [[nodiscard]] Status reserve_region(Region& r);
+  // Before page `page` of a reserved model region is first written: on a
+  // backend that hands over per unit (shmem), the reserve gives one page up
+  // now, so the pool's memory never exceeds its size; elsewhere (and for a
+  // page already handed over) nothing to do. Errors: the reserve's punch.
+  [[nodiscard]] Status claim(Region& r, uint64_t page);
 
   // A KV arena file of `bytes` with no pages yet.
   [[nodiscard]] Result<std::unique_ptr<Region>> create_kv_region(const std::string& name, uint64_t bytes);
@@ -116,6 +130,12 @@ class Pool {
   friend class Region;
   Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages);
   [[nodiscard]] Status take_from_reserve(uint64_t n);
+  // Punches `n` held reserve pages: free ones (take_from_reserve) or ones
+  // already charged to a model region (`owed`, claim).
+  [[nodiscard]] Status punch_reserve(uint64_t n, bool owed);
+  // Puts a model region's pages back: those handed over return through
+  // give_to_reserve, those never handed over just become free again.
+  void return_model_pages(Region& r);
   // Returns pages that could not be claimed back (lost to the pool).
   uint64_t give_to_reserve(uint64_t n);
   void forget(Region* r) { regions_.erase(r); }
@@ -123,7 +143,8 @@ class Pool {
 
   std::unique_ptr<PoolBackend> backend_;
   sys::UniqueFd reserve_;
-  std::vector<bool> reserve_held_;
+  std::vector<bool> reserve_held_;  // held = free pages + owed_
+  uint64_t owed_ = 0;               // charged to model regions, not yet handed over
   PoolCounts counts_;
   std::unordered_set<Region*> regions_;
 };

@@ -61,6 +61,9 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] Status pin(int fd, std::byte* map, uint64_t offset, uint64_t len, const std::string& what) override;
   void forget_file(int fd) override;
   [[nodiscard]] bool release_frees_memory() const override { return true; }
+  // Handing the whole region over at once cost ~0.5 ms per 2 MiB unit
+  // (munlock and punch) before the first read could start.
+  [[nodiscard]] bool hands_over_per_unit() const override { return true; }
 
  private:
   ShmemBackend() = default;

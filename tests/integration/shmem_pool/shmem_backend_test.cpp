@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -122,6 +123,53 @@ TEST(ShmemBackend, PoolShrinkHandsPagesStraightBack) {
   ASSERT_TRUE(grew.ok());
   EXPECT_EQ(*grew, 2U);
   EXPECT_EQ((*p)->kernel_view()->files_pages, 7U);
+}
+
+TEST(ShmemBackend, ModelPagesAreHandedOverUnitByUnitAndTheMemoryStaysThePoolsSize) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok());
+  const uint64_t u = (*b)->page_size();
+  auto p = pool::Pool::create(std::move(b).value(), {8 * u, false});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  pool::Pool& pool = **p;
+  auto files = [&] { return pool.kernel_view()->files_pages; };
+  auto r = pool.create_model_region("m", 5 * u);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  // Charged at once (nothing else can take them), still held by the reserve.
+  EXPECT_EQ(pool.counts().free_pages, 3U);
+  EXPECT_EQ(pool.counts().model_pages, 5U);
+  EXPECT_EQ(files(), 8U);
+  // A KV chunk cannot take the region's pages: only the 3 free ones.
+  auto kv = pool.create_kv_region("kv", 4 * u);
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(pool.alloc_pages(**kv, {0, 4}).error().code, ENOSPC);
+  // Unit 2 filled: the reserve gives one page up first, the write takes one.
+  ASSERT_TRUE(pool.claim(**r, 2));
+  EXPECT_EQ(files(), 7U);
+  std::memset((*r)->data() + 2 * u, 0x5a, u);
+  EXPECT_EQ(files(), 8U);
+  ASSERT_TRUE(pool.claim(**r, 2));  // again: nothing more
+  EXPECT_EQ(files(), 8U);
+  EXPECT_EQ(pool.claim(**r, 5).error().code, EINVAL);
+  // Evict: the filled page comes back through the reserve, the 4 never
+  // handed over are free where they are.
+  ASSERT_TRUE(pool.release_region(**r));
+  EXPECT_EQ(pool.counts().free_pages, 8U);
+  EXPECT_EQ(pool.counts().model_pages, 0U);
+  EXPECT_EQ(files(), 8U);
+  // Refill after eviction, then destroy with two units handed over.
+  ASSERT_TRUE(pool.reserve_region(**r));
+  for (uint64_t page : {0U, 4U}) {
+    ASSERT_TRUE(pool.claim(**r, page));
+    std::memset((*r)->data() + page * u, 1, u);
+  }
+  EXPECT_EQ(files(), 8U);
+  EXPECT_EQ(pool.counts().free_pages, 3U);
+  r->reset();
+  EXPECT_EQ(pool.counts().free_pages, 8U);
+  EXPECT_EQ(files(), 8U);
+  // All 8 free again: the KV chunk fits now.
+  EXPECT_TRUE(pool.alloc_pages(**kv, {0, 4}));
 }
 
 TEST(ShmemBackend, MlockRefusedNamesTheFix) {
