@@ -236,10 +236,12 @@ int main(int argc, char** argv) {
   uint64_t size_mib = 1024;
   unsigned nlayers = 32;
   std::vector<unsigned> compute_us{0, 3000};
+  uint32_t allocate_ahead = airs::pager::PagerOptions{}.allocate_ahead;
   app.add_option("--file", path, "generated model file (reused if the size matches)");
   app.add_option("--size-mib", size_mib, "model size in MiB (>= 1024 for the issue's numbers)");
   app.add_option("--layers", nlayers, "blk layers");
   app.add_option("--compute-us", compute_us, "compute time per layer, µs (one run per value)");
+  app.add_option("--allocate-ahead", allocate_ahead, "pager: units allocated ahead of their reads (0 = off)");
   CLI11_PARSE(app, argc, argv);
 
   const uint64_t size = size_mib << 20;
@@ -264,8 +266,8 @@ int main(int argc, char** argv) {
   if (avail < need) (void)airs::sys::write_text_file(nr_path + "nr_hugepages", std::to_string(nr0 + need - avail));
 
   const double limit_ms = limit_odirect(path, size, hp);
-  std::printf("file %s: %lu MiB, %u layers, huge page %lu KiB\n", path.c_str(), static_cast<unsigned long>(size_mib),
-              nlayers, static_cast<unsigned long>(hp / 1024));
+  std::printf("file %s: %lu MiB, %u layers, huge page %lu KiB, allocate ahead %u\n", path.c_str(),
+              static_cast<unsigned long>(size_mib), nlayers, static_cast<unsigned long>(hp / 1024), allocate_ahead);
   std::printf("limit: O_DIRECT QD16 sequential read: %.1f ms (%.0f MB/s)\n\n", limit_ms, static_cast<double>(size) / 1e3 / limit_ms);
 
   double airs_ready_us = 0;
@@ -320,6 +322,7 @@ int main(int argc, char** argv) {
       if (!pool) die(pool.error().message);
       airs::pager::PagerOptions po;
       po.uffd_clients = mode != AirsMode::Cooperative;
+      po.allocate_ahead = allocate_ahead;
       auto pager = std::move(airs::pager::Pager::create(lt.loop(), **pool, po)).value();
       std::atomic<double> resident_ms{-1};
       airs::pager::ModelId id = 0;

@@ -86,6 +86,22 @@ std::optional<uint32_t> FillPlan::next(ReadClass cls) {
   return std::nullopt;
 }
 
+std::vector<uint32_t> FillPlan::peek(ReadClass cls, uint32_t n) const {
+  std::vector<uint32_t> out;
+  uint32_t pos = 0, end = 0;
+  if (cls == ReadClass::Prefetch) {
+    pos = pf_pos_;
+    end = pf_end_;
+  } else if (cls == ReadClass::Background) {
+    pos = bg_pos_;
+    end = static_cast<uint32_t>(order_.size());
+  }
+  end = static_cast<uint32_t>(std::min<uint64_t>(end, uint64_t{pos} + 4ULL * n + 64));
+  for (; pos < end && out.size() < n; ++pos)
+    if (state_[order_[pos]] == UnitState::Empty) out.push_back(order_[pos]);
+  return out;
+}
+
 void FillPlan::reset() {
   std::fill(state_.begin(), state_.end(), UnitState::Empty);
   std::fill(queued_.begin(), queued_.end(), false);

@@ -57,6 +57,11 @@ class FillPlan {
   void on_fault(uint32_t u);
   // Next EMPTY unit of `cls`, or nullopt. Does not change its state.
   [[nodiscard]] std::optional<uint32_t> next(ReadClass cls);
+  // Up to `n` EMPTY units that next(cls) would return in turn if each were
+  // set IN_FLIGHT (Prefetch, Background; Urgent gives none: those reads are
+  // issued at once). Looks at most 4n + 64 positions past the class's cursor
+  // (bounded cost per call). Changes nothing.
+  [[nodiscard]] std::vector<uint32_t> peek(ReadClass cls, uint32_t n) const;
   // Everything EMPTY again (eviction): queues and cursors cleared.
   void reset();
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,7 +17,15 @@
 
 namespace airs::pager {
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; Debian 12's headers may lack it
+#endif
+
 using Clock = std::chrono::steady_clock;
+
+// Completions of populates carry this bit; reads carry their bare slot.
+constexpr uint64_t kPopulateTag = uint64_t{1} << 63;
+enum : uint8_t { kNotPopulated = 0, kPopulating = 1, kPopulated = 2 };
 
 void LatencyHistogram::add(uint64_t us) {
   size_t i = 0;
@@ -59,7 +68,10 @@ struct Pager::Model {
   client::ModelLoadState state = client::ModelLoadState::Loading;
   bool draining = false;
   bool pin_warned = false;
+  bool populate_warned = false;
   uint32_t in_flight = 0;
+  uint32_t populates_in_flight = 0;
+  std::vector<uint8_t> populated;  // per unit, since the last (re)fill started
   uint64_t bytes_read = 0;
   Clock::time_point fill_start{};
   Clock::time_point fill_end{};
@@ -78,6 +90,12 @@ struct Pager::Read {
   bool direct = false;
 };
 
+struct Pager::Populate {
+  bool active = false;
+  ModelId model = 0;
+  uint32_t unit = 0;
+};
+
 Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Ring ring)
     : loop_(loop),
       pool_(pool),
@@ -85,6 +103,7 @@ Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Rin
       ring_(std::make_unique<sys::Ring>(std::move(ring))),
       warmup_rate_(opts.warmup_bytes_per_s, std::chrono::milliseconds(100), Clock::now()) {
   reads_.resize(opts_.queue_depth);
+  populates_.resize(opts_.allocate_ahead);
 }
 
 Pager::~Pager() {
@@ -103,7 +122,7 @@ Pager::~Pager() {
 Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts) {
   if (opts.queue_depth == 0) opts.queue_depth = 1;
   if (!opts.uffd_clients) opts.background_warmup = true;
-  auto ring = sys::Ring::create(opts.queue_depth);
+  auto ring = sys::Ring::create(opts.queue_depth + opts.allocate_ahead);
   if (!ring) return std::move(ring).error();
   auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts, std::move(ring).value()));
   Pager* self = p.get();
@@ -209,6 +228,8 @@ std::vector<ModelId> Pager::models() const {
 
 void Pager::start_fill(Model& m) {
   m.plan.reset();
+  // A fill starts on a fresh or punched region: nothing is allocated.
+  m.populated.assign(m.plan.unit_count(), kNotPopulated);
   m.state = client::ModelLoadState::Loading;
   m.status.reset(client::ModelLoadState::Loading);
   m.bytes_read = 0;
@@ -252,8 +273,56 @@ void Pager::pump() {
       }
     }
   }
+  if (populate_ahead()) queued = true;
   if (queued) {
     if (auto st = ring_->submit(); !st) spdlog::error("pager: {}", st.error().message);
+  }
+}
+
+// Queue populates for the next units the prefetch and background classes
+// will read (up to allocate_ahead per class past its cursor). Urgent units
+// get none: their reads are issued at once. Returns true if any was queued.
+bool Pager::populate_ahead() {
+  bool queued = false;
+  size_t slot = 0;
+  for (auto& [id, m] : models_) {
+    if (m->draining || !m->region->reserved()) continue;
+    for (ReadClass cls : {ReadClass::Prefetch, ReadClass::Background}) {
+      if (cls == ReadClass::Background && !opts_.background_warmup) break;
+      for (uint32_t u : m->plan.peek(cls, opts_.allocate_ahead)) {
+        if (m->populated[u] != kNotPopulated) continue;
+        while (slot < populates_.size() && populates_[slot].active) ++slot;
+        if (slot == populates_.size()) return queued;
+        // shmem: the reserve gives the unit's page up before the populate
+        // allocates it (a failure here is met again, and reported, by the read).
+        if (!pool_.claim(*m->region, u)) continue;
+        if (!ring_->queue_madvise(m->region->data() + uint64_t{u} * m->unit, static_cast<uint32_t>(m->unit),
+                                  MADV_POPULATE_WRITE, kPopulateTag | slot))
+          return queued;  // submission queue full: the next pump continues
+        populates_[slot] = Populate{true, m->id, u};
+        m->populated[u] = kPopulating;
+        ++m->populates_in_flight;
+        queued = true;
+      }
+    }
+  }
+  return queued;
+}
+
+void Pager::on_populated(size_t slot, int32_t res) {
+  Populate& p = populates_[slot];
+  p.active = false;
+  Model* m = find(p.model);
+  if (m == nullptr) return;
+  --m->populates_in_flight;
+  // Done or not, never retried: a unit whose pages are missing gets them from
+  // its read (slower, same bytes), and a real problem shows up there.
+  m->populated[p.unit] = kPopulated;
+  if (res < 0 && !m->populate_warned) {
+    m->populate_warned = true;
+    spdlog::warn("model '{}': allocating pages ahead of the reads failed ({}); the reads allocate them instead "
+                 "(slower warm-up)",
+                 m->name, std::strerror(-res));
   }
 }
 
@@ -296,11 +365,13 @@ void Pager::submit_read(size_t slot) {
 }
 
 void Pager::on_ring() {
-  ring_->reap([this](uint64_t slot, int32_t res) { on_completion(slot, res); });
+  ring_->reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
   pump();
 }
 
-void Pager::on_completion(uint64_t slot, int32_t res) {
+void Pager::on_completion(uint64_t user_data, int32_t res) {
+  if ((user_data & kPopulateTag) != 0) return on_populated(user_data & ~kPopulateTag, res);
+  const uint64_t slot = user_data;
   Read& r = reads_[slot];
   Model* m = find(r.model);
   if (m == nullptr) {
@@ -551,8 +622,9 @@ void Pager::handle_fault(Model& m, Client& c, uint64_t address, Clock::time_poin
 }
 
 void Pager::drain(Model& m) {
-  while (m.in_flight > 0) {
-    auto st = ring_->wait_and_reap([this](uint64_t slot, int32_t res) { on_completion(slot, res); });
+  // Populates too: one finishing after the punch would allocate a page again.
+  while (m.in_flight > 0 || m.populates_in_flight > 0) {
+    auto st = ring_->wait_and_reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
     if (!st) {
       spdlog::error("pager: {}", st.error().message);
       return;

@@ -36,6 +36,14 @@ bool Ring::queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t
   return true;
 }
 
+bool Ring::queue_madvise(void* addr, uint32_t len, int advice, uint64_t user_data) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return false;
+  io_uring_prep_madvise(sqe, addr, len, advice);
+  io_uring_sqe_set_data64(sqe, user_data);
+  return true;
+}
+
 Status Ring::submit() {
   for (;;) {
     const int rc = io_uring_submit(&ring_);

@@ -32,6 +32,12 @@ class Ring {
   // Queue a read of `len` bytes at `offset` of `fd` into `buf`; submitted by
   // the next submit(). Returns false if the submission queue is full.
   bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data);
+  // Queue madvise(addr, len, advice) on this process's mappings; the kernel
+  // always runs it in one of the ring's io-wq workers (kernel threads of this
+  // process, not ours), so MADV_POPULATE_WRITE allocates and zeroes pages
+  // there, off the submitting thread. Completion res is 0 or -errno. Returns
+  // false if the submission queue is full.
+  bool queue_madvise(void* addr, uint32_t len, int advice, uint64_t user_data);
   // Submit queued entries. Errors: io_uring_submit's.
   Status submit();
   // Drain the eventfd and call `fn(user_data, res)` for every completion

@@ -464,6 +464,36 @@ TEST_P(PagerModeTest, WarmupRatePacesTheBackgroundButNeverAFault) {
   EXPECT_GE(s.bytes_read, 2 * g_unit) << "the warm-up did not run at all";
 }
 
+// Pages allocated ahead of their reads sit zeroed in the region's page cache;
+// a client touching one gets a MINOR fault that must wait for the read, not
+// be answered with the zeros. The loop does not run before the client's
+// fault, so unit 5 is allocated but certainly not read yet.
+TEST_P(PagerModeTest, UnitAllocatedAheadOfItsReadWaitsForTheRead) {
+  PagerOptions o;
+  o.queue_depth = 1;
+  o.allocate_ahead = 8;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, g_src);
+  const int rfd = d.pager->region_fd(id);
+  auto allocated = [&] {
+    struct stat st {};
+    EXPECT_EQ(::fstat(rfd, &st), 0);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  // Unit 0's read and the populates of units 1..8 run in the kernel without
+  // the loop.
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (allocated() < 9 * g_unit && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(1ms);
+  ASSERT_GE(allocated(), 9 * g_unit) << "the pages of the next units were not allocated ahead: nothing tested";
+  ASSERT_EQ(stats(d, id).units_ready, 0U);
+  Child c = spawn("first:5");
+  auto ast = attach(d, id, c, 1);
+  ASSERT_TRUE(ast) << ast.error().message;
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  EXPECT_GE(stats(d, id).faults_waited, 1U);
+}
+
 TEST_P(PagerModeTest, ForkedChildOfAClientNeverSeesZeros) { run_clients({}, {"fork"}); }
 
 TEST_P(PagerModeTest, KillDashNineOfAClientMidFault) {
@@ -571,6 +601,38 @@ TEST_F(PagerTest, DirectIoSettingIsObeyed) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
     EXPECT_EQ(stats(d, id).bytes_read, g_file_size);
   }
+}
+
+// Evict right after the load, while the first read and the populates of the
+// next units are still in the kernel: the punch must come after all of them,
+// or a late populate would leave a page in the evicted region.
+TEST_P(PagerModeTest, EvictWhileAllocatingAheadLeavesNoPage) {
+  PagerOptions o;
+  o.queue_depth = 1;
+  o.allocate_ahead = 16;
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  const ModelId id = load(d, g_src);
+  ASSERT_TRUE(d.pager->evict(id));
+  std::this_thread::sleep_for(50ms);  // a populate the evict did not wait for would land by now
+  struct stat st {};
+  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
+  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
+  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
+  auto kv1 = d.pool->kernel_view();
+  ASSERT_TRUE(kv1.ok());
+  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
+  // The refill allocates ahead again and gives the file's bytes.
+  ASSERT_TRUE(d.pager->ensure_loaded(id));
+  Child c = spawn("random:3");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int cst = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << describe(cst);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_blocks) * 512, d.pager->region_size(id));
 }
 
 TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {

@@ -217,6 +217,12 @@ int main(int argc, char** argv) {
   };
 
   if (mode == "seq") return verify_all(order, 0) ? 0 : 3;
+  if (mode.starts_with("first:")) {
+    // Unit U first, then the rest in order: a fault on a chosen unit.
+    std::rotate(order.begin(), order.begin() + static_cast<long>(std::min<uint64_t>(std::stoull(mode.substr(6)), units)),
+                order.end());
+    return verify_all(order, 0) ? 0 : 3;
+  }
   if (mode.starts_with("random:")) {
     std::mt19937_64 rng(std::stoull(mode.substr(7)));
     std::shuffle(order.begin(), order.end(), rng);

@@ -66,6 +66,20 @@ TEST(FillPlan, PrefetchWindowCoversTheFaultedRankAndWMore) {
   EXPECT_EQ(drain(p, ReadClass::Prefetch), (std::vector<uint32_t>{6}));
 }
 
+TEST(FillPlan, PeekNamesTheUnitsNextWouldReturnWithoutChangingThem) {
+  FillPlan p({3, 0, 2, 0, 1, kUnrankedUnit}, 1);
+  p.set_state(3, UnitState::Ready);  // skipped: not EMPTY
+  EXPECT_EQ(p.peek(ReadClass::Background, 3), (std::vector<uint32_t>{1, 4, 2}));
+  EXPECT_EQ(p.peek(ReadClass::Background, 3), (std::vector<uint32_t>{1, 4, 2}));  // nothing moved
+  EXPECT_EQ(p.next(ReadClass::Background), 1U);
+  EXPECT_TRUE(p.peek(ReadClass::Prefetch, 3).empty());  // no fault yet
+  EXPECT_TRUE(p.peek(ReadClass::Urgent, 3).empty());
+  p.on_fault(2);  // rank 2 → window ranks 2..3
+  EXPECT_EQ(p.peek(ReadClass::Prefetch, 5), (std::vector<uint32_t>{2, 0}));
+  EXPECT_EQ(drain(p, ReadClass::Prefetch), (std::vector<uint32_t>{2, 0}));
+  EXPECT_EQ(p.peek(ReadClass::Background, 9), (std::vector<uint32_t>{1, 4, 5}));
+}
+
 TEST(FillPlan, CountersFollowTransitionsAndResetEmptiesEverything) {
   FillPlan p({0, 0, 1}, 1);
   p.set_state(0, UnitState::InFlight);
