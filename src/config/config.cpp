@@ -328,7 +328,11 @@ Result<Config> load(const std::string& path, const std::string& dropin_dir, bool
 }
 
 std::string to_toml(const Config& c) {
-  auto us = [](auto d) { return fmt::format("\"{}ms\"", std::chrono::duration_cast<std::chrono::milliseconds>(d).count()); };
+  // The coarsest unit that is exact, so the output reads back to the same value.
+  auto us = [](auto d) {
+    const auto u = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+    return u % 1000 == 0 ? fmt::format("\"{}ms\"", u / 1000) : fmt::format("\"{}us\"", u);
+  };
   auto strs = [](const std::vector<std::string>& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}\"{}\"", i ? ", " : "", v[i]);

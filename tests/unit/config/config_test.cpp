@@ -119,9 +119,16 @@ TEST(Config, EffectiveConfigRoundTrips) {
   config::Config c;
   c.pool.size = 3 * kGiB;
   c.models.pinned = {"a", "b"};
+  c.models.warmup_rate = 20 * kMiB;
+  // Finer than a millisecond: printed in µs, not rounded to "150ms" or "0ms".
+  c.pressure.some_threshold = std::chrono::microseconds(150500);
+  c.pressure.full_threshold = std::chrono::microseconds(150);
   auto again = config::parse(config::to_toml(c), "roundtrip");
   ASSERT_TRUE(again) << again.error().message;
   EXPECT_EQ(config::to_toml(*again), config::to_toml(c));
+  EXPECT_EQ(again->pressure.some_threshold, std::chrono::microseconds(150500));
+  EXPECT_EQ(again->pressure.full_threshold, std::chrono::microseconds(150));
+  EXPECT_EQ(again->models.warmup_rate, 20 * kMiB);
 }
 
 TEST(Config, ProfilesFollowTheSeedBudget) {
