@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "airsctl/common.hpp"
 #include "airsctl/subcommands.hpp"
 #include "sys/fd.hpp"
@@ -108,7 +110,12 @@ void add_load(CLI::App& app, Globals& g) {
         if (path.empty() || path[0] != '/') throw sdbus::Error("org.aios.Airs1.Error.NotFound", "no model named " + u->model);
       }
       mgr->callMethod("Unload").onInterface("org.aios.Airs1.Manager").withArguments(sdbus::ObjectPath(path), u->force);
-      if (!g.json) fmt::print("unloaded {}\n", u->model);
+      if (g.json) {
+        nlohmann::json j{{"unloaded", u->model}, {"object", path}, {"forced", u->force}};
+        std::puts(j.dump().c_str());
+      } else {
+        fmt::print("unloaded {}\n", u->model);
+      }
     } catch (const sdbus::Error& e) {
       throw CLI::RuntimeError(report(e));
     }

@@ -110,6 +110,19 @@ TEST(Daemon, WritesPrometheusMetrics) {
       << text;
   EXPECT_NE(text.find("# TYPE airs_fault_latency_seconds histogram"), std::string::npos);
   EXPECT_NE(text.find("airs_kv_sessions 0"), std::string::npos);
+  // Unloaded by name: the JSON says what went, and status lists no model.
+  auto un = run_process({airsctl_path(), "--bus", bus.address(), "--json", "unload", "metrics-model"});
+  ASSERT_EQ(un.exit_code, 0) << un.err;
+  auto uj = nlohmann::json::parse(un.out);
+  EXPECT_EQ(uj["unloaded"], "metrics-model");
+  EXPECT_EQ(uj["object"].get<std::string>().rfind("/org/aios/Airs1/model/", 0), 0U) << un.out;
+  EXPECT_EQ(uj["forced"], false);
+  auto st = run_process({airsctl_path(), "--bus", bus.address(), "--json", "status"});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_TRUE(nlohmann::json::parse(st.out)["models"].empty()) << st.out;
+  auto again = run_process({airsctl_path(), "--bus", bus.address(), "unload", "metrics-model"});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("no model named metrics-model"), std::string::npos) << again.err;
   EXPECT_EQ(d.stop(), 0);
   fs::remove_all(dir);
 }
