@@ -141,17 +141,36 @@ std::string numa_maps_policy(NumaPolicy policy, const std::vector<int>& nodes) {
   return std::string(to_string(policy)) + ":" + format_node_list(nodes);
 }
 
-Status numa_bind_range(void* addr, uint64_t len, NumaPolicy policy, const std::vector<int>& nodes,
-                       const std::string& what) {
-  std::vector<int> use = nodes;
-  if (policy != NumaPolicy::Local && use.empty()) {
+namespace {
+
+// The nodes a policy uses (every node with memory when none are listed;
+// none for Local) and their mask for mbind/set_mempolicy.
+struct PolicyNodes {
+  std::vector<int> nodes;
+  unsigned long mask = 0;
+};
+
+Result<PolicyNodes> policy_nodes(NumaPolicy policy, const std::vector<int>& nodes) {
+  PolicyNodes p{nodes, 0};
+  if (policy != NumaPolicy::Local && p.nodes.empty()) {
     auto all = read_node_list(kNodeHasMemory);
     if (!all) return std::move(all).error();
-    use = std::move(all).value();
+    p.nodes = std::move(all).value();
   }
-  auto mask = mask_of(policy == NumaPolicy::Local ? std::vector<int>{} : use);
+  auto mask = mask_of(policy == NumaPolicy::Local ? std::vector<int>{} : p.nodes);
   if (!mask) return std::move(mask).error();
-  const unsigned long m = *mask;
+  p.mask = *mask;
+  return p;
+}
+
+}  // namespace
+
+Status numa_bind_range(void* addr, uint64_t len, NumaPolicy policy, const std::vector<int>& nodes,
+                       const std::string& what) {
+  auto pn = policy_nodes(policy, nodes);
+  if (!pn) return std::move(pn).error();
+  const std::vector<int>& use = pn->nodes;
+  const unsigned long m = pn->mask;
   if (::mbind(addr, len, mode_of(policy), m == 0 ? nullptr : &m, m == 0 ? 0 : kMaxNode, 0) != 0) {
     const int e = errno;
     return make_error(e, "{}: mbind of {} bytes to NUMA policy {}{}{} failed: {} (nodes with memory: {})", what, len,
@@ -162,20 +181,15 @@ Status numa_bind_range(void* addr, uint64_t len, NumaPolicy policy, const std::v
 }
 
 Result<ScopedThreadPolicy> ScopedThreadPolicy::apply(NumaPolicy policy, const std::vector<int>& nodes) {
-  std::vector<int> use = nodes;
-  if (policy != NumaPolicy::Local && use.empty()) {
-    auto all = read_node_list(kNodeHasMemory);
-    if (!all) return std::move(all).error();
-    use = std::move(all).value();
-  }
-  auto mask = mask_of(policy == NumaPolicy::Local ? std::vector<int>{} : use);
-  if (!mask) return std::move(mask).error();
+  auto pn = policy_nodes(policy, nodes);
+  if (!pn) return std::move(pn).error();
+  const std::vector<int>& use = pn->nodes;
   ScopedThreadPolicy s;
   if (::get_mempolicy(&s.old_mode_, s.old_mask_, sizeof(s.old_mask_) * 8, nullptr, 0) != 0) {
     const int e = errno;
     return make_error(e, "get_mempolicy of the calling thread: {}", std::strerror(e));
   }
-  const unsigned long m = *mask;
+  const unsigned long m = pn->mask;
   if (::set_mempolicy(mode_of(policy), m == 0 ? nullptr : &m, m == 0 ? 0 : kMaxNode) != 0) {
     const int e = errno;
     return make_error(e, "set_mempolicy to NUMA policy {}{}{} failed: {} (nodes with memory: {})", to_string(policy),
