@@ -156,6 +156,7 @@ Status Daemon::init() {
     pgo.queue_depth = cfg_.models.queue_depth;
     pgo.prefetch_window = cfg_.models.prefetch_window;
     pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
+    pgo.allocate_ahead = cfg_.models.allocate_ahead;
     pgo.direct_io = cfg_.models.direct_io == "on"    ? pager::DirectIo::On
                     : cfg_.models.direct_io == "off" ? pager::DirectIo::Off
                                                      : pager::DirectIo::Auto;

@@ -214,6 +214,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get("mode", c.models.mode));
     AIRS_TRY(s.get_int("prefetch_window", c.models.prefetch_window, 0, 1024));
     AIRS_TRY(s.get_int("queue_depth", c.models.queue_depth, 1, 1024));
+    AIRS_TRY(s.get_int("allocate_ahead", c.models.allocate_ahead, 0, 1024));
     AIRS_TRY(s.get("direct_io", c.models.direct_io));
     AIRS_TRY(s.get_bytes("warmup_rate", c.models.warmup_rate));
     AIRS_TRY(s.get("pinned", c.models.pinned));
@@ -351,10 +352,10 @@ std::string to_toml(const Config& c) {
       c.pool.profile, c.pool.size ? fmt::format("{}", *c.pool.size) : "\"auto\"", c.pool.page_size, c.pool.backend,
       c.pool.hugetlbfs_mount, c.pool.grow_nr_hugepages, c.pool.numa_policy, nodes);
   out += fmt::format(
-      "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\ndirect_io = \"{}\"\nwarmup_rate = {}\n"
-      "pinned = {}\n\n",
-      c.models.mode, c.models.prefetch_window, c.models.queue_depth, c.models.direct_io, c.models.warmup_rate,
-      strs(c.models.pinned));
+      "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\ndirect_io = \"{}\"\n"
+      "warmup_rate = {}\npinned = {}\n\n",
+      c.models.mode, c.models.prefetch_window, c.models.queue_depth, c.models.allocate_ahead, c.models.direct_io,
+      c.models.warmup_rate, strs(c.models.pinned));
   out += fmt::format(
       "[kv]\ntokens_per_block = {}\nkv_type = \"{}\"\nidle_threshold = \"{}s\"\nmax_sessions_per_uid = {}\n"
       "max_blocks_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\n\n",

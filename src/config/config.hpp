@@ -39,6 +39,7 @@ struct ModelsConfig {
   std::string mode = "auto";               // auto | full | small-pages | cooperative
   uint32_t prefetch_window = 2;            // layers read ahead of the last faulted one
   uint32_t queue_depth = 16;
+  uint32_t allocate_ahead = 8;             // units whose pages are allocated ahead of their reads
   std::string direct_io = "auto";          // auto | on | off
   uint64_t warmup_rate = 0;                // background fill, bytes per second; 0 = unlimited
   std::vector<std::string> pinned;         // model names never evicted

@@ -22,6 +22,7 @@ page_size = "2M"
 numa_policy = "interleave"
 [models]
 prefetch_window = 3
+allocate_ahead = 0
 warmup_rate = "20M"
 direct_io = "off"
 pinned = ["tinyllama"]
@@ -41,6 +42,7 @@ poll_interval = 250
   EXPECT_EQ(c->pool.page_size, 2 * kMiB);
   EXPECT_EQ(c->models.prefetch_window, 3u);
   EXPECT_EQ(c->models.warmup_rate, 20 * kMiB);
+  EXPECT_EQ(c->models.allocate_ahead, 0u);
   EXPECT_EQ(c->models.direct_io, "off");
   EXPECT_EQ(c->models.pinned, std::vector<std::string>{"tinyllama"});
   EXPECT_EQ(c->kv.tokens_per_block, 32u);
