@@ -472,6 +472,9 @@ TEST_P(PagerModeTest, UnitAllocatedAheadOfItsReadWaitsForTheRead) {
   PagerOptions o;
   o.queue_depth = 1;
   o.allocate_ahead = 8;
+  // The warm-up paced to 1 MiB/s (populates are not paced): unit 5 is still
+  // unread when a slow client (sanitizer builds start in seconds) faults it.
+  o.warmup_bytes_per_s = 1 << 20;
   Daemon d = make_daemon(kPoolPages, o);
   const ModelId id = load(d, g_src);
   const int rfd = d.pager->region_fd(id);
