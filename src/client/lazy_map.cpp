@@ -173,7 +173,6 @@ Status CooperativeFallback::take_over() {
                                        std::strerror(errno))};
     return *failed_;
   }
-  ::madvise(base_, size_, MADV_DONTFORK);
   taken_.store(true, std::memory_order_release);
   if (announce_) announce_();
   return {};
