@@ -486,26 +486,33 @@ struct Allocator::Impl {
 
     const uint32_t need = n - got;
     const uint32_t from_cache = std::min(a.cached, need);
-    VictimPlan plan;
+    // KV of the levels this session outranks: the daemon's one eviction
+    // order (policy::plan_eviction), restricted to this arena.
+    policy::Plan plan;
+    uint32_t planned = 0;
     if (from_cache < need) {
-      std::vector<VictimCandidate> cands;
-      cands.reserve(a.sessions.size());
+      policy::PoolState st;
+      st.sessions.reserve(a.sessions.size());
       for (const uint32_t slot : a.sessions) {
         const SessionRec& v = sessions[slot];
-        if (v.id == s.id) continue;
         const auto [blocks, partial] = evictable(a, v);
-        cands.push_back(VictimCandidate{v.id, v.prio, blocks, partial, v.last_used});
+        st.sessions.push_back(policy::SessionState{v.id, v.prio, blocks, partial, a.g.block_bytes, v.last_used, {}});
       }
-      plan = plan_allocation_eviction(cands, s.id, s.prio, need - from_cache, a.g.block_bytes, now,
-                                      cfg.idle_threshold);
+      auto req = policy::Request::for_kv_allocation(s.prio, s.id, uint64_t{need - from_cache} * a.g.block_bytes);
+      req.include_cached = false;  // taken above, per arena
+      req.include_models = false;  // across the pool: the daemon's job
+      policy::Config pc;
+      pc.idle_threshold = cfg.idle_threshold;
+      plan = policy::plan_eviction(st, req, now, pc);
+      for (const policy::Action& act : plan.actions) planned += act.blocks;
     }
-    if (from_cache + plan.blocks < need) {
+    if (from_cache + planned < need) {
       for (size_t i = start; i < out.size(); ++i) {
         put_free(a, out[i]);
       }
       out.resize(start);
       settle(aid, a, /*keep_spares=*/false);
-      const uint32_t missing = need - from_cache - plan.blocks;
+      const uint32_t missing = need - from_cache - planned;
       std::string why = plan.shortfall;
       if (a.committed >= a.max_chunks) {
         why += fmt::format("; arena full ({} chunks of {})", a.max_chunks, format_bytes(a.g.chunk_bytes));

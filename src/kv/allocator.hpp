@@ -55,12 +55,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/eviction_order.hpp"
+#include "policy/policy.hpp"
 #include "kv/geometry.hpp"
 #include "policy/policy.hpp"
 #include "util/result.hpp"
 
 namespace airs::kv {
+
+using Clock = policy::Clock;
+using TimePoint = Clock::time_point;
+using policy::Priority;
 
 using ArenaId = uint32_t;
 using SessionId = uint64_t;  // never reused; 0 is never a valid id

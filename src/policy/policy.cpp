@@ -117,6 +117,7 @@ Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_p
            std::find(request.priorities.begin(), request.priorities.end(), p) != request.priorities.end();
   };
   for (Priority p : {Priority::Background, Priority::System, Priority::Interactive}) {
+    if (!request.include_sessions) break;
     std::vector<const SessionState*> level;
     for (const auto& s : state.sessions) {
       if (s.priority != p || s.blocks == 0 || s.block_bytes == 0) continue;
@@ -202,11 +203,44 @@ Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_p
         why += fmt::format("{}{} ({})", i == 0 ? "" : ", ", blockers[i].first, format_bytes(blockers[i].second));
       why += " left";
     }
-    if (!request.priorities.empty() || targeted || !request.include_models || !request.include_cached)
+    if (!request.priorities.empty() || targeted || !request.include_models || !request.include_cached ||
+        !request.include_sessions)
       why += " within the request's filters";
     plan.shortfall = fmt::format("{} of {} short: {}", format_bytes(target - plan.bytes), format_bytes(target), why);
   }
   return plan;
+}
+
+std::vector<Priority> evictable_by(Priority p) {
+  switch (p) {
+    case Priority::Interactive: return {Priority::Background, Priority::System, Priority::Interactive};
+    case Priority::System: return {Priority::Background};
+    case Priority::Background: return {};
+  }
+  return {};
+}
+
+Request Request::for_kv_allocation(Priority requester_priority, uint64_t requester_session, uint64_t bytes) {
+  Request r;
+  r.bytes = bytes;
+  r.requester = requester_session;
+  r.priorities = evictable_by(requester_priority);
+  r.include_sessions = !r.priorities.empty();
+  return r;
+}
+
+Request Request::for_model_load(uint64_t bytes) {
+  Request r;
+  r.bytes = bytes;
+  r.include_sessions = false;
+  return r;
+}
+
+Request Request::for_pressure(Level level, uint64_t bytes) {
+  Request r;
+  r.level = level;
+  r.bytes = bytes;
+  return r;
 }
 
 const char* to_string(Priority p) {

@@ -2,6 +2,10 @@
 // and the time to an ordered eviction plan. No I/O, no clocks of its own —
 // `now` is a parameter — so every rule is tested with plain values.
 //
+// This is the one eviction order of the daemon: KV allocation (inside an
+// arena and across arenas), model loading, the pressure loop and admin
+// eviction all plan with plan_eviction(); only the Request differs.
+//
 // The order (seed §6.3/§6.4, DESIGN §2.3/§2.4), first evicted first:
 //   0. cached prefix blocks nobody references (least recently used first)
 //   1. background KV
@@ -9,9 +13,25 @@
 //   3. interactive KV idle longer than `idle_threshold`
 //   4. models with no references, least recently used first
 // Never: interactive KV that is active (not idle), pinned models, models with
-// references. Within a KV level, partially filled blocks go before full ones,
-// and sessions are taken coldest first (DAMON access rate where known, else
-// last use).
+// references (a client's Open, or a KV session on the model). Within a KV
+// level, partially filled blocks go before full ones, and sessions are taken
+// coldest first (DAMON access rate where known, else last use).
+//
+// Who may evict whom (the Request constructors below):
+//   - A KV allocation of priority P takes cached prefix blocks, then KV of
+//     the levels P outranks (interactive: background, system and idle
+//     interactive; system: background; background: none — background
+//     sessions never evict each other), never its own session, then idle
+//     models. The same rule holds inside an arena and across arenas.
+//   - A model load takes cached prefix blocks, then idle models; never the
+//     KV of a live session (a session is a user at work; a load is not more
+//     important than it). Non-admin loads are bounded by the caller's quota
+//     before anything is planned (the daemon checks it).
+//   - Memory pressure takes everything evictable, in the order above.
+// Models and KV compete for the same pool: a KV allocation can push out an
+// idle model, a model load can push out cached KV. Every caller acts only on
+// a plan that covers its request: nothing is evicted for a request that
+// would fail anyway.
 #pragma once
 
 #include <chrono>
@@ -65,7 +85,7 @@ struct PoolState {
 };
 
 struct Config {
-  std::chrono::seconds idle_threshold{300};
+  std::chrono::nanoseconds idle_threshold = std::chrono::seconds(300);
   // Bytes to free when pressure is reported, per level.
   uint64_t target_some_bytes = 0;
   uint64_t target_full_bytes = 0;
@@ -84,6 +104,8 @@ struct Request {
   bool include_models = true;
   // Unreferenced prefix-cache blocks (level 0).
   bool include_cached = true;
+  // KV of sessions (levels 1-3; `priorities` narrows them further).
+  bool include_sessions = true;
   // The session asking for memory, never a victim of its own request.
   std::optional<uint64_t> requester;
   // Admin targeting (`airsctl evict --session/--model`): when either list is
@@ -94,7 +116,18 @@ struct Request {
   // Take every candidate the filters allow instead of stopping at `bytes`
   // (`airsctl evict --priority background` without --bytes).
   bool everything = false;
+
+  // The rules above, as requests. `bytes` is what is missing.
+  [[nodiscard]] static Request for_kv_allocation(Priority requester_priority, uint64_t requester_session,
+                                                 uint64_t bytes);
+  [[nodiscard]] static Request for_model_load(uint64_t bytes);
+  [[nodiscard]] static Request for_pressure(Level level, uint64_t bytes);
 };
+
+// The session priorities a requester of `p` may take KV from (its outranked
+// levels; interactive includes idle interactive KV: the never-rule still
+// keeps active interactive KV out). Empty for background.
+[[nodiscard]] std::vector<Priority> evictable_by(Priority p);
 
 enum class ActionKind : uint8_t { DropCached, EvictBlocks, EvictModel };
 

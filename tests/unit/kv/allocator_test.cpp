@@ -420,7 +420,7 @@ TEST_F(KvAllocatorTest, EvictionOrderEndToEnd) {
   EXPECT_EQ(notices_[0].session, bg);
   EXPECT_EQ(notices_[0].blocks, (std::vector<BlockId>{2}));
   EXPECT_EQ(notices_[0].indices, (std::vector<uint32_t>{2}));
-  EXPECT_NE(notices_[0].reason.find("background KV, partially filled"), std::string::npos) << notices_[0].reason;
+  EXPECT_NE(notices_[0].reason.find("background KV, partial blocks"), std::string::npos) << notices_[0].reason;
   EXPECT_EQ(notices_[1].session, bg);
   EXPECT_EQ(notices_[1].blocks, (std::vector<BlockId>{1, 0}));
   EXPECT_EQ(notices_[1].indices, (std::vector<uint32_t>{1, 0}));
@@ -440,7 +440,7 @@ TEST_F(KvAllocatorTest, EvictionOrderEndToEnd) {
   std::sort(out.begin(), out.end());
   EXPECT_EQ(out, (std::vector<BlockId>{4, 6}));
   ASSERT_EQ(notices_.size(), 2u);
-  EXPECT_NE(notices_[1].reason.find("idle interactive KV idle 600 s"), std::string::npos) << notices_[1].reason;
+  EXPECT_NE(notices_[1].reason.find("interactive KV idle 600 s"), std::string::npos) << notices_[1].reason;
   // `active` has nothing and `me` has everything: `active` cannot evict an
   // active interactive session.
   Status st = alloc_.allocate(active, 1, later, out, notices_);

@@ -292,3 +292,91 @@ TEST(Policy, PriorityNames) {
   EXPECT_STREQ(to_string(Level::Some), "some");
   EXPECT_STREQ(to_string(Level::None), "none");
 }
+
+// Who may evict whom: the rules a KV allocation plans with, inside an arena
+// and across arenas (they were a second, separate order before).
+namespace {
+
+PoolState kv_only(std::vector<SessionState> s) {
+  PoolState st;
+  st.sessions = std::move(s);
+  return st;
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> steps(const Plan& p) {
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  for (const auto& a : p.actions) out.emplace_back(a.id, a.blocks);
+  return out;
+}
+
+}  // namespace
+
+TEST(WhoMayEvictWhom, InteractiveTakesLowerLevelsThenIdleInteractiveNeverActiveNorItself) {
+  auto st = kv_only({session(1, Priority::Interactive, 4, 1, 60s), session(2, Priority::System, 3, 1, 3600s),
+                     session(3, Priority::Background, 2, 0, 1s), session(4, Priority::Interactive, 5, 1, 360s),
+                     session(5, Priority::Background, 2, 1, 7200s), session(9, Priority::Interactive, 7, 1, 10800s)});
+  Config c;
+  c.idle_threshold = 300s;
+  auto p = plan_eviction(st, Request::for_kv_allocation(Priority::Interactive, 9, 100 * kBlock), kNow, c);
+  EXPECT_FALSE(p.satisfied);
+  // background: partial tails first (5 is colder than 3), then full blocks;
+  // then system; then idle interactive. Never 1 (active), never 9 (itself).
+  const std::vector<std::pair<uint64_t, uint32_t>> want = {{5, 1}, {5, 1}, {3, 2}, {2, 1}, {2, 2}, {4, 1}, {4, 4}};
+  EXPECT_EQ(steps(p), want);
+  EXPECT_THAT(p.shortfall, HasSubstr("active interactive KV"));
+  EXPECT_THAT(p.shortfall, HasSubstr("the requesting session's own KV"));
+}
+
+TEST(WhoMayEvictWhom, SystemTakesOnlyBackgroundAndBackgroundTakesNoSessionKv) {
+  auto st = kv_only({session(1, Priority::Background, 2, 0, 0s), session(2, Priority::System, 2, 0, 3600s),
+                     session(3, Priority::Interactive, 2, 0, 3600s)});
+  Config c;
+  c.idle_threshold = 300s;
+  auto sys = plan_eviction(st, Request::for_kv_allocation(Priority::System, 9, 10 * kBlock), kNow, c);
+  EXPECT_EQ(steps(sys), (std::vector<std::pair<uint64_t, uint32_t>>{{1, 2}}));
+  auto bg = plan_eviction(st, Request::for_kv_allocation(Priority::Background, 9, kBlock), kNow, c);
+  EXPECT_TRUE(bg.actions.empty());
+  EXPECT_FALSE(bg.satisfied);
+  // Equal priority across arenas too: a system session never takes another system session's KV.
+  for (const auto& a : sys.actions) EXPECT_NE(a.id, 2u);
+}
+
+TEST(WhoMayEvictWhom, KvAllocationTakesCachedPrefixesFirstAndIdleModelsLast) {
+  PoolState st;
+  st.sessions = {session(1, Priority::Background, 2, 0, 10s)};
+  st.cached = {CachedBlocks{7, 1, kBlock, kNow - 5s}};
+  st.models = {model(20, "idle", 8 * kBlock, 0, false, 100s), model(21, "pinned", 8 * kBlock, 0, true, 900s),
+               model(22, "used", 8 * kBlock, 1, false, 900s)};
+  auto p = plan_eviction(st, Request::for_kv_allocation(Priority::Interactive, 9, 11 * kBlock), kNow, Config{});
+  ASSERT_EQ(p.actions.size(), 3u);
+  EXPECT_EQ(p.actions[0].kind, ActionKind::DropCached);
+  EXPECT_EQ(p.actions[1].kind, ActionKind::EvictBlocks);
+  EXPECT_EQ(p.actions[2].kind, ActionKind::EvictModel);
+  EXPECT_EQ(p.actions[2].id, 20u);
+  EXPECT_TRUE(p.satisfied);
+}
+
+TEST(WhoMayEvictWhom, ModelLoadTakesCachedKvAndIdleModelsButNeverSessionKv) {
+  PoolState st;
+  st.sessions = {session(1, Priority::Background, 50, 0, 9999s)};
+  st.cached = {CachedBlocks{7, 2, kBlock, kNow - 5s}};
+  st.models = {model(20, "idle", 4 * kBlock, 0, false, 100s)};
+  auto p = plan_eviction(st, Request::for_model_load(6 * kBlock), kNow, Config{});
+  EXPECT_TRUE(p.satisfied);
+  ASSERT_EQ(p.actions.size(), 2u);
+  EXPECT_EQ(p.actions[0].kind, ActionKind::DropCached);
+  EXPECT_EQ(p.actions[1].kind, ActionKind::EvictModel);
+  // More than cached KV and idle models hold: unsatisfied, and no session KV is offered.
+  auto big = plan_eviction(st, Request::for_model_load(40 * kBlock), kNow, Config{});
+  EXPECT_FALSE(big.satisfied);
+  for (const auto& a : big.actions) EXPECT_NE(a.kind, ActionKind::EvictBlocks);
+}
+
+TEST(WhoMayEvictWhom, IdleMeansStrictlyLongerThanThreshold) {
+  Config c;
+  c.idle_threshold = 300s;
+  auto st = kv_only({session(1, Priority::Interactive, 2, 0, 300s)});
+  EXPECT_TRUE(plan_eviction(st, Request::for_kv_allocation(Priority::Interactive, 9, kBlock), kNow, c).actions.empty());
+  EXPECT_EQ(plan_eviction(st, Request::for_kv_allocation(Priority::Interactive, 9, kBlock), kNow + 1ns, c).actions.size(),
+            1u);
+}
