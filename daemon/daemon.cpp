@@ -59,10 +59,9 @@ Status Daemon::init() {
   if (!meminfo) return std::move(meminfo).error();
   const uint64_t mem_total = meminfo->count("MemTotal") ? meminfo->at("MemTotal") : 0;
 
-  auto prof = config::profile_for_memory(mem_total);
-  if (cfg_.pool.profile != "auto" && cfg_.pool.profile != "custom") prof = *config::profile_by_name(cfg_.pool.profile);
-  profile_ = cfg_.pool.profile == "custom" ? "custom" : prof.name;
-  pool_target_ = cfg_.pool.size.value_or(prof.pool_bytes);
+  const auto prof = config::effective_profile(cfg_.pool, mem_total);
+  profile_ = prof.name;
+  pool_target_ = prof.pool_bytes;
   page_size_ = cfg_.pool.page_size;
   if (page_size_ == 0 && meminfo->count("Hugepagesize")) page_size_ = meminfo->at("Hugepagesize");
   spdlog::info("profile {} (MemTotal {}): pool {}, huge page {}", profile_, format_bytes(mem_total),
@@ -96,13 +95,13 @@ Status Daemon::init() {
   auto caps = probe::probe(probe::ProbePaths{});
   spdlog::info("platform:\n{}", probe::format_report(caps));
   capabilities_ = probe::to_key_values(caps);
-  auto choice = probe::choose_mode(caps, cfg_.models.mode);
+  auto choice = probe::choose_mode(caps, config::to_string(cfg_.models.mode));
   if (!choice) return std::move(choice).error();
-  if (cfg_.pool.backend == "shmem" && choice->mode == probe::Mode::Full) {
+  if (cfg_.pool.backend == config::Backend::Shmem && choice->mode == probe::Mode::Full) {
     choice->mode = probe::Mode::SmallPages;
     choice->reason = "pool.backend = \"shmem\" in the configuration: userfaultfd on shmem";
   }
-  if (cfg_.pool.backend == "hugetlbfs" && choice->mode != probe::Mode::Full)
+  if (cfg_.pool.backend == config::Backend::Hugetlbfs && choice->mode != probe::Mode::Full)
     return make_error(ENOTSUP, "pool.backend = \"hugetlbfs\" needs the full mode, but the mode is {}: {}",
                       probe::to_string(choice->mode), choice->reason);
   mode_ = probe::to_string(choice->mode);
@@ -114,9 +113,10 @@ Status Daemon::init() {
   spdlog::info("mode {}: {}", mode_, mode_reason_);
 
   if (pool_target_ > 0) {
-    auto policy = sys::parse_numa_policy(cfg_.pool.numa_policy);
-    if (!policy) return std::move(policy).error();
-    const sys::NumaPolicy numa = *policy;
+    const sys::NumaPolicy numa = cfg_.pool.numa_policy == config::NumaPolicy::Bind ? sys::NumaPolicy::Bind
+                                 : cfg_.pool.numa_policy == config::NumaPolicy::Interleave
+                                     ? sys::NumaPolicy::Interleave
+                                     : sys::NumaPolicy::Local;
     auto nodes = sys::resolve_numa_nodes(numa, cfg_.pool.numa_nodes);
     if (!nodes) return std::move(nodes).error();
     numa_ = numa == sys::NumaPolicy::Local ? std::string("local")
@@ -126,7 +126,7 @@ Status Daemon::init() {
     // (memfd) pinned with mlock, for kernels without hugetlbfs or forced.
     std::unique_ptr<pool::PoolBackend> backend;
     const bool use_shmem =
-        choice->mode != probe::Mode::Full || cfg_.pool.backend == "shmem";
+        choice->mode != probe::Mode::Full || cfg_.pool.backend == config::Backend::Shmem;
     if (use_shmem) {
       pool::ShmemOptions so;
       so.unit = cfg_.pool.page_size;
@@ -157,9 +157,9 @@ Status Daemon::init() {
     pgo.prefetch_window = cfg_.models.prefetch_window;
     pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
     pgo.allocate_ahead = cfg_.models.allocate_ahead;
-    pgo.direct_io = cfg_.models.direct_io == "on"    ? pager::DirectIo::On
-                    : cfg_.models.direct_io == "off" ? pager::DirectIo::Off
-                                                     : pager::DirectIo::Auto;
+    pgo.direct_io = cfg_.models.direct_io == config::DirectIo::On    ? pager::DirectIo::On
+                    : cfg_.models.direct_io == config::DirectIo::Off ? pager::DirectIo::Off
+                                                                     : pager::DirectIo::Auto;
     pgo.uffd_clients = choice->mode != probe::Mode::Cooperative;
     auto pg = pager::Pager::create(*loop_, *pool_, pgo);
     if (!pg) return std::move(pg).error();

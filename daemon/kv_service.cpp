@@ -58,7 +58,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   if (!model.meta.geometry)
     return make_error(EINVAL, "model '{}' has no llama-like KV geometry (block_count, head counts) in its metadata",
                       model.name);
-  const auto kvt = cfg_.kv_type == "q8_0" ? gguf::KvType::kQ8_0 : gguf::KvType::kF16;
+  const auto kvt = cfg_.kv_type == config::KvType::Q8_0 ? gguf::KvType::kQ8_0 : gguf::KvType::kF16;
   kv::GeometryParams gp;
   gp.bytes_per_token = gguf::kv_bytes_per_token(*model.meta.geometry, kvt);
   gp.tokens_per_block = cfg_.tokens_per_block;
@@ -137,7 +137,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   out.geometry["arena_bytes"] = sdbus::Variant(arenas_.at(*aid).region->size());
   out.geometry["chunk_bytes"] = sdbus::Variant(geo->chunk_bytes);
   out.geometry["blocks_per_chunk"] = sdbus::Variant(geo->blocks_per_chunk);
-  out.geometry["kv_type"] = sdbus::Variant(cfg_.kv_type);
+  out.geometry["kv_type"] = sdbus::Variant(std::string(config::to_string(cfg_.kv_type)));
   out.session = s.get();
   by_path_[s->path] = s->id;
   spdlog::debug("session {} ({}, uid {}) on '{}': {} per block", s->path, policy::to_string(priority), caller.uid,

@@ -1,6 +1,11 @@
 // airs-memd: the model-memory daemon. Wiring only: parse the command line,
 // load and validate the configuration, build the Daemon, run its loop.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -8,7 +13,32 @@
 
 #include "config/config.hpp"
 #include "daemon/daemon.hpp"
+#include "sys/numa.hpp"
+#include "sys/procfs.hpp"
 #include "util/log.hpp"
+
+namespace {
+
+// What config::check_machine checks against, read from this host. A fact
+// that cannot be read stays unknown (that check is skipped; the daemon's
+// start reports the real failure).
+airs::config::MachineFacts read_machine_facts() {
+  airs::config::MachineFacts m;
+  if (auto mi = airs::sys::read_meminfo(); mi && mi->count("MemTotal")) m.mem_total = mi->at("MemTotal");
+  if (auto nodes = airs::sys::read_node_list(airs::sys::kNodeHasMemory)) m.nodes_with_memory = *nodes;
+  m.check_file = [](const std::string& path) -> airs::Status {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      return airs::make_error(errno, "{}: {}", path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return airs::make_error(EINVAL, "{} is not a regular file", path);
+    if (::access(path.c_str(), R_OK) != 0)
+      return airs::make_error(errno, "{} is not readable: {}", path, std::strerror(errno));
+    return {};
+  };
+  return m;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"airs-memd — huge-page model pool, lazy GGUF loading and paged KV cache for on-device LLM inference"};
@@ -33,6 +63,12 @@ int main(int argc, char** argv) {
   auto cfg = airs::config::load(config_path, dropin_dir, !explicit_config);
   if (!cfg) {
     std::fprintf(stderr, "airs-memd: configuration: %s\n", cfg.error().message.c_str());
+    return 2;
+  }
+  // The host-dependent checks (NUMA nodes, pool size against MemTotal,
+  // preload files) run for --check-config and at start alike.
+  if (auto st = airs::config::check_machine(*cfg, read_machine_facts()); !st) {
+    std::fprintf(stderr, "airs-memd: configuration: %s\n", st.error().message.c_str());
     return 2;
   }
   if (check_config) {

@@ -24,9 +24,9 @@ constexpr const char* kDamonAdmin = "/sys/kernel/mm/damon/admin/kdamonds";
 
 pressure::Config monitor_config(const config::PressureConfig& c) {
   pressure::Config m;
-  m.source = c.source == "psi"    ? pressure::Source::PsiTriggers
-             : c.source == "poll" ? pressure::Source::PollPsi
-                                  : pressure::Source::Auto;
+  m.source = c.source == config::PressureSource::Psi    ? pressure::Source::PsiTriggers
+             : c.source == config::PressureSource::Poll ? pressure::Source::PollPsi
+                                                        : pressure::Source::Auto;
   m.mild = {sys::PsiKind::Some, c.some_threshold, c.some_window};
   m.severe = {sys::PsiKind::Full, c.full_threshold, c.full_window};
   m.poll_interval = c.poll_interval;
@@ -107,7 +107,7 @@ Result<std::unique_ptr<PressureLoop>> PressureLoop::create(sys::EventLoop& loop,
   auto m = pressure::PressureMonitor::create(loop, mc, [raw = p.get()](policy::Level now, policy::Level before) {
     raw->on_level(now, before);
   });
-  if (!m && cfg.pressure.source == "poll") {
+  if (!m && cfg.pressure.source == config::PressureSource::Poll) {
     // "poll" means the PSI file if it can be read, else MemAvailable.
     mc.source = pressure::Source::PollMeminfo;
     m = pressure::PressureMonitor::create(loop, mc, [raw = p.get()](policy::Level now, policy::Level before) {

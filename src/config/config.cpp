@@ -1,16 +1,100 @@
 #include "config/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
+#include <span>
+#include <type_traits>
+#include <utility>
 
 #include <toml++/toml.h>
 
 #include "util/units.hpp"
 
 namespace airs::config {
+namespace {
+
+template <typename E>
+using WordTable = std::span<const std::pair<E, const char*>>;
+
+template <typename E>
+WordTable<E> words();
+
+#define AIRS_CONFIG_WORDS(E, ...)                                            \
+  template <>                                                                \
+  WordTable<E> words<E>() {                                                  \
+    static constexpr std::pair<E, const char*> kWords[] = {__VA_ARGS__};     \
+    return kWords;                                                           \
+  }
+AIRS_CONFIG_WORDS(ProfileChoice, {ProfileChoice::Auto, "auto"}, {ProfileChoice::Gb2, "2gb"},
+                  {ProfileChoice::Gb4, "4gb"}, {ProfileChoice::Gb8, "8gb"}, {ProfileChoice::Custom, "custom"})
+AIRS_CONFIG_WORDS(Backend, {Backend::Auto, "auto"}, {Backend::Hugetlbfs, "hugetlbfs"}, {Backend::Shmem, "shmem"})
+AIRS_CONFIG_WORDS(NumaPolicy, {NumaPolicy::Local, "local"}, {NumaPolicy::Bind, "bind"},
+                  {NumaPolicy::Interleave, "interleave"})
+AIRS_CONFIG_WORDS(ModeChoice, {ModeChoice::Auto, "auto"}, {ModeChoice::Full, "full"},
+                  {ModeChoice::SmallPages, "small-pages"}, {ModeChoice::Cooperative, "cooperative"})
+AIRS_CONFIG_WORDS(DirectIo, {DirectIo::Auto, "auto"}, {DirectIo::On, "on"}, {DirectIo::Off, "off"})
+AIRS_CONFIG_WORDS(KvType, {KvType::F16, "f16"}, {KvType::Q8_0, "q8_0"})
+AIRS_CONFIG_WORDS(PressureSource, {PressureSource::Auto, "auto"}, {PressureSource::Psi, "psi"},
+                  {PressureSource::Poll, "poll"})
+#undef AIRS_CONFIG_WORDS
+
+template <typename E>
+const char* word_of(E v) {
+  for (const auto& [e, w] : words<E>())
+    if (e == v) return w;
+  return "?";
+}
+
+}  // namespace
+
+const char* to_string(ProfileChoice v) { return word_of(v); }
+const char* to_string(Backend v) { return word_of(v); }
+const char* to_string(NumaPolicy v) { return word_of(v); }
+const char* to_string(ModeChoice v) { return word_of(v); }
+const char* to_string(DirectIo v) { return word_of(v); }
+const char* to_string(KvType v) { return word_of(v); }
+const char* to_string(PressureSource v) { return word_of(v); }
+
+template <typename E>
+std::optional<E> parse_enum(std::string_view word) {
+  for (const auto& [e, w] : words<E>())
+    if (word == w) return e;
+  return std::nullopt;
+}
+
+template <typename E>
+std::string accepted_words() {
+  std::string list;
+  for (const auto& [e, w] : words<E>()) list += (list.empty() ? "" : ", ") + std::string(w);
+  return list;
+}
+
+#define AIRS_CONFIG_INSTANTIATE(E)                                  \
+  template std::optional<E> parse_enum<E>(std::string_view word); \
+  template std::string accepted_words<E>();
+AIRS_CONFIG_INSTANTIATE(ProfileChoice)
+AIRS_CONFIG_INSTANTIATE(Backend)
+AIRS_CONFIG_INSTANTIATE(NumaPolicy)
+AIRS_CONFIG_INSTANTIATE(ModeChoice)
+AIRS_CONFIG_INSTANTIATE(DirectIo)
+AIRS_CONFIG_INSTANTIATE(KvType)
+AIRS_CONFIG_INSTANTIATE(PressureSource)
+#undef AIRS_CONFIG_INSTANTIATE
+
+uint64_t PoolShare::resolve(uint64_t pool_bytes) const {
+  if (percent == 0) return bytes;
+  if (percent >= 100) return UINT64_MAX;
+  // pool_bytes * percent / 100 without overflowing.
+  return pool_bytes / 100 * percent + pool_bytes % 100 * percent / 100;
+}
+
 namespace {
 
 // Reads the keys of one [section], remembering which were consumed so the
@@ -37,6 +121,41 @@ class Section {
       return {};
     }
     return bad(key, "expected true or false");
+  }
+  template <typename E>
+    requires std::is_enum_v<E>
+  Status get(std::string_view key, E& out) {
+    auto n = node(key);
+    if (!n) return {};
+    auto v = n->value<std::string>();
+    if (!v) return bad(key, fmt::format("expected a string, one of: {}", accepted_words<E>()));
+    auto e = parse_enum<E>(*v);
+    if (!e) return bad(key, fmt::format("'{}' is not one of: {}", *v, accepted_words<E>()));
+    out = *e;
+    return {};
+  }
+  // A size, or a percentage of the pool ("50%", 1 to 100).
+  Status get_share(std::string_view key, PoolShare& out) {
+    auto n = node(key);
+    if (!n) return {};
+    if (auto s = n->value<std::string>(); s && !s->empty() && s->back() == '%') {
+      const std::string_view num = std::string_view(*s).substr(0, s->size() - 1);
+      uint32_t p = 0;
+      bool ok = !num.empty() && num.size() <= 3;
+      for (char ch : num) {
+        if (ch < '0' || ch > '9') ok = false;
+        else p = p * 10 + static_cast<uint32_t>(ch - '0');
+      }
+      if (!ok || p < 1 || p > 100)
+        return bad(key, fmt::format("'{}' is not a percentage from 1% to 100% (\"100%\" = unlimited)", *s));
+      out = PoolShare{0, p};
+      return {};
+    }
+    uint64_t b = 0;
+    AIRS_TRY(get_bytes(key, b));
+    if (b == 0) return bad(key, "0 would allow no model at all (use \"100%\" for unlimited)");
+    out = PoolShare{b, 0};
+    return {};
   }
   template <typename Int>
   Status get_int(std::string_view key, Int& out, int64_t min, int64_t max) {
@@ -135,6 +254,7 @@ class Section {
   }
 
   static std::optional<std::chrono::microseconds> parse_duration(std::string_view s) {
+    if (s == "0") return std::chrono::microseconds(0);  // zero needs no unit
     uint64_t n = 0;
     size_t i = 0;
     while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
@@ -195,6 +315,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get("metrics_file", c.daemon.metrics_file));
     AIRS_TRY(s.get_duration("metrics_interval", c.daemon.metrics_interval));
     AIRS_TRY(s.get("admin_group", c.daemon.admin_group));
+    AIRS_TRY(s.get("trusted_group", c.daemon.trusted_group));
     AIRS_TRY(s.finish());
   }
   {
@@ -218,6 +339,10 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get("direct_io", c.models.direct_io));
     AIRS_TRY(s.get_bytes("warmup_rate", c.models.warmup_rate));
     AIRS_TRY(s.get("pinned", c.models.pinned));
+    AIRS_TRY(s.get_int("max_models_per_uid", c.models.max_models_per_uid, 0, 1 << 20));
+    AIRS_TRY(s.get_share("max_pool_bytes_per_uid", c.models.max_pool_bytes_per_uid));
+    AIRS_TRY(s.get_duration("keep_alive", c.models.keep_alive));
+    AIRS_TRY(s.get("preload", c.models.preload));
     AIRS_TRY(s.finish());
   }
   {
@@ -259,6 +384,18 @@ Status one_of(std::string_view key, const std::string& v, std::initializer_list<
   for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
   return make_error(EINVAL, "{} = '{}' is not one of: {}", key, v, list);
 }
+
+// A group name as getgrnam(3) could know it: no spaces, colons or control
+// characters (useradd's rules are stricter; this only catches typos that
+// can never name a group).
+bool plausible_group(const std::string& g) {
+  if (g.size() > 32) return false;
+  for (char c : g) {
+    const auto ch = static_cast<unsigned char>(c);
+    if (ch <= ' ' || ch == ':' || ch == ',' || ch == 0x7f) return false;
+  }
+  return true;
+}
 }  // namespace
 
 Status validate(const Config& c) {
@@ -266,19 +403,30 @@ Status validate(const Config& c) {
   if (c.daemon.bus.empty()) return make_error(EINVAL, "daemon.bus is empty (use \"system\" or a D-Bus address)");
   if (c.daemon.metrics_interval < std::chrono::milliseconds(100))
     return make_error(EINVAL, "daemon.metrics_interval must be at least 100ms");
-  AIRS_TRY(one_of("pool.profile", c.pool.profile, {"auto", "2gb", "4gb", "8gb", "custom"}));
-  if (c.pool.profile == "custom" && !c.pool.size)
+  for (auto [key, g] : {std::pair{"daemon.admin_group", &c.daemon.admin_group},
+                        std::pair{"daemon.trusted_group", &c.daemon.trusted_group}})
+    if (!plausible_group(*g))
+      return make_error(EINVAL, "{} = '{}' is not a group name (empty = root only)", key, *g);
+  if (c.pool.profile == ProfileChoice::Custom && !c.pool.size)
     return make_error(EINVAL, "pool.profile = \"custom\" needs pool.size");
+  if (c.pool.size && *c.pool.size == 0 && c.pool.profile != ProfileChoice::Gb2)
+    return make_error(EINVAL,
+                      "pool.size = 0: use profile = \"2gb\" for cloud-only (no local pool), or give a pool size");
   if (c.pool.page_size != 0 && !is_pow2(c.pool.page_size))
     return make_error(EINVAL, "pool.page_size = {} is not a power of two", c.pool.page_size);
-  AIRS_TRY(one_of("pool.backend", c.pool.backend, {"auto", "hugetlbfs", "shmem"}));
-  AIRS_TRY(one_of("pool.numa_policy", c.pool.numa_policy, {"local", "bind", "interleave"}));
-  if (c.pool.numa_policy == "bind" && c.pool.numa_nodes.empty())
+  if (c.pool.numa_policy == NumaPolicy::Bind && c.pool.numa_nodes.empty())
     return make_error(EINVAL, "pool.numa_policy = \"bind\" needs pool.numa_nodes");
-  AIRS_TRY(one_of("models.mode", c.models.mode, {"auto", "full", "small-pages", "cooperative"}));
-  AIRS_TRY(one_of("models.direct_io", c.models.direct_io, {"auto", "on", "off"}));
-  AIRS_TRY(one_of("kv.kv_type", c.kv.kv_type, {"f16", "q8_0"}));
-  AIRS_TRY(one_of("pressure.source", c.pressure.source, {"auto", "psi", "poll"}));
+  if (c.models.max_pool_bytes_per_uid.percent > 100 ||
+      (c.models.max_pool_bytes_per_uid.percent == 0) == (c.models.max_pool_bytes_per_uid.bytes == 0))
+    return make_error(EINVAL, "models.max_pool_bytes_per_uid must be a size or a percentage from 1% to 100%");
+  {
+    std::set<std::string> seen;
+    for (const auto& p : c.models.preload) {
+      if (p.empty() || p.front() != '/')
+        return make_error(EINVAL, "models.preload: '{}' is not an absolute path (give the GGUF file's full path)", p);
+      if (!seen.insert(p).second) return make_error(EINVAL, "models.preload: '{}' is listed twice", p);
+    }
+  }
   for (auto [name, thr, win] : {std::tuple{"some", c.pressure.some_threshold, c.pressure.some_window},
                                 std::tuple{"full", c.pressure.full_threshold, c.pressure.full_window}}) {
     if (win < std::chrono::milliseconds(500) || win > std::chrono::seconds(10))
@@ -291,19 +439,84 @@ Status validate(const Config& c) {
   return {};
 }
 
+Status check_machine(const Config& c, const MachineFacts& m) {
+  if (!c.pool.numa_nodes.empty() && !m.nodes_with_memory.empty()) {
+    std::string have;
+    for (size_t i = 0; i < m.nodes_with_memory.size(); ++i)
+      have += fmt::format("{}{}", i ? ", " : "", m.nodes_with_memory[i]);
+    for (int n : c.pool.numa_nodes)
+      if (std::find(m.nodes_with_memory.begin(), m.nodes_with_memory.end(), n) == m.nodes_with_memory.end())
+        return make_error(EINVAL, "pool.numa_nodes: node {} has no memory on this machine (nodes with memory: {})", n,
+                          have);
+  }
+  if (m.mem_total != 0) {
+    const auto prof = effective_profile(c.pool, m.mem_total);
+    if (prof.pool_bytes > m.mem_total)
+      return make_error(EINVAL, "pool size {} ({} bytes) is larger than MemTotal {} ({} bytes); set pool.size lower",
+                        format_bytes(prof.pool_bytes), prof.pool_bytes, format_bytes(m.mem_total), m.mem_total);
+    if (prof.pool_bytes > 0 && m.mem_total - prof.pool_bytes < kMinMemoryLeft)
+      return make_error(EINVAL,
+                        "pool size {} ({} bytes) leaves only {} of MemTotal {} ({} bytes) to the system; at least {} "
+                        "must stay: set pool.size lower",
+                        format_bytes(prof.pool_bytes), prof.pool_bytes, format_bytes(m.mem_total - prof.pool_bytes),
+                        format_bytes(m.mem_total), m.mem_total, format_bytes(kMinMemoryLeft));
+  }
+  if (m.check_file)
+    for (const auto& p : c.models.preload)
+      if (auto st = m.check_file(p); !st)
+        return make_error(st.error().code, "models.preload: {}", st.error().message);
+  return {};
+}
+
+namespace {
+// Reads a configuration file: regular files only, at most
+// kMaxConfigFileBytes. O_NONBLOCK so a FIFO cannot block the open; the
+// checks run on the opened file, so nothing changes between check and read.
+Result<std::string> read_config_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return make_error(errno, "cannot read {}: {}", path, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "cannot stat {}: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return make_error(EINVAL, "configuration {} is {}, not a regular file", path, what);
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxConfigFileBytes)
+    return make_error(EFBIG, "configuration {} is {} bytes, more than the {} a configuration file may have", path,
+                      st.st_size, format_bytes(kMaxConfigFileBytes));
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(errno, "cannot read {}: {}", path, std::strerror(errno));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigFileBytes)  // grew while being read
+      return make_error(EFBIG, "configuration {} is more than {}", path, format_bytes(kMaxConfigFileBytes));
+  }
+  return text;
+}
+}  // namespace
+
 Result<Config> load(const std::string& path, const std::string& dropin_dir, bool optional_main) {
   namespace fs = std::filesystem;
-  auto read = [](const fs::path& p) -> Result<std::string> {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return make_error(ENOENT, "cannot read {}", p.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   Config c;
   std::error_code ec;
-  if (fs::exists(path, ec)) {
-    auto text = read(path);
+  // symlink_status too: a dangling symlink is not "absent", it is an error.
+  if (fs::exists(path, ec) || fs::is_symlink(fs::symlink_status(path, ec))) {
+    auto text = read_config_file(path);
     if (!text) return std::move(text).error();
     auto r = parse(*text, path, std::move(c));
     if (!r) return std::move(r).error();
@@ -311,13 +524,16 @@ Result<Config> load(const std::string& path, const std::string& dropin_dir, bool
   } else if (!optional_main) {
     return make_error(ENOENT, "config file {} does not exist", path);
   }
-  if (!dropin_dir.empty() && fs::is_directory(dropin_dir, ec)) {
+  if (!dropin_dir.empty() && fs::exists(dropin_dir, ec)) {
+    if (!fs::is_directory(dropin_dir, ec))
+      return make_error(ENOTDIR, "drop-in directory {} is not a directory", dropin_dir);
     std::vector<fs::path> files;
     for (auto& e : fs::directory_iterator(dropin_dir, ec))
       if (e.path().extension() == ".conf") files.push_back(e.path());
+    if (ec) return make_error(ec.value(), "cannot list drop-in directory {}: {}", dropin_dir, ec.message());
     std::sort(files.begin(), files.end());
     for (auto& f : files) {
-      auto text = read(f);
+      auto text = read_config_file(f.string());
       if (!text) return std::move(text).error();
       auto r = parse(*text, f.string(), std::move(c));
       if (!r) return std::move(r).error();
@@ -332,40 +548,61 @@ std::string to_toml(const Config& c) {
   // The coarsest unit that is exact, so the output reads back to the same value.
   auto us = [](auto d) {
     const auto u = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+    if (u == 0) return std::string("\"0\"");
     return u % 1000 == 0 ? fmt::format("\"{}ms\"", u / 1000) : fmt::format("\"{}us\"", u);
   };
-  auto strs = [](const std::vector<std::string>& v) {
+  auto secs = [](std::chrono::seconds d) {
+    return d.count() == 0 ? std::string("\"0\"") : fmt::format("\"{}s\"", d.count());
+  };
+  auto share = [](const PoolShare& p) {
+    return p.percent != 0 ? fmt::format("\"{}%\"", p.percent) : fmt::format("{}", p.bytes);
+  };
+  // A TOML basic string (paths may hold quotes or backslashes).
+  auto quote = [](const std::string& v) {
+    std::string q = "\"";
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') q += '\\';
+      q += ch;
+    }
+    return q + "\"";
+  };
+  auto strs = [&quote](const std::vector<std::string>& v) {
     std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}\"{}\"", i ? ", " : "", v[i]);
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i]);
     return s + "]";
   };
   std::string out;
-  out += fmt::format("[daemon]\nbus = \"{}\"\nlog_level = \"{}\"\nmetrics_file = \"{}\"\nmetrics_interval = {}\nadmin_group = \"{}\"\n\n",
-                     c.daemon.bus, c.daemon.log_level, c.daemon.metrics_file, us(c.daemon.metrics_interval),
-                     c.daemon.admin_group);
+  out += fmt::format(
+      "[daemon]\nbus = \"{}\"\nlog_level = \"{}\"\nmetrics_file = \"{}\"\nmetrics_interval = {}\nadmin_group = \"{}\"\n"
+      "trusted_group = \"{}\"\n\n",
+      c.daemon.bus, c.daemon.log_level, c.daemon.metrics_file, us(c.daemon.metrics_interval), c.daemon.admin_group,
+      c.daemon.trusted_group);
   std::string nodes = "[";
   for (size_t i = 0; i < c.pool.numa_nodes.size(); ++i) nodes += fmt::format("{}{}", i ? ", " : "", c.pool.numa_nodes[i]);
   nodes += "]";
   out += fmt::format(
       "[pool]\nprofile = \"{}\"\nsize = {}\npage_size = {}\nbackend = \"{}\"\nhugetlbfs_mount = \"{}\"\n"
       "grow_nr_hugepages = {}\nnuma_policy = \"{}\"\nnuma_nodes = {}\n\n",
-      c.pool.profile, c.pool.size ? fmt::format("{}", *c.pool.size) : "\"auto\"", c.pool.page_size, c.pool.backend,
-      c.pool.hugetlbfs_mount, c.pool.grow_nr_hugepages, c.pool.numa_policy, nodes);
+      to_string(c.pool.profile), c.pool.size ? fmt::format("{}", *c.pool.size) : "\"auto\"", c.pool.page_size,
+      to_string(c.pool.backend), c.pool.hugetlbfs_mount, c.pool.grow_nr_hugepages, to_string(c.pool.numa_policy),
+      nodes);
   out += fmt::format(
       "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\ndirect_io = \"{}\"\n"
-      "warmup_rate = {}\npinned = {}\n\n",
-      c.models.mode, c.models.prefetch_window, c.models.queue_depth, c.models.allocate_ahead, c.models.direct_io,
-      c.models.warmup_rate, strs(c.models.pinned));
+      "warmup_rate = {}\npinned = {}\nmax_models_per_uid = {}\nmax_pool_bytes_per_uid = {}\nkeep_alive = {}\n"
+      "preload = {}\n\n",
+      to_string(c.models.mode), c.models.prefetch_window, c.models.queue_depth, c.models.allocate_ahead,
+      to_string(c.models.direct_io), c.models.warmup_rate, strs(c.models.pinned), c.models.max_models_per_uid,
+      share(c.models.max_pool_bytes_per_uid), secs(c.models.keep_alive), strs(c.models.preload));
   out += fmt::format(
       "[kv]\ntokens_per_block = {}\nkv_type = \"{}\"\nidle_threshold = \"{}s\"\nmax_sessions_per_uid = {}\n"
       "max_blocks_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\n\n",
-      c.kv.tokens_per_block, c.kv.kv_type, c.kv.idle_threshold.count(), c.kv.max_sessions_per_uid,
+      c.kv.tokens_per_block, to_string(c.kv.kv_type), c.kv.idle_threshold.count(), c.kv.max_sessions_per_uid,
       c.kv.max_blocks_per_uid, c.kv.max_fds_per_uid, c.kv.max_arena_bytes);
   out += fmt::format(
       "[pressure]\nsource = \"{}\"\nsome_threshold = {}\nsome_window = {}\nfull_threshold = {}\nfull_window = {}\n"
       "poll_interval = {}\nmem_available_low = {}\ntarget_some_bytes = {}\ntarget_full_bytes = {}\n"
       "min_eviction_interval = {}\ngrow_after = \"{}s\"\nresize_pool = {}\n",
-      c.pressure.source, us(c.pressure.some_threshold), us(c.pressure.some_window), us(c.pressure.full_threshold),
+      to_string(c.pressure.source), us(c.pressure.some_threshold), us(c.pressure.some_window), us(c.pressure.full_threshold),
       us(c.pressure.full_window), us(c.pressure.poll_interval), c.pressure.mem_available_low,
       c.pressure.target_some_bytes, c.pressure.target_full_bytes, us(c.pressure.min_eviction_interval),
       c.pressure.grow_after.count(), c.pressure.resize_pool);
@@ -385,6 +622,17 @@ std::optional<Profile> profile_by_name(std::string_view name) {
   if (name == "4gb") return Profile{"4gb", 2 * kGiB};
   if (name == "8gb") return Profile{"8gb", 4 * kGiB};
   return std::nullopt;
+}
+
+Profile effective_profile(const PoolConfig& pool, uint64_t mem_total_bytes) {
+  Profile p;
+  switch (pool.profile) {
+    case ProfileChoice::Auto: p = profile_for_memory(mem_total_bytes); break;
+    case ProfileChoice::Custom: p = Profile{"custom", 0}; break;
+    default: p = *profile_by_name(to_string(pool.profile)); break;
+  }
+  if (pool.size) p.pool_bytes = *pool.size;
+  return p;
 }
 
 }  // namespace airs::config
