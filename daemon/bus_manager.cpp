@@ -3,6 +3,7 @@
 #include "daemon/daemon.hpp"
 #include "daemon/pressure_loop.hpp"
 #include "dbus/names.hpp"
+#include "util/text.hpp"
 
 namespace airs::daemon {
 
@@ -20,7 +21,14 @@ dbus::Dict ManagerObject::GetStatus() {
 
 sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd& gguf_fd, const dbus::Dict& options) {
   const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
-  auto r = d_.load_model(c, gguf_fd.get(), dbus::get<std::string>(options, "name").value_or(""));
+  dbus::check_options(options, {{"name", "s"}}, "LoadModel");
+  const std::string name = dbus::get<std::string>(options, "name").value_or("");
+  if (options.contains("name") && !is_valid_name(name))
+    dbus::throw_error(dbus::kErrInvalidArgument,
+                      fmt::format("LoadModel: option 'name' must be 1-{} printable characters without control "
+                                  "characters, quotes or backslashes (got '{}')",
+                                  kMaxNameBytes, printable_name(name)));
+  auto r = d_.load_model(c, gguf_fd.get(), name);
   if (!r) dbus::throw_error(r.error());
   return sdbus::ObjectPath(*r);
 }
@@ -34,7 +42,7 @@ std::vector<dbus::Dict> ManagerObject::ListModels() {
 void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool& force) {
   const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
   d_.require_admin(c, "Unload");
-  auto r = d_.unload_model(model, force);
+  auto r = d_.unload_model(model, force, fmt::format("uid {} ({})", c.uid, c.name));
   if (!r) dbus::throw_error(r.error());
 }
 
@@ -49,8 +57,9 @@ dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
 }
 
 std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
-    const sdbus::ObjectPath& model, const std::string& priority, const dbus::Dict&) {
+    const sdbus::ObjectPath& model, const std::string& priority, const dbus::Dict& options) {
   const auto& c = d_.identities().of(*getObject().getCurrentlyProcessedMessage());
+  dbus::check_options(options, {}, "CreateSession");
   auto [path, arena, notice, event, geo] = d_.create_session(c, model, priority);
   return {sdbus::ObjectPath(path), sdbus::UnixFd(arena.release(), sdbus::adopt_fd),
           sdbus::UnixFd(notice.release(), sdbus::adopt_fd), sdbus::UnixFd(event.release(), sdbus::adopt_fd), geo};

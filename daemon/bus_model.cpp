@@ -2,13 +2,24 @@
 
 #include <fcntl.h>
 
+#include <spdlog/spdlog.h>
+
 #include "daemon/daemon.hpp"
 #include "dbus/names.hpp"
+#include "sys/uffd.hpp"
 
 namespace airs::daemon {
 namespace {
 // Takes ownership of a dup of a received fd (sdbus::UnixFd closes its own).
 sys::UniqueFd take(const sdbus::UnixFd& fd) { return sys::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3)); }
+
+sdbus::Error bus_error(const Error& e) {
+  try {
+    dbus::throw_error(e);
+  } catch (const sdbus::Error& be) {
+    return be;
+  }
+}
 }  // namespace
 
 ModelObject::ModelObject(sdbus::IConnection& bus, Daemon& daemon, uint64_t model_id, const std::string& path)
@@ -16,64 +27,133 @@ ModelObject::ModelObject(sdbus::IConnection& bus, Daemon& daemon, uint64_t model
   registerAdaptor();
 }
 
-ModelObject::~ModelObject() { unregisterAdaptor(); }
+ModelObject::~ModelObject() {
+  fail_pending("the daemon is shutting down");
+  unregisterAdaptor();
+}
 
 ModelEntry& ModelObject::entry() {
-  for (auto* m : d_.models().all())
-    if (m->id == id_) return *m;
+  if (auto* m = d_.models().find(id_)) return *m;
   dbus::throw_error(dbus::kErrNotFound, "model " + getObject().getObjectPath() + " is no longer loaded");
 }
 
 const dbus::Caller& ModelObject::caller() { return d_.identities().of(*getObject().getCurrentlyProcessedMessage()); }
 
-std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::Open(const dbus::Dict& options) {
-  const auto& c = caller();
-  auto& m = entry();
-  d_.check_fd_quota(c, 2);
-  const bool lazy = dbus::get<bool>(options, "lazy").value_or(true);
-  auto r = d_.models().open(m, c.name, lazy);
+Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObject::open_for(const dbus::Caller& c,
+                                                                                           int proof, bool lazy,
+                                                                                           bool nowait) {
+  auto* m = d_.models().find(id_);
+  if (m == nullptr) return make_error(ENOENT, "model {} is no longer loaded", getObject().getObjectPath());
+  try {
+    d_.check_fd_quota(c, 2);
+  } catch (const sdbus::Error& e) {
+    return make_error(EDQUOT, "{}", e.getMessage());
+  }
+  auto r = d_.models().open(*m, c.name, proof, lazy, nowait);
   if (!r) {
     d_.fds_returned(c, 2);  // nothing was handed out
-    dbus::throw_error(r.error());
+    return std::move(r).error();
   }
   dbus::Dict info;
   info["mode"] = sdbus::Variant(d_.mode());
   info["resident"] = sdbus::Variant(r->resident);
   info["unit_size"] = sdbus::Variant(r->unit_size);
-  info["file_size"] = sdbus::Variant(m.file_size);
-  info["name"] = sdbus::Variant(m.name);
-  info["layers"] = sdbus::Variant(static_cast<uint64_t>(m.meta.n_layers));
+  info["file_size"] = sdbus::Variant(m->file.size);
+  info["name"] = sdbus::Variant(m->name);
+  info["layers"] = sdbus::Variant(static_cast<uint64_t>(m->meta.n_layers));
+  info["lazy"] = sdbus::Variant(lazy);
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
-  return {sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size, sdbus::UnixFd(r->status.release(), sdbus::adopt_fd),
-          std::move(info)};
+  return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
+                    sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), std::move(info)};
+}
+
+void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) {
+  try {
+    const auto& c = caller();
+    dbus::check_options(options, {{"wait", "b"}}, "Open");
+    const bool wait = dbus::get<bool>(options, "wait").value_or(true);
+    if (!wait && d_.mode() != "cooperative")
+      dbus::throw_error(dbus::kErrInvalidArgument,
+                        "Open: \"wait\": false is for the cooperative mode (per-layer waits on the status page); "
+                        "this daemon runs in mode '" + d_.mode() + "': a plain mapping must wait until resident");
+    (void)entry();
+    auto r = open_for(c, gguf_fd.get(), false, !wait);
+    if (r) return result.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
+    if (r.error().code != EAGAIN) return result.returnError(bus_error(r.error()));
+    // Not resident yet: answer once it is (the proof fd is checked again then).
+    pending_.push_back(Pending{std::move(result), c.name, take(gguf_fd)});
+  } catch (const sdbus::Error& e) {
+    result.returnError(e);
+  }
+}
+
+void ModelObject::complete_pending() {
+  auto waiting = std::move(pending_);
+  pending_.clear();
+  for (auto& p : waiting) {
+    const dbus::Caller* c = d_.identities().find(p.caller);
+    if (c == nullptr) continue;  // left the bus meanwhile
+    auto r = open_for(*c, p.proof.get(), false, false);
+    if (r) {
+      p.reply.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
+    } else if (r.error().code == EAGAIN) {
+      pending_.push_back(std::move(p));
+    } else {
+      p.reply.returnError(bus_error(r.error()));
+    }
+  }
+}
+
+void ModelObject::fail_pending(const std::string& why) {
+  auto waiting = std::move(pending_);
+  pending_.clear();
+  for (auto& p : waiting) {
+    try {
+      p.reply.returnError(sdbus::Error(dbus::kErrNotFound, why));
+    } catch (const sdbus::Error& e) {
+      spdlog::debug("answering a waiting Open: {}", e.getMessage());
+    }
+  }
+}
+
+std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::OpenLazy(const sdbus::UnixFd& gguf_fd,
+                                                                                    const sdbus::UnixFd& uffd,
+                                                                                    const dbus::Dict& options) {
+  const auto& c = caller();
+  dbus::check_options(options, {}, "OpenLazy");
+  auto& m = entry();
+  if (!d_.is_trusted(c))
+    dbus::throw_error(dbus::kErrAccessDenied,
+                      fmt::format("OpenLazy on model '{}': uid {} is not trusted with a writable region (root, "
+                                  "daemon.trusted_group or daemon.admin_group only); use Open, which waits until the "
+                                  "model is resident",
+                                  m.name, c.uid));
+  if (!sys::is_userfaultfd(uffd.get()))
+    dbus::throw_error(dbus::kErrInvalidArgument,
+                      "OpenLazy: the uffd argument is not a userfaultfd; a client that cannot create one uses Open");
+  auto r = open_for(c, gguf_fd.get(), true, false);
+  if (!r) dbus::throw_error(r.error());
+  return std::move(*r);
 }
 
 void ModelObject::Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uffd, const uint64_t& addr,
                          const uint64_t& length) {
   const auto& c = caller();
   auto& m = entry();
+  if (!d_.is_trusted(c))
+    dbus::throw_error(dbus::kErrAccessDenied, fmt::format("Attach on model '{}': uid {} is not trusted", m.name, c.uid));
   auto s = d_.models().attach(m, c, take(notify_fd), take(uffd), addr, length);
   if (!s) dbus::throw_error(s.error());
-}
-
-void ModelObject::Watch(const sdbus::UnixFd&) {
-  dbus::throw_error(dbus::kErrUnsupported,
-                    "Watch is for the cooperative mode; this daemon runs in mode '" + d_.mode() + "': use Attach");
-}
-
-void ModelObject::Detach(const uint64_t&) {
-  dbus::throw_error(dbus::kErrUnsupported, "Detach: release the model instead (Release drops its mappings)");
 }
 
 void ModelObject::Release() {
   const auto& c = caller();
   auto s = d_.models().release(entry(), c.name);
   if (!s) dbus::throw_error(s.error());
-  d_.fds_returned(c, 2);
 }
 
 std::string ModelObject::Name() { return entry().name; }
-uint64_t ModelObject::Size() { return entry().file_size; }
+uint64_t ModelObject::Size() { return entry().file.size; }
 uint64_t ModelObject::ResidentBytes() {
   auto s = d_.models().stats(entry());
   return s ? s->resident_bytes : 0;

@@ -1,6 +1,11 @@
-// org.aios.Airs1.Model at /org/aios/Airs1/model/<n>: Open/Attach/Release
-// for one model. The object lives as long as the model is loaded.
+// org.aios.Airs1.Model at /org/aios/Airs1/model/<n>: Open/OpenLazy/Attach/
+// Release for one model. The object lives as long as the model is loaded.
+// An Open that must wait for residency is answered later (async reply),
+// when the pager reports the model Resident, Failed or gone.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "daemon/models.hpp"
 #include "dbus/variant.hpp"
@@ -12,16 +17,29 @@ class Daemon;
 
 class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Model_adaptor, sdbus::Properties_adaptor> {
  public:
+  using OpenReply = sdbus::Result<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>;
+
   ModelObject(sdbus::IConnection& bus, Daemon& daemon, uint64_t model_id, const std::string& path);
   ~ModelObject();
   using Model_adaptor::emitResident;
 
+  // The model became resident (or failed): answer every waiting Open.
+  void complete_pending();
+  // The model is gone: every waiting Open gets NotFound with `why`.
+  void fail_pending(const std::string& why);
+
  private:
-  std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> Open(const dbus::Dict& options) override;
+  struct Pending {
+    OpenReply reply;
+    std::string caller;   // unique name
+    sys::UniqueFd proof;  // the caller's GGUF fd, checked again on completion
+  };
+  void Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) override;
+  std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> OpenLazy(const sdbus::UnixFd& gguf_fd,
+                                                                         const sdbus::UnixFd& uffd,
+                                                                         const dbus::Dict& options) override;
   void Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uffd, const uint64_t& addr,
               const uint64_t& length) override;
-  void Watch(const sdbus::UnixFd& notify_fd) override;
-  void Detach(const uint64_t& addr) override;
   void Release() override;
   std::string Name() override;
   uint64_t Size() override;
@@ -32,9 +50,13 @@ class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Mode
 
   ModelEntry& entry();
   const dbus::Caller& caller();
+  // Opens for `caller` (fd quota, proof, reference) and builds the reply.
+  Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> open_for(const dbus::Caller& c, int proof,
+                                                                                bool lazy, bool nowait);
 
   Daemon& d_;
   uint64_t id_;
+  std::vector<Pending> pending_;
 };
 
 }  // namespace airs::daemon

@@ -11,6 +11,7 @@
 #include "daemon/bus_manager.hpp"
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
+#include "daemon/evictor.hpp"
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pressure_loop.hpp"
@@ -22,6 +23,8 @@
 #include "sys/notify.hpp"
 #include "sys/numa.hpp"
 #include "sys/procfs.hpp"
+#include "sys/files.hpp"
+#include "util/text.hpp"
 #include "util/units.hpp"
 
 namespace airs::daemon {
@@ -32,6 +35,9 @@ Daemon::Daemon(Options options) : cfg_(std::move(options.config)), bus_address_(
 }
 
 Daemon::~Daemon() {
+  // The pager may still finish reads while it drains: nothing above it may
+  // hear about them any more.
+  if (pager_) pager_->set_state_listener({});
   // Bus objects first: they refer to the state below.
   session_objects_.clear();
   retired_sessions_.clear();
@@ -164,7 +170,16 @@ Status Daemon::init() {
     auto pg = pager::Pager::create(*loop_, *pool_, pgo);
     if (!pg) return std::move(pg).error();
     pager_ = std::move(pg).value();
-    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models.pinned, choice->mode == probe::Mode::Cooperative);
+    Models::Hooks mh;
+    mh.make_room = [this](uint64_t bytes, const std::string& why) {
+      return evictor_->make_room(policy::Request::for_model_load(bytes), why);
+    };
+    mh.dropped = [this](const ModelEntry& m, bool forced, const std::string& reason) {
+      on_model_dropped(m, forced, reason);
+    };
+    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
+                                       std::move(mh));
+    pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
     kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
                                       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
                                              const std::string& reason) {
@@ -172,15 +187,18 @@ Status Daemon::init() {
                                           it->second->emitEvicted(blocks, reason);
                                         if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
                                       });
+    policy::Config pc;
+    pc.idle_threshold = cfg_.kv.idle_threshold;
+    pc.target_some_bytes = cfg_.pressure.target_some_bytes;
+    pc.target_full_bytes = cfg_.pressure.target_full_bytes;
+    evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
+    kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
     // --- pressure loop (issue 5) ---
     PressureLoop::Hooks hooks;
     hooks.level_changed = [this](policy::Level level, const dbus::Dict& details) {
       if (manager_) manager_->emitPressureChanged(policy::to_string(level), details);
     };
-    hooks.model_evicted = [this](const std::string& object, uint64_t bytes, const std::string& reason) {
-      if (manager_) manager_->emitEvicted(sdbus::ObjectPath(object), std::vector<uint32_t>{}, bytes, reason);
-    };
-    auto pl = PressureLoop::create(*loop_, *pool_, *models_, *kv_, cfg_, pool_target_, std::move(hooks));
+    auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
     if (!pl) return std::move(pl).error();
     pressure_ = std::move(pl).value();
     // --- end pressure loop ---
@@ -211,6 +229,7 @@ Status Daemon::init() {
   }
 
   AIRS_TRY(connect_bus());
+  if (models_) preload_models();
   return {};
 }
 
@@ -229,29 +248,87 @@ void Daemon::write_metrics() {
 void Daemon::housekeeping() {
   // Session objects whose Close() replied are destroyed here, outside the handler.
   retired_sessions_.clear();
-  if (!models_) return;
-  // Resident signals for observers (clients learn it from their eventfd).
+  if (!models_ || cfg_.models.keep_alive.count() == 0) return;
+  // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
+  const auto now = Clock::now();
   for (auto* m : models_->all()) {
-    auto st = models_->stats(*m);
-    if (!st) continue;
-    auto& last = last_state_[m->id];
-    if (st->state != last && st->state == client::ModelLoadState::Resident) {
+    if (m->pinned || m->refcount() > 0 || kv_->sessions_on(m->id) > 0) continue;
+    if (now - m->last_used < cfg_.models.keep_alive) continue;
+    const auto idle = std::chrono::duration_cast<std::chrono::seconds>(now - m->last_used).count();
+    if (auto st = models_->unload(*m, false, false, fmt::format("idle for {} s (models.keep_alive)", idle)); !st)
+      spdlog::warn("keep-alive: {}", st.error().message);
+  }
+}
+
+void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
+  ModelEntry* m = nullptr;
+  for (auto* x : models_->all())
+    if (x->pager_id == id) m = x;
+  if (m == nullptr) return;  // still being loaded (the listener runs inside Pager::load for tiny files)
+  auto it = model_objects_.find(m->id);
+  if (state == client::ModelLoadState::Resident) {
+    if (auto st = models_->stats(*m))
       spdlog::info("model '{}' fully resident: {} read at {:.0f} MB/s{}", m->name, format_bytes(st->bytes_read),
                    st->read_mb_per_s, st->direct_io ? " (O_DIRECT)" : "");
-      if (auto it = model_objects_.find(m->id); it != model_objects_.end()) {
-        try {
-          it->second->emitResident();
-        } catch (const sdbus::Error& e) {
-          spdlog::warn("emitting Resident for '{}': {}", m->name, e.getMessage());
-        }
+    if (it != model_objects_.end()) {
+      it->second->complete_pending();
+      try {
+        it->second->emitResident();
+      } catch (const sdbus::Error& e) {
+        spdlog::warn("emitting Resident for '{}': {}", m->name, e.getMessage());
       }
     }
-    last = st->state;
+  } else if (state == client::ModelLoadState::Failed && it != model_objects_.end()) {
+    it->second->complete_pending();
+  }
+}
+
+void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason) {
+  for (auto& path : kv_->close_model(m.id, "model '" + m.name + "' unloaded: " + reason)) {
+    if (auto it = session_objects_.find(path); it != session_objects_.end()) {
+      retired_sessions_.push_back(std::move(it->second));
+      session_objects_.erase(it);
+    }
+  }
+  if (auto it = model_objects_.find(m.id); it != model_objects_.end()) {
+    it->second->fail_pending(fmt::format("model '{}' was unloaded: {}", m.name, reason));
+    model_objects_.erase(it);
+  }
+  if (manager_) {
+    try {
+      manager_->emitEvicted(sdbus::ObjectPath(m.object_path), std::vector<uint32_t>{}, m.region_bytes,
+                            forced ? "forced unload: " + reason : reason);
+    } catch (const sdbus::Error& e) {
+      spdlog::warn("emitting Evicted for '{}': {}", m.name, e.getMessage());
+    }
+  }
+}
+
+void Daemon::preload_models() {
+  for (const auto& path : cfg_.models.preload) {
+    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      spdlog::error("models.preload: {}: {}", path, std::strerror(errno));
+      continue;
+    }
+    LoadRequest req;
+    req.gguf_fd = fd.get();
+    req.uid = 0;
+    req.exempt = true;
+    auto m = models_->load(req);
+    if (!m) {
+      spdlog::error("models.preload: {}: {}", path, m.error().message);
+      continue;
+    }
+    if (!model_objects_.contains((*m)->id))
+      model_objects_.emplace((*m)->id, std::make_unique<ModelObject>(*bus_, *this, (*m)->id, (*m)->object_path));
+    preloaded_.push_back((*m)->name);
+    if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
+    spdlog::info("models.preload: '{}' from {}", (*m)->name, path);
   }
 }
 
 std::string Daemon::model_state(const ModelEntry& m) const {
-  if (m.evicted) return "evicted";
   auto st = models_->stats(m);
   if (!st) return "unknown";
   switch (st->state) {
@@ -259,6 +336,7 @@ std::string Daemon::model_state(const ModelEntry& m) const {
     case client::ModelLoadState::Resident: return "resident";
     case client::ModelLoadState::Evicted: return "evicted";
     case client::ModelLoadState::Failed: return "failed";
+    case client::ModelLoadState::Unloaded: return "unloaded";
   }
   return "unknown";
 }
@@ -267,7 +345,10 @@ dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
   dbus::Dict d;
   d["name"] = sdbus::Variant(m.name);
   d["object"] = sdbus::Variant(sdbus::ObjectPath(m.object_path));
-  d["size"] = sdbus::Variant(m.file_size);
+  d["size"] = sdbus::Variant(m.file.size);
+  d["owner_uid"] = sdbus::Variant(static_cast<uint32_t>(m.owner_uid));
+  d["sessions"] = sdbus::Variant(kv_->sessions_on(m.id));
+  d["preloaded"] = sdbus::Variant(std::find(preloaded_.begin(), preloaded_.end(), m.name) != preloaded_.end());
   d["state"] = sdbus::Variant(model_state(m));
   d["refcount"] = sdbus::Variant(m.refcount());
   uint32_t clients = 0;
@@ -277,7 +358,8 @@ dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
   d["layers"] = sdbus::Variant(static_cast<uint64_t>(m.meta.n_layers));
   d["tensors"] = sdbus::Variant(static_cast<uint64_t>(m.meta.tensors.size()));
   if (auto st = models_->stats(m)) {
-    d["resident_bytes"] = sdbus::Variant(m.evicted ? uint64_t{0} : st->resident_bytes);
+    d["resident_bytes"] = sdbus::Variant(st->resident_bytes);
+    d["pin_failed"] = sdbus::Variant(st->pin_failed);
     d["region_bytes"] = sdbus::Variant(st->region_size);
     d["bytes_read"] = sdbus::Variant(st->bytes_read);
     d["read_mb_per_s"] = sdbus::Variant(st->read_mb_per_s);
@@ -292,8 +374,14 @@ dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
 Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) {
   if (!models_)
     return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
-  auto m = models_->load(gguf_fd, name);
+  LoadRequest req;
+  req.gguf_fd = gguf_fd;
+  req.name = name;
+  req.uid = caller.uid;
+  req.exempt = is_admin(caller);
+  auto m = models_->load(req);
   if (!m) return std::move(m).error();
+  if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
   if (!model_objects_.contains((*m)->id)) {
     model_objects_.emplace((*m)->id, std::make_unique<ModelObject>(*bus_, *this, (*m)->id, (*m)->object_path));
     spdlog::debug("{} (uid {}) loaded {}", caller.name, caller.uid, (*m)->object_path);
@@ -301,17 +389,26 @@ Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, 
   return (*m)->object_path;
 }
 
-Status Daemon::unload_model(const std::string& path, bool force) {
+Status Daemon::unload_model(const std::string& path, bool force, const std::string& who) {
   if (!models_) return make_error(ENOENT, "no model {}", path);
   auto* m = models_->find_by_path(path);
   if (m == nullptr) m = models_->find_by_name(path);
   if (m == nullptr) return make_error(ENOENT, "no model {} is loaded", path);
-  if (kv_->model_in_use(m->id)) return make_error(EBUSY, "model '{}' has open KV sessions", m->name);
-  const uint64_t id = m->id;
-  AIRS_TRY(models_->unload(*m, force));
-  model_objects_.erase(id);
-  last_state_.erase(id);
-  return {};
+  return models_->unload(*m, force, kv_->sessions_on(m->id) > 0, (force ? "forced unload by " : "unload by ") + who);
+}
+
+bool Daemon::in_group(const dbus::Caller& caller, const std::string& group) const {
+  if (group.empty()) return false;
+  auto* gr = ::getgrnam(group.c_str());
+  return gr != nullptr && caller.in_group(gr->gr_gid);
+}
+
+bool Daemon::is_admin(const dbus::Caller& caller) const {
+  return caller.uid == 0 || in_group(caller, cfg_.daemon.admin_group);
+}
+
+bool Daemon::is_trusted(const dbus::Caller& caller) const {
+  return is_admin(caller) || in_group(caller, cfg_.daemon.trusted_group);
 }
 
 std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> Daemon::create_session(
@@ -335,10 +432,9 @@ std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict>
           std::move(cs.geometry)};
 }
 
-void Daemon::close_session(KvSession& s, const dbus::Caller& caller) {
+void Daemon::close_session(KvSession& s, const dbus::Caller& /*caller*/) {
   const std::string path = s.path;
   if (auto r = kv_->close(s); !r) dbus::throw_error(r.error());
-  fds_returned(caller, 3);
   if (auto it = session_objects_.find(path); it != session_objects_.end()) {
     retired_sessions_.push_back(std::move(it->second));
     session_objects_.erase(it);
@@ -347,12 +443,32 @@ void Daemon::close_session(KvSession& s, const dbus::Caller& caller) {
 
 std::vector<dbus::Dict> Daemon::list_sessions() const { return kv_ ? kv_->list() : std::vector<dbus::Dict>{}; }
 
+uint32_t Daemon::fds_held_by_uid(uid_t uid) {
+  sys::InodeSet ours, notices;
+  if (models_) models_->add_inodes(ours);
+  if (kv_) kv_->add_inodes(ours, notices);
+  uint32_t total = 0;
+  for (auto& [name, c] : fds_by_caller_) {
+    if (c.first != uid) continue;
+    const dbus::Caller* who = ids_.find(name);
+    auto n = who != nullptr ? sys::count_fds_referring_to(who->pid, ours) : Result<uint32_t>(make_error(ESRCH, "gone"));
+    // A held notice page counts twice: itself and its session's eventfd.
+    auto k = who != nullptr ? sys::count_fds_referring_to(who->pid, notices) : Result<uint32_t>(make_error(ESRCH, "gone"));
+    // Unreadable (another uid under a sandbox without CAP_SYS_PTRACE):
+    // keep counting what was handed out.
+    if (n && k) c.second = *n + 2 * *k;
+    total += c.second;
+  }
+  return total;
+}
+
 void Daemon::check_fd_quota(const dbus::Caller& caller, uint32_t n) {
   uint32_t& used = fds_by_uid_[caller.uid];
+  if (used + n > cfg_.kv.max_fds_per_uid) used = fds_held_by_uid(caller.uid);
   if (used + n > cfg_.kv.max_fds_per_uid)
     dbus::throw_error(dbus::kErrQuotaExceeded,
                       fmt::format("uid {} holds {} of its {} file descriptors from airs-memd (kv.max_fds_per_uid); "
-                                  "close sessions or release models first",
+                                  "close the fds of released models and closed sessions, or disconnect",
                                   caller.uid, used, cfg_.kv.max_fds_per_uid));
   used += n;
   auto& c = fds_by_caller_[caller.name];
@@ -368,10 +484,7 @@ void Daemon::fds_returned(const dbus::Caller& caller, uint32_t n) {
 }
 
 void Daemon::require_admin(const dbus::Caller& caller, const char* method) {
-  if (caller.uid == 0) return;
-  if (!cfg_.daemon.admin_group.empty()) {
-    if (auto* gr = ::getgrnam(cfg_.daemon.admin_group.c_str()); gr != nullptr && caller.in_group(gr->gr_gid)) return;
-  }
+  if (is_admin(caller)) return;
   dbus::throw_error(dbus::kErrAccessDenied, fmt::format("{} is an admin method: uid {} is not root{}", method, caller.uid,
                                                         cfg_.daemon.admin_group.empty()
                                                             ? ""

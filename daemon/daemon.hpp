@@ -28,6 +28,7 @@ class ModelObject;
 class SessionObject;
 class KvService;
 class PressureLoop;
+class Evictor;
 struct KvSession;
 
 struct Options {
@@ -71,11 +72,19 @@ class Daemon {
 
   // LoadModel on behalf of `caller`: returns the model's object path.
   Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name);
-  Status unload_model(const std::string& path, bool force);
+  Status unload_model(const std::string& path, bool force, const std::string& who);
+  // Root, daemon.admin_group or daemon.trusted_group: may open models
+  // lazily (a writable region fd).
+  [[nodiscard]] bool is_trusted(const dbus::Caller& caller) const;
+  [[nodiscard]] bool is_admin(const dbus::Caller& caller) const;
 
-  // Per-uid fd quota (kv.max_fds_per_uid): throws QuotaExceeded when handing
-  // `n` more fds to the caller's uid would pass it; counts them otherwise.
+  // Per-uid fd quota (kv.max_fds_per_uid) on the descriptors the uid's
+  // processes actually hold: every fd handed out counts until a recount of
+  // the processes' /proc/PID/fd shows it closed (Release and Close do not
+  // uncount: a client may keep what it was given). Throws QuotaExceeded when
+  // `n` more would pass the limit; counts them otherwise.
   void check_fd_quota(const dbus::Caller& caller, uint32_t n);
+  // `n` fds counted by check_fd_quota were not handed out after all.
   void fds_returned(const dbus::Caller& caller, uint32_t n);
   // Admin methods: root, or a member of daemon.admin_group. Throws AccessDenied.
   void require_admin(const dbus::Caller& caller, const char* method);
@@ -88,6 +97,11 @@ class Daemon {
   void on_name_owner_changed(sdbus::Message& sig);
   void on_signal();
   void housekeeping();
+  void on_model_state(pager::ModelId id, client::ModelLoadState state);
+  void on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason);
+  void preload_models();
+  [[nodiscard]] bool in_group(const dbus::Caller& caller, const std::string& group) const;
+  [[nodiscard]] uint32_t fds_held_by_uid(uid_t uid);
 
   config::Config cfg_;
   std::string bus_address_;
@@ -114,13 +128,14 @@ class Daemon {
   std::unique_ptr<Models> models_;
   std::map<uint64_t, std::unique_ptr<ModelObject>> model_objects_;
   std::unique_ptr<KvService> kv_;
+  std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<PressureLoop> pressure_;
   std::map<std::string, std::unique_ptr<SessionObject>> session_objects_;
   std::vector<std::unique_ptr<SessionObject>> retired_sessions_;
-  std::map<uint64_t, client::ModelLoadState> last_state_;
   std::optional<sys::PeriodicTimer> housekeeping_;
   std::optional<sys::PeriodicTimer> metrics_timer_;
   void write_metrics();
+  std::vector<std::string> preloaded_;  // names of models.preload entries loaded at start
   std::map<uid_t, uint32_t> fds_by_uid_;
   std::map<std::string, std::pair<uid_t, uint32_t>> fds_by_caller_;
 };

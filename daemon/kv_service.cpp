@@ -87,6 +87,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
     a.map = std::move(map).value();
     a.geo = *geo;
     a.pages_per_chunk = geo->chunk_bytes / pool_.page_size();
+    a.model = model.id;
     arenas_.emplace(*aid, std::move(a));
   }
   auto sid = alloc_.create_session(*aid, priority, Clock::now());
@@ -101,33 +102,24 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   s->model_name = model.name;
   s->priority = priority;
   s->arena = *aid;
-  const uint64_t nbytes = client::notice_page_bytes(kNoticeCapacity);
-  s->notice_fd.reset(::memfd_create("airs-notices", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  s->event_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  auto fail = [&](const char* what) {
-    const int e = errno;
+  auto fail = [&](const Error& e) {
     (void)alloc_.close(*sid, Clock::now());
-    return make_error(e, "session for model '{}': {}: {}", model.name, what, std::strerror(e));
+    return make_error(e.code, "session for model '{}': {}", model.name, e.message);
   };
-  if (!s->notice_fd || !s->event_fd) return fail("memfd/eventfd");
-  if (::ftruncate(s->notice_fd.get(), static_cast<off_t>(nbytes)) != 0) return fail("ftruncate");
-  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->notice_fd.get(), 0);
-  if (p == MAP_FAILED) return fail("mmap notice page");
-  s->notices = sys::Mapping(p, nbytes);
-  auto* h = reinterpret_cast<client::NoticeHeader*>(p);
-  h->magic = client::kNoticeMagic;
-  h->version = client::kNoticeVersion;
-  h->header_size = client::kNoticeHeaderBytes;
-  h->capacity = kNoticeCapacity;
-  // Clients get a read-only fd; the seal also stops anyone from growing
-  // or shrinking the page under us.
-  (void)::fcntl(s->notice_fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
+  auto page = sys::SealedMemfd::create("airs-notices", client::notice_page_bytes(kNoticeCapacity));
+  if (!page) return fail(page.error());
+  s->notice_page = std::move(page).value();
+  s->notices = client::NoticeWriter(s->notice_page.bytes(), kNoticeCapacity);
+  auto efd = sys::eventfd_create();
+  if (!efd) return fail(efd.error());
+  s->event_fd = std::move(efd).value();
 
   CreatedSession out;
   auto arena_fd = sys::UniqueFd(::fcntl(arenas_.at(*aid).region->fd(), F_DUPFD_CLOEXEC, 3));
-  auto notice_ro = sys::reopen(s->notice_fd.get(), O_RDONLY | O_CLOEXEC);
+  auto notice_ro = s->notice_page.open_read_only();
   auto ev = sys::UniqueFd(::fcntl(s->event_fd.get(), F_DUPFD_CLOEXEC, 3));
-  if (!arena_fd || !notice_ro || !ev) return fail("dup");
+  if (!notice_ro) return fail(notice_ro.error());
+  if (!arena_fd || !ev) return fail(make_error(errno, "dup: {}", std::strerror(errno)));
   out.arena_fd = std::move(arena_fd);
   out.notice_fd = std::move(notice_ro).value();
   out.event_fd = std::move(ev);
@@ -161,14 +153,8 @@ void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
     auto it = sessions_.find(n.session);
     if (it == sessions_.end()) continue;
     auto& s = *it->second;
-    auto* h = reinterpret_cast<client::NoticeHeader*>(s.notices.get());
-    auto* ring = reinterpret_cast<uint32_t*>(s.notices.bytes() + client::kNoticeHeaderBytes);
-    uint64_t head = h->head;
-    for (auto b : n.blocks) ring[head++ % h->capacity] = b;
-    __atomic_store_n(&h->head, head, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&h->generation, 1, __ATOMIC_RELEASE);
-    const uint64_t one = 1;
-    (void)!::write(s.event_fd.get(), &one, sizeof one);
+    s.notices.append(n.blocks);
+    (void)sys::eventfd_signal(s.event_fd.get());
     s.evicted_blocks += n.blocks.size();
     const uint64_t bytes = n.blocks.size() * arenas_.at(n.arena).geo.block_bytes;
     spdlog::info("session {} lost {} KV blocks ({}): {}", s.path, n.blocks.size(), format_bytes(bytes), n.reason);
@@ -178,22 +164,10 @@ void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
 }
 
 Status KvService::make_room(KvSession& s, uint64_t bytes) {
-  // Across arenas: sessions of the same or lower priority (never active
-  // interactive, never the requester), then unreferenced models.
-  policy::Request req;
-  req.bytes = bytes;
-  req.requester = s.id;
-  for (auto p : {policy::Priority::Interactive, policy::Priority::System, policy::Priority::Background})
-    if (static_cast<int>(p) >= static_cast<int>(s.priority)) req.priorities.push_back(p);
-  policy::Config pc;
-  pc.idle_threshold = cfg_.idle_threshold;
-  auto state = snapshot();
-  auto plan = policy::plan_eviction(state, req, Clock::now(), pc);
-  // Evicting other sessions only to fail anyway would lose their KV for
-  // nothing: act only on a plan that covers the request.
-  if (!plan.satisfied) return make_error(ENOMEM, "{}", plan.shortfall);
-  for (auto& a : plan.actions) (void)execute(a);
-  return {};
+  // Across arenas and models, by the same rule as inside the arena.
+  if (!make_room_) return make_error(ENOMEM, "no room maker");
+  return make_room_(policy::Request::for_kv_allocation(s.priority, s.id, bytes),
+                    fmt::format("KV allocation of session {}", s.path));
 }
 
 Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
@@ -267,10 +241,58 @@ std::vector<std::string> KvService::drop_caller(const std::string& caller) {
   return closed;
 }
 
-bool KvService::model_in_use(uint64_t model) const {
+uint32_t KvService::sessions_on(uint64_t model) const {
+  uint32_t n = 0;
   for (auto& [id, s] : sessions_)
-    if (s->model == model) return true;
-  return false;
+    if (s->model == model) ++n;
+  return n;
+}
+
+std::vector<std::string> KvService::close_model(uint64_t model, const std::string& reason) {
+  std::vector<std::string> closed;
+  const auto now = Clock::now();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    KvSession& s = *it->second;
+    if (s.model != model) {
+      ++it;
+      continue;
+    }
+    // Every block is lost: tell the client before the arena goes.
+    if (auto info = alloc_.session_info(s.id); info && info->blocks > 0) {
+      std::vector<kv::EvictionNotice> n(1);
+      n[0].session = s.id;
+      n[0].arena = s.arena;
+      n[0].reason = reason;
+      // The ids are the session's table; the client treats them all as lost.
+      for (auto b : info->table)
+        if (b != kv::kNoBlock) n[0].blocks.push_back(b);
+      publish(n);
+    }
+    (void)alloc_.close(s.id, now);
+    closed.push_back(s.path);
+    by_path_.erase(s.path);
+    it = sessions_.erase(it);
+  }
+  for (auto it = arenas_.begin(); it != arenas_.end();) {
+    if (it->second.model != model) {
+      ++it;
+      continue;
+    }
+    if (auto st = alloc_.close_arena(it->first); !st)
+      spdlog::error("KV arena {} of a dropped model: {}", it->first, st.error().message);
+    // Clients still mapping the arena get SIGBUS, never another uid's bytes.
+    (void)sys::truncate_to_zero(it->second.region->fd(), "KV arena");
+    it = arenas_.erase(it);
+  }
+  return closed;
+}
+
+void KvService::add_inodes(sys::InodeSet& out, sys::InodeSet& notices) const {
+  for (auto& [id, a] : arenas_)
+    if (auto i = sys::inode_of(a.region->fd())) out.insert(*i);
+  for (auto& [id, s] : sessions_) {
+    if (auto i = sys::inode_of(s->notice_page.read_only_fd())) notices.insert(*i);
+  }
 }
 
 policy::PoolState KvService::snapshot() const { return alloc_.snapshot(Clock::now()); }

@@ -21,7 +21,10 @@
 #include "dbus/variant.hpp"
 #include "kv/allocator.hpp"
 #include "pool/pool.hpp"
+#include "client/notice_page.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
+#include "sys/proc_handles.hpp"
 
 namespace airs::daemon {
 
@@ -34,8 +37,8 @@ struct KvSession {
   std::string model_name;
   policy::Priority priority = policy::Priority::Background;
   kv::ArenaId arena = 0;
-  sys::UniqueFd notice_fd;  // memfd (we write through `notices`)
-  sys::Mapping notices;
+  sys::SealedMemfd notice_page;  // we write, the client reads (read-only fd)
+  client::NoticeWriter notices;
   sys::UniqueFd event_fd;
   uint64_t evicted_blocks = 0;
 };
@@ -71,8 +74,21 @@ class KvService final : public kv::ChunkOps {
   Status close(KvSession& s);
   // Every session of a connection that left the bus.
   std::vector<std::string> drop_caller(const std::string& caller);
-  // Sessions on a model being unloaded.
-  bool model_in_use(uint64_t model) const;
+  // KV sessions open on a model (they use it: it is not idle).
+  [[nodiscard]] uint32_t sessions_on(uint64_t model) const;
+  // The model is gone: its sessions are closed (their clients are told every
+  // block was lost; the arena is truncated, so a stale mapping gets SIGBUS)
+  // and its arenas released, cached prefixes included. Returns the closed
+  // sessions' object paths.
+  std::vector<std::string> close_model(uint64_t model, const std::string& reason);
+  // Room across the pool for a KV allocation: the daemon's one eviction
+  // order (Evictor::make_room with policy::Request::for_kv_allocation).
+  using RoomMaker = std::function<Status(const policy::Request&, const std::string& why)>;
+  void set_room_maker(RoomMaker f) { make_room_ = std::move(f); }
+  // Inodes of the fds handed out: arenas to `out`, notice pages to
+  // `notices` (each stands for its session's eventfd too: eventfds share one
+  // anonymous inode machine-wide and cannot be told apart).
+  void add_inodes(sys::InodeSet& out, sys::InodeSet& notices) const;
 
   // For the pressure loop and admin eviction.
   [[nodiscard]] policy::PoolState snapshot() const;
@@ -96,6 +112,7 @@ class KvService final : public kv::ChunkOps {
     sys::Mapping map;  // the daemon's view, for COW copies (MAP_NORESERVE: touches only committed chunks)
     kv::KvGeometry geo;
     uint64_t pages_per_chunk = 1;
+    uint64_t model = 0;
   };
   void publish(std::vector<kv::EvictionNotice>& notices);
   Status make_room(KvSession& s, uint64_t bytes);
@@ -104,6 +121,7 @@ class KvService final : public kv::ChunkOps {
   Models& models_;
   config::KvConfig cfg_;
   EvictedFn on_evicted_;
+  RoomMaker make_room_;
   kv::Allocator alloc_;
   std::map<kv::ArenaId, Arena> arenas_;
   std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;

@@ -1,8 +1,6 @@
 #include "daemon/models.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include "dbus/names.hpp"
 #include "gguf/file_io.hpp"
 #include "sys/proc_handles.hpp"
+#include "util/text.hpp"
 #include "util/units.hpp"
 
 namespace airs::daemon {
@@ -42,32 +41,67 @@ std::vector<pager::Extent> extents_of(const gguf::File& f) {
 
 }  // namespace
 
-Models::Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned, bool cooperative)
-    : pool_(pool), pager_(pager), pinned_(pinned.begin(), pinned.end()), cooperative_(cooperative) {}
+Models::Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks)
+    : pool_(pool),
+      pager_(pager),
+      pinned_(cfg.pinned.begin(), cfg.pinned.end()),
+      max_models_per_uid_(cfg.max_models_per_uid),
+      max_pool_share_(cfg.max_pool_bytes_per_uid),
+      hooks_(std::move(hooks)),
+      cooperative_(cooperative) {}
 
-Result<pager::ModelId> Models::load_with_room(pager::ModelSpec spec, uint64_t region_bytes) {
-  // Make room first so the pager's reservation does not fail half-way.
-  if (pool_.counts().free_bytes() < region_bytes) evict_lru(region_bytes);
-  return pager_.load(std::move(spec));
+Charge Models::charged_to(uid_t uid) const {
+  Charge c;
+  for (const auto& [id, m] : models_) {
+    if (m->owner_exempt || m->owner_uid != uid) continue;
+    ++c.models;
+    c.bytes += m->region_bytes;
+  }
+  return c;
 }
 
-Result<ModelEntry*> Models::load(int gguf_fd, const std::string& name_hint) {
-  struct stat st {};
-  if (::fstat(gguf_fd, &st) != 0) return make_error(errno, "LoadModel: fstat of the passed fd: {}", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "LoadModel: the passed fd is not a regular file");
-  const int fl = ::fcntl(gguf_fd, F_GETFL);
-  if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY)
-    return make_error(EINVAL, "LoadModel: the passed fd is not open for reading");
-  const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  for (auto& [id, m] : models_) {
-    if (m->dev == st.st_dev && m->ino == st.st_ino && m->file_size == static_cast<uint64_t>(st.st_size) &&
-        m->mtime_ns == mtime)
+Status Models::check_quota(const LoadRequest& req, uint64_t region_bytes) const {
+  if (req.exempt) return {};
+  const Charge c = charged_to(req.uid);
+  if (max_models_per_uid_ != 0 && c.models >= max_models_per_uid_)
+    return make_error(EDQUOT,
+                      "LoadModel: uid {} has {} models loaded, its limit (models.max_models_per_uid = {}); models "
+                      "that nobody uses are evicted under pressure, or ask an admin to unload one",
+                      req.uid, c.models, max_models_per_uid_);
+  const uint64_t limit = max_pool_share_.resolve(pool_.counts().total_bytes());
+  if (region_bytes > limit || c.bytes > limit - region_bytes)
+    return make_error(EDQUOT,
+                      "LoadModel: uid {} would hold {} of the pool in models it loaded ({} now + {}), more than its "
+                      "share (models.max_pool_bytes_per_uid: {})",
+                      req.uid, format_bytes(c.bytes + region_bytes), format_bytes(c.bytes), format_bytes(region_bytes),
+                      format_bytes(limit));
+  return {};
+}
+
+Result<ModelEntry*> Models::load(const LoadRequest& req) {
+  auto id = sys::readable_file_identity(req.gguf_fd, "LoadModel: gguf_fd");
+  if (!id) return std::move(id).error();
+  for (auto& [mid, m] : models_) {
+    if (m->file.same_inode(*id) && m->file.size == id->size && m->file.mtime_ns == id->mtime_ns) {
+      m->last_used = Clock::now();
       return m.get();
+    }
+  }
+  const uint64_t region = round_up(id->size, pool_.page_size()).value_or(UINT64_MAX);
+  // Quota and room before any parsing cost or eviction: a load that cannot
+  // be had fails having changed nothing.
+  AIRS_TRY(check_quota(req, region));
+  if (region > pool_.counts().total_bytes()) {
+    const auto& c = pool_.counts();
+    return make_error(ENOSPC, "LoadModel: pool exhausted: need {} pages of {} ({}), {} free of {}: the model can "
+                              "never fit in this pool; grow the pool (pool size in the config)",
+                      pool::pages_for(region, c.page_size), format_bytes(c.page_size), format_bytes(region),
+                      c.free_pages, c.total_pages());
   }
 
-  auto dup = dup_fd(gguf_fd);
+  auto dup = dup_fd(req.gguf_fd);
   if (!dup) return std::move(dup).error();
-  auto parse_fd = dup_fd(gguf_fd);
+  auto parse_fd = dup_fd(req.gguf_fd);
   if (!parse_fd) return std::move(parse_fd).error();
   auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the passed GGUF");
   if (!src) return std::move(src).error();
@@ -76,60 +110,67 @@ Result<ModelEntry*> Models::load(int gguf_fd, const std::string& name_hint) {
 
   auto e = std::make_unique<ModelEntry>();
   e->id = next_id_++;
-  e->dev = st.st_dev;
-  e->ino = st.st_ino;
-  e->file_size = static_cast<uint64_t>(st.st_size);
-  e->mtime_ns = mtime;
+  e->file = *id;
+  e->region_bytes = region;
   e->meta = std::move(parsed).value();
-  e->name = name_hint;
+  e->owner_uid = req.uid;
+  e->owner_exempt = req.exempt;
+  e->name = req.name;
   if (e->name.empty()) {
-    if (auto* n = e->meta.find("general.name"); n != nullptr && n->as_string()) e->name = std::string(*n->as_string());
+    // From the file: anything it says is made printable (the caller's own
+    // names are checked at the bus edge).
+    if (auto* n = e->meta.find("general.name"); n != nullptr && n->as_string() && !n->as_string()->empty())
+      e->name = printable_name(*n->as_string(), kMaxNameBytes - 12);
   }
   if (e->name.empty()) e->name = "model-" + std::to_string(e->id);
-  for (auto& [id, m] : models_)
-    if (m->name == e->name) e->name += "-" + std::to_string(e->id);
+  for (auto& [mid, m] : models_)
+    if (m->name == e->name) e->name = e->name.substr(0, kMaxNameBytes - 12) + "-" + std::to_string(e->id);
   e->object_path = std::string(dbus::kModelPathPrefix) + std::to_string(e->id);
   e->pinned = pinned_.contains(e->name);
   e->last_used = Clock::now();
 
+  if (pool_.counts().free_bytes() < region && hooks_.make_room)
+    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), "load of model '" + e->name + "'"));
+
   pager::ModelSpec spec;
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
-  spec.file_size = e->file_size;
+  spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
-  const uint64_t region = round_up(e->file_size, pool_.page_size()).value_or(UINT64_MAX);
-  auto pid = load_with_room(std::move(spec), region);
+  auto pid = pager_.load(std::move(spec));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
-  spdlog::info("model '{}' loaded: {} ({} tensors, {} layers) as {}{}", e->name, format_bytes(e->file_size),
-               e->meta.tensors.size(), e->meta.n_layers, e->object_path, e->pinned ? ", pinned" : "");
+  spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}", e->name, req.uid,
+               format_bytes(id->size), e->meta.tensors.size(), e->meta.n_layers, e->object_path,
+               e->pinned ? ", pinned" : "");
   auto* raw = e.get();
   models_.emplace(e->id, std::move(e));
   return raw;
 }
 
-Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, bool lazy) {
-  if (m.evicted) {
-    const uint64_t region = round_up(m.file_size, pool_.page_size()).value_or(UINT64_MAX);
-    if (pool_.counts().free_bytes() < region) evict_lru(region);
-    if (auto s = pager_.ensure_loaded(m.pager_id); !s) return std::move(s).error();
-    m.evicted = false;
-    spdlog::info("model '{}' refilling after eviction", m.name);
-  }
+Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait) {
+  auto id = sys::readable_file_identity(proof_fd, "Open: gguf_fd");
+  if (!id) return std::move(id).error();
+  if (!id->same_inode(m.file))
+    return make_error(EACCES, "Open on model '{}': the passed fd is not this model's GGUF file; pass an fd of the file "
+                              "itself, opened for reading",
+                      m.name);
   auto st = pager_.stats(m.pager_id);
   if (!st) return std::move(st).error();
   const bool resident = st->state == client::ModelLoadState::Resident;
-  if (!lazy && !resident)
-    return make_error(EAGAIN,
-                      "model '{}' is not resident yet ({} of {} bytes): attach lazily through libairs, or wait for "
-                      "its Resident signal and open again",
-                      m.name, st->resident_bytes, st->region_size);
+  if (st->state == client::ModelLoadState::Failed)
+    return make_error(EIO, "model '{}' failed to load ({} units could not be read); an admin can unload it", m.name,
+                      st->units_failed);
+  if (lazy && cooperative_)
+    return make_error(ENOTSUP, "model '{}': the daemon runs in cooperative mode (no userfaultfd): use Open", m.name);
+  if (!lazy && !resident && !(cooperative_ && nowait))
+    return make_error(EAGAIN, "model '{}' is not resident yet ({} of {} bytes)", m.name, st->resident_bytes,
+                      st->region_size);
   OpenResult r;
   // Writable only where a client must register a userfaultfd on it.
-  auto region = (resident || cooperative_) ? sys::reopen(pager_.region_fd(m.pager_id), O_RDONLY | O_CLOEXEC)
-                                           : dup_fd(pager_.region_fd(m.pager_id));
+  auto region = lazy ? dup_fd(pager_.region_fd(m.pager_id)) : sys::reopen(pager_.region_fd(m.pager_id), O_RDONLY);
   if (!region) return std::move(region).error();
-  auto status = sys::reopen(pager_.status_fd(m.pager_id), O_RDONLY | O_CLOEXEC);
+  auto status = sys::reopen(pager_.status_fd(m.pager_id), O_RDONLY);
   if (!status) return std::move(status).error();
   r.region = std::move(region).value();
   r.status = std::move(status).value();
@@ -144,7 +185,7 @@ Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, bool l
 Status Models::attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd notify, sys::UniqueFd uffd,
                       uint64_t addr, uint64_t length) {
   if (!m.refs.contains(caller.name))
-    return make_error(EPERM, "Attach on model '{}': call Open first (the caller holds no reference)", m.name);
+    return make_error(EPERM, "Attach on model '{}': call OpenLazy first (the caller holds no reference)", m.name);
   const pager::ClientKey key = next_client_++;
   AIRS_TRY(pager_.attach(m.pager_id, key, caller.pid, std::move(uffd), std::move(notify), addr, length));
   m.clients[caller.name].push_back(key);
@@ -176,38 +217,30 @@ void Models::drop_caller(const std::string& caller) {
   }
 }
 
-Status Models::evict(ModelEntry& m) {
-  if (m.pinned) return make_error(EBUSY, "model '{}' is pinned in the configuration (models.pinned)", m.name);
-  if (m.refcount() > 0) return make_error(EBUSY, "model '{}' has {} references", m.name, m.refcount());
-  if (m.evicted) return {};
-  AIRS_TRY(pager_.evict(m.pager_id));
-  m.evicted = true;
-  spdlog::info("model '{}' evicted: pages back to the pool", m.name);
-  return {};
-}
-
-uint64_t Models::evict_lru(uint64_t bytes, std::vector<std::string>* evicted_names) {
-  std::vector<ModelEntry*> cands;
-  for (auto& [id, m] : models_)
-    if (!m->pinned && !m->evicted && m->refcount() == 0) cands.push_back(m.get());
-  std::sort(cands.begin(), cands.end(), [](auto* a, auto* b) { return a->last_used < b->last_used; });
-  const uint64_t before = pool_.counts().free_bytes();
-  for (auto* m : cands) {
-    if (pool_.counts().free_bytes() >= bytes) break;
-    if (evict(*m) && evicted_names != nullptr) evicted_names->push_back(m->name);
+Status Models::unload(ModelEntry& m, bool force, bool in_use, const std::string& reason) {
+  if (!force) {
+    if (m.pinned) return make_error(EBUSY, "model '{}' is pinned in the configuration (models.pinned)", m.name);
+    if (m.refcount() > 0)
+      return make_error(EBUSY, "model '{}' has {} references (use force to unload anyway)", m.name, m.refcount());
+    if (in_use) return make_error(EBUSY, "model '{}' has open KV sessions (use force to unload anyway)", m.name);
   }
-  return pool_.counts().free_bytes() - before;
-}
-
-Status Models::unload(ModelEntry& m, bool force) {
-  if (m.refcount() > 0 && !force)
-    return make_error(EBUSY, "model '{}' has {} references (use force to unload anyway)", m.name, m.refcount());
+  if (hooks_.dropped) hooks_.dropped(m, force, reason);
   for (auto& [caller, keys] : m.clients)
     for (auto key : keys) pager_.detach(m.pager_id, key);
-  AIRS_TRY(pager_.unload(m.pager_id));
-  spdlog::info("model '{}' unloaded", m.name);
-  models_.erase(m.id);
+  const uint64_t id = m.id;
+  const std::string name = m.name;
+  const uint32_t refs = m.refcount();
+  auto st = pager_.unload(m.pager_id);
+  models_.erase(id);
+  if (!st) return st;
+  spdlog::info("model '{}' unloaded ({}){}", name, reason,
+               refs > 0 ? fmt::format(": {} references revoked, their mappings now get SIGBUS", refs) : std::string());
   return {};
+}
+
+ModelEntry* Models::find(uint64_t id) {
+  auto it = models_.find(id);
+  return it == models_.end() ? nullptr : it->second.get();
 }
 
 ModelEntry* Models::find_by_path(const std::string& path) {
@@ -232,6 +265,13 @@ std::optional<pager::ModelStats> Models::stats(const ModelEntry& m) const {
   auto s = pager_.stats(m.pager_id);
   if (!s) return std::nullopt;
   return std::move(s).value();
+}
+
+void Models::add_inodes(sys::InodeSet& out) const {
+  for (const auto& [id, m] : models_) {
+    for (int fd : {pager_.region_fd(m->pager_id), pager_.status_fd(m->pager_id)})
+      if (auto i = sys::inode_of(fd)) out.insert(*i);
+  }
 }
 
 }  // namespace airs::daemon

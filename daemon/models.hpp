@@ -1,13 +1,24 @@
-// Models the daemon serves: identity (a GGUF file is one model however many
-// clients load it), references per bus client, LRU eviction of unreferenced
-// models, pinning from config, and the fds a client needs to attach. The
-// mechanism (pool region, fills, faults) is the Pager's; this is policy and
-// bookkeeping. Loop thread only.
+// Models the daemon serves, and the one record of their state: identity (a
+// GGUF file is one model however many clients load it), who it is charged
+// to, references per bus client, pinning from config, and the fds a client
+// needs. The mechanism (pool region, fills, faults) is the Pager's; what is
+// loaded, and when it goes, is decided here and nowhere else.
+//
+// A model is in the table exactly while its region is in the pool: eviction
+// and unload are the same operation (the entry is dropped, the region is
+// truncated so every remaining mapping gets SIGBUS, never zeros or stale
+// bytes), and a later LoadModel of the same file makes a new model.
+//
+// Access (every call, not just the first loader's): LoadModel and Open take
+// the caller's own fd of the GGUF, which must be a regular file open for
+// reading and, for Open, the model's very file (device and inode). Loop
+// thread only.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,11 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "dbus/identity.hpp"
 #include "gguf/gguf.hpp"
 #include "pager/pager.hpp"
 #include "pool/pool.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 #include "util/result.hpp"
 
 namespace airs::daemon {
@@ -27,20 +40,19 @@ namespace airs::daemon {
 using Clock = std::chrono::steady_clock;
 
 struct ModelEntry {
-  uint64_t id = 0;               // also the object path suffix
+  uint64_t id = 0;  // also the object path suffix
   pager::ModelId pager_id = 0;
-  std::string name;
+  std::string name;  // valid (util/text.hpp is_valid_name): safe to print
   std::string object_path;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  uint64_t file_size = 0;
-  int64_t mtime_ns = 0;
-  gguf::File meta;               // tensors, geometry (for KV and `airsctl read`)
-  std::map<std::string, uint32_t> refs;                         // bus unique name → Open count
-  std::map<std::string, std::vector<pager::ClientKey>> clients; // bus unique name → attached mappings
+  sys::FileId file;  // the GGUF's identity
+  uint64_t region_bytes = 0;
+  gguf::File meta;   // tensors, geometry (for KV and `airsctl read`)
+  uid_t owner_uid = 0;       // charged to this uid (the first loader)
+  bool owner_exempt = false;  // loaded by an admin or by the daemon itself: no quota
+  std::map<std::string, uint32_t> refs;                          // bus unique name → Open count
+  std::map<std::string, std::vector<pager::ClientKey>> clients;  // bus unique name → attached mappings
   Clock::time_point last_used{};
   bool pinned = false;
-  bool evicted = false;
   [[nodiscard]] uint32_t refcount() const {
     uint32_t n = 0;
     for (auto& [k, v] : refs) n += v;
@@ -49,27 +61,55 @@ struct ModelEntry {
 };
 
 struct OpenResult {
-  sys::UniqueFd region;  // O_RDWR for lazy attach, O_RDONLY once resident
+  sys::UniqueFd region;  // O_RDWR for a lazy open, O_RDONLY otherwise
   uint64_t size = 0;
   sys::UniqueFd status;  // read-only status page
   bool resident = false;
   uint64_t unit_size = 0;
 };
 
+struct LoadRequest {
+  int gguf_fd = -1;         // the caller's; duplicated
+  std::string name;         // requested name (valid) or empty: general.name
+  uid_t uid = 0;
+  bool exempt = false;      // admin or the daemon: no per-uid quota
+};
+
+struct Charge {
+  uint32_t models = 0;
+  uint64_t bytes = 0;
+};
+
 class Models {
  public:
+  struct Hooks {
+    // Frees `bytes` more in the pool for a model load, with the daemon's one
+    // eviction order (policy::Request::for_model_load); acts only on a plan
+    // that covers the request. ENOMEM (with the shortfall) otherwise.
+    std::function<Status(uint64_t bytes, const std::string& why)> make_room;
+    // A model left the table (unload or eviction); called before the entry
+    // is destroyed: drop its bus object, KV arenas, pending opens.
+    std::function<void(const ModelEntry&, bool forced, const std::string& reason)> dropped;
+  };
+
   // cooperative: no userfaultfd clients; regions are handed out read-only
   // and clients wait per layer on the status page.
-  Models(pool::Pool& pool, pager::Pager& pager, std::vector<std::string> pinned, bool cooperative);
+  Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks);
 
-  // Parses the GGUF behind `gguf_fd` (the caller's; duplicated), and either
-  // returns the model already loaded from the same file or reserves a new
-  // region (evicting unreferenced models LRU-first if the pool is short).
-  // EBADMSG/ENOTSUP for a malformed file, ENOMEM when the pool cannot hold it.
-  Result<ModelEntry*> load(int gguf_fd, const std::string& name_hint);
+  // Returns the model already loaded from the same file, or parses the GGUF
+  // and reserves a new region. For a caller that is not exempt, the uid's
+  // quota (models.max_models_per_uid, max_pool_bytes_per_uid) is checked
+  // before anything is evicted. Errors: EINVAL bad fd, EBADMSG/ENOTSUP
+  // malformed file, EDQUOT quota, ENOMEM/ENOSPC the pool cannot hold it
+  // (nothing was evicted for it then).
+  Result<ModelEntry*> load(const LoadRequest& req);
 
-  // Takes a reference for `caller`; refills an evicted model first.
-  Result<OpenResult> open(ModelEntry& m, const std::string& caller, bool lazy);
+  // Takes a reference for `caller` after checking `proof_fd` is the model's
+  // file opened for reading. `lazy`: a writable region fd for a userfaultfd
+  // client (the caller checks trust first; refused in cooperative mode).
+  // Otherwise read-only: EAGAIN while not resident, unless `nowait` in
+  // cooperative mode (the client waits per layer). EACCES wrong file.
+  Result<OpenResult> open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait);
   Status attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd notify, sys::UniqueFd uffd, uint64_t addr,
                 uint64_t length);
   // Drops one reference of `caller` (and its attached mappings when its
@@ -78,22 +118,29 @@ class Models {
   // Everything `caller` held (it left the bus).
   void drop_caller(const std::string& caller);
 
-  // Evicts unreferenced, unpinned models, least recently used first, until
-  // `bytes` are free in the pool or none is left. Returns bytes freed.
-  uint64_t evict_lru(uint64_t bytes, std::vector<std::string>* evicted_names = nullptr);
-  Status evict(ModelEntry& m);
-  Status unload(ModelEntry& m, bool force);
+  // Drops the model: its region is truncated (every mapping SIGBUS on next
+  // access) and returned to the pool, the entry destroyed (`m` dangles
+  // after). Without `force`: EBUSY while it has references or `in_use`, and
+  // pinned models stay. `reason` goes to the log and the Evicted signal.
+  Status unload(ModelEntry& m, bool force, bool in_use, const std::string& reason);
 
+  ModelEntry* find(uint64_t id);
   ModelEntry* find_by_path(const std::string& path);
   ModelEntry* find_by_name(const std::string& name);
   std::vector<ModelEntry*> all();
+  [[nodiscard]] Charge charged_to(uid_t uid) const;
   [[nodiscard]] std::optional<pager::ModelStats> stats(const ModelEntry& m) const;
+  // The pool's and the status pages' inodes of every model (fd accounting).
+  void add_inodes(sys::InodeSet& out) const;
 
  private:
-  Result<pager::ModelId> load_with_room(pager::ModelSpec spec, uint64_t region_bytes);
+  Status check_quota(const LoadRequest& req, uint64_t region_bytes) const;
   pool::Pool& pool_;
   pager::Pager& pager_;
   std::set<std::string> pinned_;
+  uint32_t max_models_per_uid_;
+  config::PoolShare max_pool_share_;
+  Hooks hooks_;
   std::map<uint64_t, std::unique_ptr<ModelEntry>> models_;
   uint64_t next_id_ = 1;
   uint64_t next_client_ = 1;

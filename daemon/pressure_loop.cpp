@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/kv_service.hpp"
+#include "daemon/evictor.hpp"
 #include "daemon/models.hpp"
 #include "dbus/names.hpp"
 #include "sys/procfs.hpp"
@@ -77,21 +77,18 @@ int64_t ms_since(Clock::time_point t, Clock::time_point now) { return duration_c
 
 }  // namespace
 
-PressureLoop::PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, KvService& kv,
+PressureLoop::PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, Evictor& evictor,
                            const config::Config& cfg, uint64_t pool_target_bytes, Hooks hooks)
     : loop_(loop),
       pool_(pool),
       models_(models),
-      kv_(kv),
+      evictor_(evictor),
       cfg_(cfg.pressure),
       pool_target_pages_(pool::pages_for(pool_target_bytes, pool.page_size())),
       hooks_(std::move(hooks)),
       governor_(policy::GovernorConfig{cfg.pressure.min_eviction_interval, milliseconds(5000),
                                        duration_cast<milliseconds>(cfg.pressure.grow_after)},
                 Clock::now()) {
-  policy_cfg_.idle_threshold = cfg.kv.idle_threshold;
-  policy_cfg_.target_some_bytes = cfg.pressure.target_some_bytes;
-  policy_cfg_.target_full_bytes = cfg.pressure.target_full_bytes;
 }
 
 PressureLoop::~PressureLoop() {
@@ -100,9 +97,9 @@ PressureLoop::~PressureLoop() {
 }
 
 Result<std::unique_ptr<PressureLoop>> PressureLoop::create(sys::EventLoop& loop, pool::Pool& pool, Models& models,
-                                                           KvService& kv, const config::Config& cfg,
+                                                           Evictor& evictor, const config::Config& cfg,
                                                            uint64_t pool_target_bytes, Hooks hooks) {
-  std::unique_ptr<PressureLoop> p(new PressureLoop(loop, pool, models, kv, cfg, pool_target_bytes, std::move(hooks)));
+  std::unique_ptr<PressureLoop> p(new PressureLoop(loop, pool, models, evictor, cfg, pool_target_bytes, std::move(hooks)));
   auto mc = monitor_config(cfg.pressure);
   auto m = pressure::PressureMonitor::create(loop, mc, [raw = p.get()](policy::Level now, policy::Level before) {
     raw->on_level(now, before);
@@ -227,40 +224,6 @@ void PressureLoop::cancel_timer() {
 
 // ---- eviction ---------------------------------------------------------------
 
-policy::PoolState PressureLoop::snapshot() const {
-  policy::PoolState s = kv_.snapshot();
-  s.total_bytes = pool_.counts().total_bytes();
-  s.free_bytes = pool_.counts().free_bytes();
-  for (ModelEntry* m : models_.all()) {
-    if (m->evicted) continue;
-    auto st = models_.stats(*m);
-    policy::ModelState ms;
-    ms.id = m->id;
-    ms.name = m->name;
-    // The whole region's pages come back when a model goes, filled or not.
-    ms.resident_bytes = st ? st->region_size : m->file_size;
-    ms.refcount = m->refcount();
-    ms.pinned = m->pinned;
-    ms.last_used = m->last_used;
-    s.models.push_back(std::move(ms));
-  }
-  return s;
-}
-
-std::string PressureLoop::object_of(const policy::Action& a) const {
-  switch (a.kind) {
-    case policy::ActionKind::DropCached: return fmt::format("kv-arena:{}", a.id);
-    case policy::ActionKind::EvictBlocks:
-      if (const KvSession* s = kv_.find_id(a.id)) return s->path;
-      return fmt::format("{}{}", dbus::kSessionPathPrefix, a.id);
-    case policy::ActionKind::EvictModel:
-      for (ModelEntry* m : models_.all())
-        if (m->id == a.id) return m->object_path;
-      return fmt::format("{}{}", dbus::kModelPathPrefix, a.id);
-  }
-  return "?";
-}
-
 EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run,
                                  std::string trigger) {
   const auto now = Clock::now();
@@ -271,37 +234,23 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
   r.reserve_bytes = reserve_pages * ps;
   if (req) {
     r.requested_bytes = req->everything ? 0 : req->bytes;
-    r.plan = policy::plan_eviction(snapshot(), *req, now, policy_cfg_);
+    r.plan = evictor_.plan(*req);
   } else {
     r.plan.satisfied = true;
   }
-  for (const auto& a : r.plan.actions) r.outcomes.push_back(EvictionOutcome{a, object_of(a), 0, {}});
+  for (const auto& a : r.plan.actions) r.outcomes.push_back(EvictionOutcome{a, evictor_.object_of(a), 0, {}});
   if (dry_run) return r;
 
   const uint64_t free_before = pool_.counts().free_pages;
   for (auto& o : r.outcomes) {
-    const uint64_t before = pool_.counts().free_bytes();
-    if (o.action.kind == policy::ActionKind::EvictModel) {
-      ModelEntry* m = nullptr;
-      for (ModelEntry* x : models_.all())
-        if (x->id == o.action.id) m = x;
-      if (m == nullptr) {
-        o.error = "model is gone";
-      } else if (auto st = models_.evict(*m); !st) {
-        o.error = st.error().message;
-      }
-    } else if (auto st = kv_.execute(o.action); !st) {
-      o.error = st.error().message;
-    }
-    const uint64_t after = pool_.counts().free_bytes();
-    o.freed_bytes = after > before ? after - before : 0;
-    if (!o.error.empty()) {
+    auto freed = evictor_.execute(o.action);
+    if (!freed) {
+      o.error = freed.error().message;
       ++counters_.action_errors;
       spdlog::warn("pressure: {} {} failed: {}", kind_name(o.action.kind), o.object, o.error);
       continue;
     }
-    if (o.action.kind == policy::ActionKind::EvictModel && hooks_.model_evicted)
-      hooks_.model_evicted(o.object, o.freed_bytes, o.action.reason);
+    o.freed_bytes = *freed;
   }
   const uint64_t free_after = pool_.counts().free_pages;
   const uint64_t freed_pages = free_after > free_before ? free_after - free_before : 0;
@@ -310,7 +259,13 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
   // The pages sit free in the pool now; only a lower nr_hugepages turns
   // them into memory the rest of the system can use. One write for the
   // reserve share and everything just freed.
-  const uint64_t give = std::min(pool_.counts().free_pages, reserve_pages + freed_pages);
+  uint64_t give = std::min(pool_.counts().free_pages, reserve_pages + freed_pages);
+  const uint64_t total = pool_.counts().total_pages();
+  if (total - std::min(total, give) < floor_pages_) {
+    give = total > floor_pages_ ? total - floor_pages_ : 0;
+    r.resize_note = fmt::format("the pool stays at the pinned primary model's footprint ({} pages): the security floor",
+                                floor_pages_);
+  }
   if (cfg_.resize_pool && give > 0) {
     auto took = pool_.shrink(give);
     if (!took) {
@@ -445,7 +400,7 @@ Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dr
         ok = false;
       }
     }
-    if (!ok || kv_.find_id(id) == nullptr)
+    if (!ok || !evictor_.has_session(id))
       return make_error(ENOENT, "Evict: no session '{}' (see airsctl sessions)", path);
     req.sessions = {id};
     any = true;
@@ -555,6 +510,7 @@ dbus::Dict PressureLoop::status() {
   d["resize_pool"] = sdbus::Variant(cfg_.resize_pool);
   d["pool_target_bytes"] = sdbus::Variant(pool_target_pages_ * pool_.page_size());
   d["pool_current_bytes"] = sdbus::Variant(pool_.counts().total_bytes());
+  d["floor_bytes"] = sdbus::Variant(floor_pages_ * pool_.page_size());
   d["target_some_bytes"] = sdbus::Variant(cfg_.target_some_bytes);
   d["target_full_bytes"] = sdbus::Variant(cfg_.target_full_bytes);
   std::vector<dbus::Dict> last;

@@ -18,6 +18,7 @@
 // while pressure is high, a grow is pending or the rate limit holds.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -39,7 +40,7 @@
 namespace airs::daemon {
 
 class Models;
-class KvService;
+class Evictor;
 
 // One executed (or, in a dry run, planned) action.
 struct EvictionOutcome {
@@ -67,9 +68,6 @@ class PressureLoop {
   struct Hooks {
     // The effective pressure level changed (emit PressureChanged).
     std::function<void(policy::Level level, const dbus::Dict& details)> level_changed;
-    // A model was evicted (emit Evicted for it). KV evictions are signalled
-    // by KvService's own callback.
-    std::function<void(const std::string& object, uint64_t bytes, const std::string& reason)> model_evicted;
   };
 
   // Starts the pressure source on `loop`. All references must outlive the
@@ -77,7 +75,7 @@ class PressureLoop {
   // grow restores). Errors: no pressure source works (messages from the
   // monitor), or a timer cannot be created.
   static Result<std::unique_ptr<PressureLoop>> create(sys::EventLoop& loop, pool::Pool& pool, Models& models,
-                                                      KvService& kv, const config::Config& cfg,
+                                                      Evictor& evictor, const config::Config& cfg,
                                                       uint64_t pool_target_bytes, Hooks hooks);
   ~PressureLoop();
   PressureLoop(const PressureLoop&) = delete;
@@ -101,9 +99,13 @@ class PressureLoop {
   // trigger window).
   [[nodiscard]] dbus::Dict status();
   [[nodiscard]] policy::Level level() const { return governor_.level(); }
+  // The seed's security floor: giving pages back never shrinks the pool below
+  // `bytes` (the pinned primary model's footprint), so it can always be
+  // loaded again. Only ever raised.
+  void raise_floor(uint64_t bytes) { floor_pages_ = std::max(floor_pages_, pool::pages_for(bytes, pool_.page_size())); }
 
  private:
-  PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, KvService& kv, const config::Config& cfg,
+  PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, Evictor& evictor, const config::Config& cfg,
                uint64_t pool_target_bytes, Hooks hooks);
   void on_level(policy::Level now, policy::Level before);
   void evaluate();
@@ -112,20 +114,18 @@ class PressureLoop {
   void note_effective_level(policy::Level before);
   void pressure_evict(policy::Level level);
   void grow();
-  [[nodiscard]] policy::PoolState snapshot() const;
   EvictionReport run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run, std::string trigger);
   void remember(const EvictionReport& r);
-  [[nodiscard]] std::string object_of(const policy::Action& a) const;
   [[nodiscard]] bool pool_below_target() const;
   [[nodiscard]] uint64_t events_seen() const;
 
   sys::EventLoop& loop_;
   pool::Pool& pool_;
   Models& models_;
-  KvService& kv_;
+  Evictor& evictor_;
   config::PressureConfig cfg_;
-  policy::Config policy_cfg_;
   uint64_t pool_target_pages_ = 0;
+  uint64_t floor_pages_ = 0;
   Hooks hooks_;
   std::unique_ptr<pressure::PressureMonitor> monitor_;
   policy::Governor governor_;

@@ -28,6 +28,7 @@
 #include "dbus/names.hpp"
 #include "dbus/variant.hpp"
 #include "sys/fd.hpp"
+#include "sys/uffd.hpp"
 #include "util/hash.hpp"
 
 namespace {
@@ -105,7 +106,7 @@ struct airs_session {
   airs_kv_geometry geo{};
   uint64_t blocks_per_chunk = 1;
   uint64_t chunk_bytes = 0;
-  uint64_t tail = 0;
+  airs::client::NoticeReader reader;
 };
 
 const char* airs_last_error(void) { return g_last_error.c_str(); }
@@ -213,11 +214,40 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     m->object = path;
     m->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, m->object);
 
+    const std::string mode =
+        client->manager->getProperty("Mode").onInterface("org.aios.Airs1.Manager").get<std::string>();
     sdbus::UnixFd region, status;
     uint64_t size = 0;
     airs::dbus::Dict info;
-    airs::dbus::Dict oopts{{"lazy", sdbus::Variant(true)}};
-    m->proxy->callMethod("Open").onInterface("org.aios.Airs1.Model").withArguments(oopts).storeResultsTo(region, size, status, info);
+    // Lazy (a writable region, our own userfaultfd) where the daemon trusts
+    // us and we can make a userfaultfd; else the read-only path: the daemon
+    // answers once the model is resident (cooperative mode: at once, and we
+    // wait per layer on the status page).
+    airs::sys::UniqueFd proof_uffd;
+    bool lazy = false;
+    if (mode != "cooperative") {
+      if (auto u = airs::sys::uffd_create()) {
+        try {
+          m->proxy->callMethod("OpenLazy")
+              .onInterface("org.aios.Airs1.Model")
+              .withArguments(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{})
+              .storeResultsTo(region, size, status, info);
+          proof_uffd = std::move(u).value();
+          lazy = true;
+        } catch (const sdbus::Error& e) {
+          if (e.getName() != airs::dbus::kErrAccessDenied) throw;
+        }
+      }
+    }
+    if (!lazy) {
+      airs::dbus::Dict oopts;
+      if (mode == "cooperative") oopts["wait"] = sdbus::Variant(false);
+      m->proxy->callMethod("Open")
+          .onInterface("org.aios.Airs1.Model")
+          .withTimeout(std::chrono::hours(24))
+          .withArguments(sdbus::UnixFd(m->gguf.get()), oopts)
+          .storeResultsTo(region, size, status, info);
+    }
     m->region = dup_cloexec(region.get());
     m->region_size = size;
     struct stat sst {};
@@ -228,7 +258,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     m->status = airs::client::StatusPageView(sp, static_cast<uint64_t>(sst.st_size));
 
     const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
-    m->mode = airs::dbus::get<std::string>(info, "mode").value_or("full");
+    m->mode = airs::dbus::get<std::string>(info, "mode").value_or(mode);
     if (m->mode == "cooperative") {
       // No userfaultfd on this kernel: a read-only mapping, and the caller
       // (or we, by default) waits on the status page before touching pages.
@@ -253,7 +283,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
         if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24), m->coop.get()); !w)
           return fail(w.error());
       }
-    } else if (resident) {
+    } else if (resident || !lazy) {
       // Fully resident: a plain read-only mapping, no userfaultfd at all.
       void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, m->region.get(), 0);
       if (p == MAP_FAILED) return fail(errno, std::string("mmap model: ") + std::strerror(errno));
@@ -261,7 +291,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     } else {
       auto lm = airs::client::LazyMapping::create(
           m->region.get(), size,
-          m->mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs);
+          m->mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs,
+          std::move(proof_uffd));
       if (!lm) return fail(lm.error());
       m->lazy.emplace(std::move(lm).value());
       m->notify.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -336,6 +367,8 @@ int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->serv
 
 int airs_model_is_resident(const airs_model* m) {
   if (m == nullptr) return 0;
+  // Unloaded (forced, or evicted): the mapping is revoked, SIGBUS on access.
+  if (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Unloaded && !m->serving_itself()) return 0;
   // Cooperative mode maps read-only from the start: resident only when the
   // status page says so (or the file took the region's place).
   if (m->mode == "cooperative")
@@ -349,21 +382,10 @@ int airs_model_is_resident(const airs_model* m) {
 
 int airs_model_wait_resident(airs_model* m, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_resident: NULL model");
-  if (m->mode == "cooperative") {
-    if (auto r = airs::client::wait_resident(m->status, timeout_of(timeout_ms), m->coop.get()); !r)
-      return fail(r.error());
-    return 0;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!airs_model_is_resident(m)) {
-    if (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Failed)
-      return fail(EIO, "the model failed to load (read error on the GGUF file)");
-    if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline)
-      return fail(ETIMEDOUT, "model not resident within the time-out");
-    // The generation word changes on every fill; a futex wait would need
-    // the same word, a short sleep keeps this simple and cheap.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  if (airs_model_is_resident(m)) return 0;
+  // The status page's futex word changes on every fill and state change.
+  if (auto r = airs::client::wait_resident(m->status, timeout_of(timeout_ms), m->coop.get()); !r)
+    return fail(r.error());
   return 0;
 }
 
@@ -419,7 +441,8 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
     if (n == MAP_FAILED) return fail(errno, std::string("mmap notice page: ") + std::strerror(errno));
     s->notices = airs::sys::Mapping(n, static_cast<size_t>(st.st_size));
     s->notice_event = dup_cloexec(event.get());
-    s->tail = __atomic_load_n(&reinterpret_cast<const airs::client::NoticeHeader*>(n)->head, __ATOMIC_ACQUIRE);
+    s->reader = airs::client::NoticeReader(n);
+    if (!s->reader.valid()) return fail(EPROTO, "the daemon's notice page is not valid (version mismatch?)");
   } catch (const sdbus::Error& e) {
     return fail(e);
   }
@@ -517,15 +540,8 @@ int airs_session_read_notices(airs_session* s, uint32_t* blocks_out, size_t cap)
   if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
   uint64_t v;
   (void)!::read(s->notice_event.get(), &v, sizeof v);  // reset the eventfd (non-blocking)
-  const auto* h = reinterpret_cast<const airs::client::NoticeHeader*>(s->notices.get());
-  const auto* ring = reinterpret_cast<const uint32_t*>(s->notices.bytes() + airs::client::kNoticeHeaderBytes);
-  const uint64_t head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE);
-  if (head - s->tail > h->capacity) {
-    s->tail = head;
-    return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
-  }
-  size_t n = 0;
-  while (s->tail < head && n < cap) blocks_out[n++] = ring[s->tail++ % h->capacity];
+  const int64_t n = s->reader.read(blocks_out, cap);
+  if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
   return static_cast<int>(n);
 }
 

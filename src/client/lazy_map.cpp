@@ -31,7 +31,7 @@ Status check_no_mlock_future() {
   return {};
 }
 
-Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBacking backing) {
+Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBacking backing, sys::UniqueFd uffd) {
   AIRS_TRY(check_no_mlock_future());
   const int acc = ::fcntl(region_fd, F_GETFL);
   if (acc < 0) return make_error(errno, "model region fd: {}", std::strerror(errno));
@@ -45,9 +45,12 @@ Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBackin
   lm.map_ = std::move(m).value();
   if (::madvise(lm.map_.get(), size, MADV_DONTFORK) != 0)
     return make_error(errno, "madvise(MADV_DONTFORK) on the model mapping: {}", std::strerror(errno));
-  auto fd = sys::uffd_create();
-  if (!fd) return std::move(fd).error();
-  lm.uffd_ = std::move(fd).value();
+  if (!uffd) {
+    auto fd = sys::uffd_create();
+    if (!fd) return std::move(fd).error();
+    uffd = std::move(fd).value();
+  }
+  lm.uffd_ = std::move(uffd);
   const uint64_t features = backing == LazyBacking::Hugetlbfs
                                 ? (UFFD_FEATURE_MISSING_HUGETLBFS | UFFD_FEATURE_MINOR_HUGETLBFS)
                                 : (UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MINOR_SHMEM);
@@ -194,6 +197,10 @@ Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const
     const uint32_t gen = status.generation();
     if (done()) return {};
     if (fallback != nullptr && fallback->taken_over()) return {};
+    if (status.state() == ModelLoadState::Unloaded)
+      return make_error(ENODEV, "waiting for {}: the model was unloaded (an admin forced it, or it was evicted): its "
+                                "mapping is revoked and gets SIGBUS on access; open the model again",
+                        what);
     if (status.state() == ModelLoadState::Failed)
       return make_error(EIO, "waiting for {}: the daemon could not read part of the model (see its log); those "
                              "bytes will never be ready",

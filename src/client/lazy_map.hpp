@@ -38,7 +38,9 @@ class LazyMapping {
   // `region_fd`, which must be O_RDWR (registration needs VM_MAYWRITE), and
   // registers it. Thread: any. Errors: EBUSY (mlockall), uffd creation or
   // feature errors (with the fix), EPERM (read-only fd).
-  static Result<LazyMapping> create(int region_fd, uint64_t size, LazyBacking backing);
+  // `uffd`: a userfaultfd created earlier (the one shown to the daemon in
+  // OpenLazy as proof), or invalid to create one here.
+  static Result<LazyMapping> create(int region_fd, uint64_t size, LazyBacking backing, sys::UniqueFd uffd = {});
   LazyMapping() = default;
   LazyMapping(LazyMapping&&) noexcept = default;
   LazyMapping& operator=(LazyMapping&&) noexcept = default;

@@ -30,4 +30,63 @@ static_assert(sizeof(NoticeHeader) <= kNoticeHeaderBytes);
   return kNoticeHeaderBytes + uint64_t{capacity} * sizeof(uint32_t);
 }
 
+// The daemon's side (single writer), over its own writable mapping.
+class NoticeWriter {
+ public:
+  NoticeWriter() = default;
+  NoticeWriter(void* base, uint32_t capacity) : base_(static_cast<std::byte*>(base)) {
+    auto* h = header();
+    h->magic = kNoticeMagic;
+    h->version = kNoticeVersion;
+    h->header_size = kNoticeHeaderBytes;
+    h->capacity = capacity;
+  }
+  // Appends the ids, then publishes head and generation (release).
+  template <typename Range>
+  void append(const Range& blocks) {
+    auto* h = header();
+    auto* ring = reinterpret_cast<uint32_t*>(base_ + kNoticeHeaderBytes);
+    uint64_t head = h->head;
+    for (auto b : blocks) ring[head++ % h->capacity] = static_cast<uint32_t>(b);
+    __atomic_store_n(&h->head, head, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&h->generation, 1, __ATOMIC_RELEASE);
+  }
+
+ private:
+  NoticeHeader* header() { return reinterpret_cast<NoticeHeader*>(base_); }
+  std::byte* base_ = nullptr;
+};
+
+// A client's side: reads from its own tail up to head.
+class NoticeReader {
+ public:
+  NoticeReader() = default;
+  // Starts at the current head: notices before the session existed are not its.
+  explicit NoticeReader(const void* base)
+      : base_(static_cast<const std::byte*>(base)), tail_(__atomic_load_n(&header()->head, __ATOMIC_ACQUIRE)) {}
+  [[nodiscard]] bool valid() const {
+    return base_ != nullptr && header()->magic == kNoticeMagic && header()->version == kNoticeVersion &&
+           header()->capacity > 0;
+  }
+  // Up to `cap` ids into `out`; returns how many, or -1 if the reader fell
+  // more than `capacity` behind (it skips to head: treat every block as lost).
+  int64_t read(uint32_t* out, size_t cap) {
+    const uint64_t head = __atomic_load_n(&header()->head, __ATOMIC_ACQUIRE);
+    const uint32_t capacity = header()->capacity;
+    if (head - tail_ > capacity) {
+      tail_ = head;
+      return -1;
+    }
+    const auto* ring = reinterpret_cast<const uint32_t*>(base_ + kNoticeHeaderBytes);
+    size_t n = 0;
+    while (tail_ < head && n < cap) out[n++] = ring[tail_++ % capacity];
+    return static_cast<int64_t>(n);
+  }
+
+ private:
+  [[nodiscard]] const NoticeHeader* header() const { return reinterpret_cast<const NoticeHeader*>(base_); }
+  const std::byte* base_ = nullptr;
+  uint64_t tail_ = 0;
+};
+
 }  // namespace airs::client

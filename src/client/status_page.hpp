@@ -25,7 +25,9 @@ namespace airs::client {
 inline constexpr uint32_t kStatusMagic = 0x53524941;  // "AIRS"
 inline constexpr uint16_t kStatusVersion = 1;
 
-enum class ModelLoadState : uint32_t { Loading = 0, Resident = 1, Evicted = 2, Failed = 3 };
+// Unloaded: the model was dropped (eviction or a forced unload); its region
+// is truncated, so every mapping of it gets SIGBUS on access. Final.
+enum class ModelLoadState : uint32_t { Loading = 0, Resident = 1, Evicted = 2, Failed = 3, Unloaded = 4 };
 
 struct StatusHeader {
   uint32_t magic;

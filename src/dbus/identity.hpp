@@ -30,6 +30,11 @@ class IdentityCache {
   // The caller of the message being processed. Throws sdbus::Error
   // (AccessDenied) when the bus cannot authenticate it. Loop thread only.
   const Caller& of(const sdbus::Message& msg);
+  // The cached caller of `unique_name`, or null.
+  [[nodiscard]] const Caller* find(const std::string& unique_name) const {
+    auto it = cache_.find(unique_name);
+    return it == cache_.end() ? nullptr : &it->second;
+  }
   // Drops a unique name (call on NameOwnerChanged to "").
   void forget(const std::string& unique_name) { cache_.erase(unique_name); }
   [[nodiscard]] size_t size() const { return cache_.size(); }

@@ -2,7 +2,42 @@
 
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "util/text.hpp"
+
+#include "dbus/names.hpp"
+
 namespace airs::dbus {
+
+void check_options(const Dict& d, std::initializer_list<OptionSpec> accepted, const char* method) {
+  auto list = [&] {
+    std::string l;
+    for (const auto& a : accepted) l += fmt::format("{}{} ({})", l.empty() ? "" : ", ", a.key, a.signature);
+    return l.empty() ? std::string("none") : l;
+  };
+  for (const auto& [k, v] : d) {
+    const OptionSpec* spec = nullptr;
+    for (const auto& a : accepted)
+      if (k == a.key) spec = &a;
+    if (spec == nullptr)
+      throw sdbus::Error(kErrInvalidArgument, fmt::format("{}: unknown option '{}'; accepted: {}", method,
+                                                          printable_name(k), list()));
+    const std::string sig = v.peekValueType();
+    bool ok = false;
+    std::string_view alts = spec->signature;
+    for (size_t pos = 0; pos <= alts.size();) {
+      const size_t bar = alts.find('|', pos);
+      const std::string_view one = alts.substr(pos, bar == std::string_view::npos ? std::string_view::npos : bar - pos);
+      ok = ok || one == sig;
+      if (bar == std::string_view::npos) break;
+      pos = bar + 1;
+    }
+    if (!ok)
+      throw sdbus::Error(kErrInvalidArgument, fmt::format("{}: option '{}' must be of type {}, got {}", method, k,
+                                                          spec->signature, printable_name(sig)));
+  }
+}
 
 nlohmann::json to_json(const Dict& d) {
   nlohmann::json j = nlohmann::json::object();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,17 @@ using Dict = std::map<std::string, sdbus::Variant>;
 // arrays of those, a{sv}, aa{sv}) as JSON.
 [[nodiscard]] nlohmann::json to_json(const sdbus::Variant& v);
 [[nodiscard]] nlohmann::json to_json(const Dict& d);
+
+// The keys a method accepts in an options dictionary, with their D-Bus
+// signature ("s", "b", "t", ...; several alternatives as "o|s").
+struct OptionSpec {
+  const char* key;
+  const char* signature;
+};
+// Strict options: an unknown key or a value of another type is a named
+// InvalidArgument error ("LoadModel: option 'name' must be s, got u;
+// accepted: name (s)"). Throws sdbus::Error. Nothing is silently ignored.
+void check_options(const Dict& d, std::initializer_list<OptionSpec> accepted, const char* method);
 
 // Typed lookups in a received dictionary; nullopt when absent or of another type.
 template <typename T>

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
@@ -446,6 +447,7 @@ void Pager::unit_failed(Model& m, uint32_t unit, int err) {
   publish(m);
   spdlog::error("model '{}': reading bytes [{}, +{}) failed: {}; faults there get SIGBUS", m.name,
                 uint64_t{unit} * m.unit, m.unit, std::strerror(err));
+  if (state_listener_) state_listener_(m.id, client::ModelLoadState::Failed);
   if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
     auto waiters = std::move(it->second);
     m.waiting.erase(it);
@@ -463,6 +465,7 @@ void Pager::check_resident(Model& m) {
   for (auto& [key, c] : m.clients)
     if (c->notify) (void)sys::eventfd_signal(c->notify.get());
   spdlog::info("model '{}': fully resident ({} read)", m.name, format_bytes(m.bytes_read));
+  if (state_listener_) state_listener_(m.id, client::ModelLoadState::Resident);
 }
 
 bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) {
@@ -668,11 +671,14 @@ Status Pager::unload(ModelId id) {
   std::vector<ClientKey> keys;
   for (auto& [key, c] : m->clients) keys.push_back(key);
   for (ClientKey k : keys) drop_client(id, k, "model unloaded");
-  m->status.reset(client::ModelLoadState::Evicted);
+  // Tell readers first (libairs waits see it), then revoke every mapping:
+  // after the truncation an access is SIGBUS, and no page can come back.
+  m->status.reset(client::ModelLoadState::Unloaded);
   publish(*m);
-  models_.erase(id);  // the region's destructor punches and returns the pages
+  Status revoked = sys::truncate_to_zero(m->region->fd(), "model '" + m->name + "' region");
+  models_.erase(id);  // the region's destructor returns the pages
   pump();
-  return {};
+  return revoked;
 }
 
 Result<ModelStats> Pager::stats(ModelId id) const {
@@ -695,6 +701,7 @@ Result<ModelStats> Pager::stats(ModelId id) const {
   const double secs = std::chrono::duration<double>(end - m->fill_start).count();
   s.read_mb_per_s = secs > 0 ? static_cast<double>(m->bytes_read) / 1e6 / secs : 0;
   s.direct_io = m->gguf_direct.valid();
+  s.pin_failed = m->pin_warned;
   s.faults = m->faults;
   s.faults_waited = m->faults_waited;
   s.ready_latency = m->ready_latency;

@@ -22,6 +22,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -102,6 +103,7 @@ struct ModelStats {
   uint64_t bytes_read = 0;        // since the last (re)load
   double read_mb_per_s = 0;       // bytes_read over the time since (re)load until resident (or now)
   bool direct_io = false;         // O_DIRECT reads in use
+  bool pin_failed = false;        // shmem: a unit could not be mlocked (its bytes may be swapped)
   uint64_t faults = 0;            // fault events handled (all clients, duplicates included)
   uint64_t faults_waited = 0;     // faults on units not yet ready
   LatencyHistogram ready_latency; // faults on READY units
@@ -147,8 +149,16 @@ class Pager {
   // Re-reserve an evicted model and start refilling it. No-op if loaded.
   // Errors: ENOSPC pool exhausted (nothing changed).
   [[nodiscard]] Status ensure_loaded(ModelId id);
-  // Evict and forget the model: clients are detached, the pages go back.
+  // Forget the model: clients are detached, the status page says Unloaded,
+  // the region is truncated (every mapping of it, in any process and mode,
+  // gets SIGBUS on its next access: never zeros, never stale bytes) and its
+  // pages go back to the pool. Waits for the model's in-flight reads first.
   [[nodiscard]] Status unload(ModelId id);
+
+  // Called on the loop when a model becomes Resident or Failed (events, not
+  // polls). May be empty.
+  using StateListener = std::function<void(ModelId, client::ModelLoadState)>;
+  void set_state_listener(StateListener l) { state_listener_ = std::move(l); }
 
   [[nodiscard]] Result<ModelStats> stats(ModelId id) const;
   [[nodiscard]] std::vector<ModelId> models() const;
@@ -189,6 +199,7 @@ class Pager {
   std::map<ModelId, std::unique_ptr<Model>> models_;
   ModelId next_id_ = 1;
   ReadRate warmup_rate_;
+  StateListener state_listener_;
   std::optional<sys::OneShotTimer> warmup_timer_;  // set when the rate is limited
 };
 

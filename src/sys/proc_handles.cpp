@@ -62,6 +62,25 @@ Status memfd_seal_readonly(int fd) {
   return {};
 }
 
+Result<SealedMemfd> SealedMemfd::create(const std::string& name, uint64_t size) {
+  SealedMemfd m;
+  auto fd = memfd_create_sealable(name, size);
+  if (!fd) return std::move(fd).error();
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+  if (p == MAP_FAILED) return make_error(errno, "memfd {}: mmap {} bytes: {}", name, size, std::strerror(errno));
+  m.map_ = Mapping(p, size);
+  if (auto st = memfd_seal_readonly(fd->get()); !st)
+    return make_error(st.error().code, "memfd {}: {} (it would stay writable for whoever gets it)", name,
+                      st.error().message);
+  auto ro = reopen(fd->get(), O_RDONLY);
+  if (!ro) return std::move(ro).error();
+  m.rw_ = std::move(fd).value();
+  m.ro_ = std::move(ro).value();
+  return m;
+}
+
+Result<UniqueFd> SealedMemfd::open_read_only() const { return reopen(ro_.get(), O_RDONLY); }
+
 Result<UniqueFd> reopen(int fd, int flags) {
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   UniqueFd out(::open(path.c_str(), flags | O_CLOEXEC));

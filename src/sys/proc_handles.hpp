@@ -30,6 +30,28 @@ uint64_t eventfd_drain(int efd);
 // Seals against shrink, grow and future writes; mappings made before keep
 // their write access (the daemon's), later ones cannot get any.
 [[nodiscard]] Status memfd_seal_readonly(int fd);
+// A shared page the daemon writes and hands out read-only (model status
+// pages, KV eviction notice pages): a memfd of `size` bytes, mapped
+// read-write here, then sealed (shrink, grow, future writes, seals). The
+// seal is a security property: a failure to seal is an error, never ignored.
+class SealedMemfd {
+ public:
+  // Errors: memfd_create, ftruncate, mmap, F_ADD_SEALS, the read-only reopen.
+  static Result<SealedMemfd> create(const std::string& name, uint64_t size);
+  SealedMemfd() = default;
+  [[nodiscard]] std::byte* bytes() const { return map_.bytes(); }
+  [[nodiscard]] uint64_t size() const { return map_.size(); }
+  // An O_RDONLY file description to hand out (owned here; dup or reopen to send).
+  [[nodiscard]] int read_only_fd() const { return ro_.get(); }
+  // A new O_RDONLY file description for one client.
+  [[nodiscard]] Result<UniqueFd> open_read_only() const;
+
+ private:
+  UniqueFd rw_;
+  UniqueFd ro_;
+  Mapping map_;
+};
+
 // A new O_RDONLY open file description of `fd` (via /proc/self/fd), so its
 // holder cannot mmap it writable.
 [[nodiscard]] Result<UniqueFd> reopen(int fd, int flags);

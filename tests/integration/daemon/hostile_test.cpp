@@ -2,6 +2,7 @@
 // wrong, and the daemon goes on serving everyone else.
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -117,13 +118,15 @@ TEST_F(Hostile, AttachWithoutOpenOrWithAFakeUffdIsRefused) {
   expect_error([&] {
     model->callMethod("Attach").onInterface("org.aios.Airs1.Model")
         .withArguments(sdbus::UnixFd(efd), sdbus::UnixFd(p[0]), uint64_t{0x7f0000000000}, uint64_t{1} << 21);
-  }, "org.freedesktop.DBus.Error.AccessDenied", "call Open first");
+  }, "org.freedesktop.DBus.Error.AccessDenied", "call OpenLazy first");
 
   sdbus::UnixFd region, status;
   uint64_t size = 0;
   std::map<std::string, sdbus::Variant> info;
-  model->callMethod("Open").onInterface("org.aios.Airs1.Model")
-      .withArguments(std::map<std::string, sdbus::Variant>{{"lazy", sdbus::Variant(true)}})
+  sdbus::UnixFd proof(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+  sdbus::UnixFd uffd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)), sdbus::adopt_fd);
+  model->callMethod("OpenLazy").onInterface("org.aios.Airs1.Model")
+      .withArguments(proof, uffd, std::map<std::string, sdbus::Variant>{})
       .storeResultsTo(region, size, status, info);
   // A pipe is not a userfaultfd: the daemon must notice, not crash.
   try {

@@ -382,10 +382,16 @@ TEST_F(KvIntegration, FdQuotaAtNPlusOne) {
   EXPECT_EQ(e.name, kQuota) << e.message;
   EXPECT_NE(e.message.find("max_fds_per_uid"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("holds 6 of its 6"), std::string::npos) << e.message;
+  // Closing the session and its fds gives them back (the daemon counts the
+  // descriptors the uid's processes still hold, not Close calls).
   ASSERT_TRUE(dbus_->close_session(s1.path).ok());
-  EXPECT_TRUE(dbus_->create_session(model_obj_, "interactive", &s3).ok()) << "closing a session did not return its fds";
-  for (int fd : {s1.arena_fd, s2.arena_fd, s3.arena_fd})
-    if (fd >= 0) ::close(fd);
+  auto still = dbus_->create_session(model_obj_, "interactive", &s3);
+  EXPECT_EQ(still.name, kQuota) << "a closed session's fds still held by the client were uncounted";
+  for (int fd : {s1.arena_fd, s1.notice_fd, s1.event_fd}) ::close(fd);
+  EXPECT_TRUE(dbus_->create_session(model_obj_, "interactive", &s3).ok()) << "closing the fds did not return them";
+  for (const auto* s : {&s2, &s3})
+    for (int fd : {s->arena_fd, s->notice_fd, s->event_fd})
+      if (fd >= 0) ::close(fd);
 }
 
 // ---- 15. eviction order end to end ----

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -405,16 +406,25 @@ CallError BusClient::unload(const std::string& object, bool force) {
   });
 }
 
-CallError BusClient::open_model(const std::string& object, bool lazy) {
+CallError BusClient::open_model(const std::string& object, const std::string& proof_path, bool lazy) {
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, object);
     sdbus::UnixFd region, status;
     uint64_t size = 0;
     dbus::Dict info;
-    p->callMethod("Open")
-        .onInterface("org.aios.Airs1.Model")
-        .withArguments(dbus::Dict{{"lazy", sdbus::Variant(lazy)}})
-        .storeResultsTo(region, size, status, info);
+    sdbus::UnixFd proof(::open(proof_path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+    if (lazy) {
+      sdbus::UnixFd uffd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)), sdbus::adopt_fd);
+      p->callMethod("OpenLazy")
+          .onInterface("org.aios.Airs1.Model")
+          .withArguments(proof, uffd, dbus::Dict{})
+          .storeResultsTo(region, size, status, info);
+    } else {
+      p->callMethod("Open")
+          .onInterface("org.aios.Airs1.Model")
+          .withArguments(proof, dbus::Dict{})
+          .storeResultsTo(region, size, status, info);
+    }
   });
 }
 
@@ -445,6 +455,8 @@ CallError BusClient::create_session(const std::string& model, const std::string&
     if (out != nullptr) {
       out->path = path;
       out->arena_fd = ::fcntl(arena.get(), F_DUPFD_CLOEXEC, 3);
+      out->notice_fd = ::fcntl(notice.get(), F_DUPFD_CLOEXEC, 3);
+      out->event_fd = ::fcntl(event.get(), F_DUPFD_CLOEXEC, 3);
       out->arena_bytes = dbus::get<uint64_t>(geo, "arena_bytes").value_or(0);
       out->chunk_bytes = dbus::get<uint64_t>(geo, "chunk_bytes").value_or(0);
       out->blocks_per_chunk = dbus::get<uint32_t>(geo, "blocks_per_chunk").value_or(0);

@@ -147,7 +147,9 @@ class BusClient {
   CallError load_model(const std::string& path, std::string* object = nullptr);
   CallError unload(const std::string& object, bool force);
   // Model.Open(lazy); the returned fds are closed at once.
-  CallError open_model(const std::string& object, bool lazy);
+  // Open (read-only, waits until resident) or OpenLazy (with a fresh
+  // userfaultfd), proving access with an fd of `proof_path`.
+  CallError open_model(const std::string& object, const std::string& proof_path, bool lazy);
   CallError release_model(const std::string& object);
   // A property of type t (u is widened) of `object` on `interface`.
   uint64_t property_u64(const std::string& object, const std::string& interface, const std::string& name);
@@ -155,6 +157,8 @@ class BusClient {
   struct Session {
     std::string path;
     int arena_fd = -1;
+    int notice_fd = -1;  // kept like a real client keeps them (the fd quota counts held fds)
+    int event_fd = -1;
     uint64_t arena_bytes = 0;
     uint64_t chunk_bytes = 0;
     uint32_t blocks_per_chunk = 0;

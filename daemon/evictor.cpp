@@ -1,0 +1,73 @@
+#include "daemon/evictor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/kv_service.hpp"
+#include "daemon/models.hpp"
+#include "dbus/names.hpp"
+
+namespace airs::daemon {
+
+Evictor::Evictor(pool::Pool& pool, Models& models, KvService& kv, policy::Config cfg)
+    : pool_(pool), models_(models), kv_(kv), cfg_(cfg) {}
+
+policy::PoolState Evictor::snapshot() const {
+  policy::PoolState s = kv_.snapshot();
+  s.total_bytes = pool_.counts().total_bytes();
+  s.free_bytes = pool_.counts().free_bytes();
+  for (ModelEntry* m : models_.all()) {
+    policy::ModelState ms;
+    ms.id = m->id;
+    ms.name = m->name;
+    // The whole region's pages come back when a model goes, filled or not.
+    ms.resident_bytes = m->region_bytes;
+    ms.refcount = m->refcount() + kv_.sessions_on(m->id);
+    ms.pinned = m->pinned;
+    ms.last_used = m->last_used;
+    s.models.push_back(std::move(ms));
+  }
+  return s;
+}
+
+policy::Plan Evictor::plan(const policy::Request& req) const {
+  return policy::plan_eviction(snapshot(), req, Clock::now(), cfg_);
+}
+
+Result<uint64_t> Evictor::execute(const policy::Action& a) {
+  if (a.kind != policy::ActionKind::EvictModel) return kv_.execute(a);
+  ModelEntry* m = models_.find(a.id);
+  if (m == nullptr) return make_error(ENOENT, "model {} is gone", a.id);
+  const uint64_t before = pool_.counts().free_bytes();
+  AIRS_TRY(models_.unload(*m, false, kv_.sessions_on(a.id) > 0, a.reason));
+  const uint64_t after = pool_.counts().free_bytes();
+  return after > before ? after - before : 0;
+}
+
+Status Evictor::make_room(const policy::Request& req, const std::string& why) {
+  auto p = plan(req);
+  if (!p.satisfied) return make_error(ENOMEM, "{}: pool exhausted: {}", why, p.shortfall);
+  for (const auto& a : p.actions) {
+    if (auto r = execute(a); !r)
+      spdlog::warn("{}: evicting {} failed: {}", why, object_of(a), r.error().message);
+    else
+      spdlog::info("{}: evicted {} ({})", why, object_of(a), a.reason);
+  }
+  return {};
+}
+
+bool Evictor::has_session(uint64_t id) const { return kv_.find_id(id) != nullptr; }
+
+std::string Evictor::object_of(const policy::Action& a) const {
+  switch (a.kind) {
+    case policy::ActionKind::DropCached: return fmt::format("kv-arena:{}", a.id);
+    case policy::ActionKind::EvictBlocks:
+      if (const KvSession* s = kv_.find_id(a.id)) return s->path;
+      return fmt::format("{}{}", dbus::kSessionPathPrefix, a.id);
+    case policy::ActionKind::EvictModel:
+      if (ModelEntry* m = models_.find(a.id)) return m->object_path;
+      return fmt::format("{}{}", dbus::kModelPathPrefix, a.id);
+  }
+  return "?";
+}
+
+}  // namespace airs::daemon

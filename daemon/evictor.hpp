@@ -1,0 +1,45 @@
+// The one executor of eviction plans. KV allocation, model loading, the
+// pressure loop and admin eviction all plan with policy::plan_eviction over
+// snapshot() and carry the plan out here: cached prefix blocks and session
+// KV through KvService, models through Models::unload (the entry goes, the
+// region is truncated). Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "policy/policy.hpp"
+#include "pool/pool.hpp"
+#include "util/result.hpp"
+
+namespace airs::daemon {
+
+class Models;
+class KvService;
+
+class Evictor {
+ public:
+  Evictor(pool::Pool& pool, Models& models, KvService& kv, policy::Config cfg);
+
+  // KV (sessions, cached blocks) and models; a model's refcount counts its
+  // clients' references and its open KV sessions (both are users).
+  [[nodiscard]] policy::PoolState snapshot() const;
+  [[nodiscard]] policy::Plan plan(const policy::Request& req) const;
+  // Carries out one action. Returns the pool bytes it freed.
+  Result<uint64_t> execute(const policy::Action& a);
+  // Plans `req` and acts only on a plan that covers it (nothing is lost for
+  // a request that fails anyway). ENOMEM naming `why` and the shortfall.
+  Status make_room(const policy::Request& req, const std::string& why);
+  // The object an action names, for reports ("kv-arena:<id>" for cached blocks).
+  [[nodiscard]] std::string object_of(const policy::Action& a) const;
+  [[nodiscard]] const policy::Config& config() const { return cfg_; }
+  [[nodiscard]] bool has_session(uint64_t id) const;
+
+ private:
+  pool::Pool& pool_;
+  Models& models_;
+  KvService& kv_;
+  policy::Config cfg_;
+};
+
+}  // namespace airs::daemon

@@ -1,0 +1,59 @@
+#include "sys/files.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sys/fd.hpp"
+
+namespace airs::sys {
+
+Result<FileId> readable_file_identity(int fd, const std::string& what) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0) return make_error(EINVAL, "{}: not an open file descriptor ({})", what, std::strerror(errno));
+  if ((fl & O_PATH) != 0)
+    return make_error(EINVAL, "{}: an O_PATH descriptor proves no read access; pass one opened for reading", what);
+  if ((fl & O_ACCMODE) == O_WRONLY) return make_error(EINVAL, "{}: the descriptor is not open for reading", what);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(EINVAL, "{}: fstat: {}", what, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{}: not a regular file", what);
+  FileId id;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  id.size = static_cast<uint64_t>(st.st_size);
+  id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return id;
+}
+
+Status truncate_to_zero(int fd, const std::string& what) {
+  if (::ftruncate(fd, 0) != 0) return make_error(errno, "{}: truncating: {}", what, std::strerror(errno));
+  return {};
+}
+
+Result<std::pair<dev_t, ino_t>> inode_of(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "fstat fd {}: {}", fd, std::strerror(errno));
+  return std::pair{st.st_dev, st.st_ino};
+}
+
+Result<uint32_t> count_fds_referring_to(pid_t pid, const InodeSet& inodes) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return make_error(errno == ENOENT ? ESRCH : errno, "{}: {}", dir, std::strerror(errno));
+  uint32_t n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st {};
+    // stat follows the magic link to the open file itself (memfds included).
+    if (::fstatat(::dirfd(d), e->d_name, &st, 0) != 0) continue;
+    if (inodes.contains({st.st_dev, st.st_ino})) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+}  // namespace airs::sys

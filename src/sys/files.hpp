@@ -1,0 +1,43 @@
+// Facts about files a client hands the daemon, and what the daemon does to
+// files it hands out: identity checks (the proof of read access every model
+// caller gives), revocation by truncation, and counting the descriptors a
+// process still holds of ours.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "util/result.hpp"
+
+namespace airs::sys {
+
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  [[nodiscard]] bool same_inode(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+};
+
+// The identity of `fd`, which must be a regular file opened for reading:
+// an O_PATH fd (it proves nothing about read access), a write-only fd, a
+// closed fd or anything but a regular file is EINVAL with a message naming
+// `what` and the problem.
+[[nodiscard]] Result<FileId> readable_file_identity(int fd, const std::string& what);
+
+// ftruncate(fd, 0): every mapping of the file in every process gets SIGBUS
+// on its next access (hugetlbfs and shmem alike), and the pages are freed.
+[[nodiscard]] Status truncate_to_zero(int fd, const std::string& what);
+
+using InodeSet = std::set<std::pair<dev_t, ino_t>>;
+// The (device, inode) of `fd` for an InodeSet.
+[[nodiscard]] Result<std::pair<dev_t, ino_t>> inode_of(int fd);
+// How many of process `pid`'s open descriptors refer to one of `inodes`
+// (reads /proc/PID/fd; the daemon runs as root). ESRCH when it is gone.
+[[nodiscard]] Result<uint32_t> count_fds_referring_to(pid_t pid, const InodeSet& inodes);
+
+}  // namespace airs::sys
