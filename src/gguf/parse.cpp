@@ -481,7 +481,15 @@ Status parse_tensor_info(Cursor& c, File& f, uint64_t i, std::vector<PendingTens
     return make_error(EBADMSG, "gguf: {} dims[0] at byte {}: ne0 = {} is not a multiple of the {} block size {}",
                       field(), nd_at + 4, t.dims[0], tr.name, tr.block_size);
   }
-  uint64_t bytes = (t.dims[0] / tr.block_size) * tr.type_size;  // cannot overflow: ne0 < 2^63, ts/bs <= 4
+  // ne0 < 2^63 blocks of up to 8 bytes (f64, i64) wrap on their own, so
+  // the first factor is checked like the others.
+  const uint64_t blocks = t.dims[0] / tr.block_size;
+  uint64_t bytes = 0;
+  if (mul_overflows(blocks, tr.type_size, &bytes)) {
+    return make_error(EBADMSG,
+                      "gguf: {} dims[0] at byte {}: byte size overflows 64 bits ({} {} blocks of {} bytes)", field(),
+                      nd_at + 4, blocks, tr.name, tr.type_size);
+  }
   for (size_t d = 1; d < t.dims.size(); ++d) {
     if (mul_overflows(bytes, t.dims[d], &bytes)) {
       return make_error(EBADMSG, "gguf: {} dims[{}] at byte {}: byte size overflows 64 bits", field(), d,

@@ -287,6 +287,23 @@ TEST(GgufMalformed, ByteSizeOverflow) {
                 fmt::format("tensor[0] 't' dims[1] at byte {}: byte size overflows 64 bits", kT0Dims + 8));
 }
 
+// CVE-2025-53630 class, one dimension: ne0 / block size × type size wraps
+// before any other dimension is multiplied in (2^62 f32 = 2^64 bytes was
+// accepted as a 0-byte tensor).
+TEST(GgufMalformed, TensorByteSizeWrapsInNe0) {
+  expect_reject(one_tensor({uint64_t{1} << 62}), EBADMSG,
+                fmt::format("tensor[0] 't' dims[0] at byte {}: byte size overflows 64 bits (4611686018427387904 f32 "
+                            "blocks of 4 bytes)",
+                            kT0Dims));
+}
+
+TEST(GgufMalformed, TensorByteSizeWrapsInNe0WithMoreDims) {
+  expect_reject(one_tensor({uint64_t{1} << 61, 1}, 28), EBADMSG,
+                fmt::format("tensor[0] 't' dims[0] at byte {}: byte size overflows 64 bits (2305843009213693952 f64 "
+                            "blocks of 8 bytes)",
+                            kT0Dims));
+}
+
 TEST(GgufMalformed, DeprecatedTypeId) {
   expect_reject(one_tensor({32}, 4), ENOTSUP,
                 fmt::format("tensor[0] 't' type at byte {}: ggml type id 4 is no longer supported (DEPRECATED",

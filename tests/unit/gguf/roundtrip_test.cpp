@@ -322,6 +322,12 @@ TEST(GgufWriter, RejectsImpossibleSpecs) {
       << p.error().message;
 }
 
+TEST(GgufWriter, TensorNbytesRejectsWrapInNe0) {
+  EXPECT_FALSE(tensor_nbytes(0, std::vector<uint64_t>{uint64_t{1} << 62}).has_value());         // f32: 2^64
+  EXPECT_FALSE(tensor_nbytes(28, std::vector<uint64_t>{uint64_t{1} << 61, 1}).has_value());     // f64: 2^64
+  EXPECT_EQ(tensor_nbytes(0, std::vector<uint64_t>{(uint64_t{1} << 62) - 1}), UINT64_MAX - 3);  // just fits
+}
+
 TEST(GgufFileIo, WrittenFileReadsBackByteForByte) {
   ModelSpec s;
   s.seed = 99;
