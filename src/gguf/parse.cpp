@@ -369,6 +369,73 @@ Result<std::optional<ModelGeometry>> read_geometry(const File& f, const ParseLim
   return std::optional<ModelGeometry>{g};
 }
 
+// Tokenizer arrays a runtime indexes by token id must agree, and special
+// token ids must index into the vocabulary (an out-of-range bos/eos id is a
+// heap read in runtimes that trust it). Keys are checked in file order so a
+// file with several defects always reports the same one.
+Status check_tokenizer(const File& f) {
+  constexpr std::string_view kPrefix = "tokenizer.ggml.";
+  constexpr std::string_view kIdSuffix = "_token_id";
+  auto expect_array = [&](std::string_view key, ValueType elem) -> Status {
+    const MetaValue* m = f.find(key);
+    if (m == nullptr) return {};
+    if (m->type != ValueType::kArray) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is {}, expected ARRAY of {}", key, m->offset,
+                        value_type_name(m->type), value_type_name(elem));
+    }
+    if (m->array.elem_type != elem) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is ARRAY of {}, expected ARRAY of {}", key,
+                        m->offset, value_type_name(m->array.elem_type), value_type_name(elem));
+    }
+    return {};
+  };
+  AIRS_TRY(expect_array("tokenizer.ggml.tokens", ValueType::kString));
+  AIRS_TRY(expect_array("tokenizer.ggml.scores", ValueType::kFloat32));
+  AIRS_TRY(expect_array("tokenizer.ggml.token_type", ValueType::kInt32));
+  AIRS_TRY(expect_array("tokenizer.ggml.merges", ValueType::kString));
+  const MetaValue* tokens = f.find("tokenizer.ggml.tokens");
+  // A plain count, not an optional: gcc's -Wmaybe-uninitialized misfires on it.
+  const uint64_t n_tokens = tokens != nullptr ? tokens->array.count : 0;
+  if (tokens != nullptr) {
+    for (std::string_view key : {"tokenizer.ggml.scores", "tokenizer.ggml.token_type"}) {
+      const MetaValue* m = f.find(key);
+      if (m != nullptr && m->array.count != n_tokens) {
+        return make_error(EBADMSG,
+                          "gguf: key '{}' at byte {}: {} elements, expected {} (one per entry of "
+                          "'tokenizer.ggml.tokens' at byte {})",
+                          key, m->offset, m->array.count, n_tokens, tokens->offset);
+      }
+    }
+  }
+  std::vector<std::pair<std::string_view, const MetaValue*>> ids;
+  for (const auto& [key, v] : f.metadata) {
+    const std::string_view k = key;
+    if (k.size() > kPrefix.size() + kIdSuffix.size() && k.starts_with(kPrefix) && k.ends_with(kIdSuffix)) {
+      ids.emplace_back(k, &v);
+    }
+  }
+  std::sort(ids.begin(), ids.end(), [](const auto& x, const auto& y) { return x.second->offset < y.second->offset; });
+  for (const auto& [key, m] : ids) {
+    const bool integer = m->type != ValueType::kArray && m->type != ValueType::kString && m->type != ValueType::kBool &&
+                         m->type != ValueType::kFloat32 && m->type != ValueType::kFloat64;
+    if (!integer) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is {}, expected an unsigned integer token id", key,
+                        m->offset, value_type_name(m->type));
+    }
+    const auto id = m->as_uint();
+    if (!id) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: token id is negative", key, m->offset);
+    }
+    if (tokens != nullptr && *id >= n_tokens) {
+      return make_error(EBADMSG,
+                        "gguf: key '{}' at byte {}: token id {} is out of range for {} tokens "
+                        "('tokenizer.ggml.tokens' at byte {})",
+                        key, m->offset, *id, n_tokens, tokens->offset);
+    }
+  }
+  return {};
+}
+
 Status parse_kvs(Cursor& c, File& f, const ParseLimits& lim) {
   const uint64_t kv_start = c.pos();
   f.metadata.reserve(static_cast<size_t>(f.n_kv));
@@ -665,6 +732,7 @@ Result<File> parse(const ByteSource& src, const ParseLimits& lim) {
   }
   f.n_kv = *n_kv;
   AIRS_TRY(parse_kvs(c, f, lim));
+  AIRS_TRY(check_tokenizer(f));
 
   std::vector<PendingTensor> pending;
   pending.reserve(static_cast<size_t>(*n_tensors));

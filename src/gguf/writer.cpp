@@ -348,7 +348,9 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   kv([&] { b.kv_str("tokenizer.ggml.model", "llama"); });
   kv([&] { b.kv_array_str("tokenizer.ggml.tokens", tokens); });
   kv([&] { b.kv_array_f32("tokenizer.ggml.scores", scores); });
-  kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
+  // The reader rejects a special id outside the vocabulary (so must every
+  // runtime): with fewer than 2 tokens there is no <s> to point at.
+  if (tokens.size() > 1) kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
   kv([&] { b.kv_bool("tokenizer.ggml.add_bos_token", true); });
   if (s.llama_compatible) {
     kv([&] { b.kv_u32("general.file_type", llama_file_type(s.types)); });

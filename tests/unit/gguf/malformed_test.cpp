@@ -428,6 +428,167 @@ TEST(GgufMalformed, EmbeddingNotMultipleOfHeads) {
                 fmt::format("key 'llama.embedding_length' at byte {}: 64 is not a multiple of head_count 3", at[2]));
 }
 
+// ---- tokenizer ---------------------------------------------------------------
+
+// Offset of the value of the KV record that starts at the builder's position.
+size_t value_at(const Builder& b, std::string_view key) { return b.pos() + 8 + key.size() + 4; }
+
+const std::vector<std::string> kToks{"<unk>", "<s>", "</s>", "a"};
+
+TEST(GgufMalformed, TokenizerScoresLengthMismatch) {
+  Builder b = hdr(0, 2);
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_array_f32("tokenizer.ggml.scores", std::vector<float>{0, 0, 0});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: 3 elements, expected 4 (one per entry of "
+                            "'tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerTokenTypeLengthMismatch) {
+  // token_type before tokens: the check does not depend on key order.
+  Builder b = hdr(0, 2);
+  const size_t v = value_at(b, "tokenizer.ggml.token_type");
+  b.kv_array_i32("tokenizer.ggml.token_type", std::vector<int32_t>{1, 1, 1, 1, 1});
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.token_type' at byte {}: 5 elements, expected 4 (one per entry of "
+                            "'tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerScoresWrongElementType) {
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_array_i32("tokenizer.ggml.scores", std::vector<int32_t>{0, 0, 0, 0});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: type is ARRAY of INT32, expected ARRAY of FLOAT32",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerScoresNotAnArray) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_f32("tokenizer.ggml.scores", 0.5F);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: type is FLOAT32, expected ARRAY of FLOAT32", v));
+}
+
+TEST(GgufMalformed, TokenizerTokenTypeWrongElementType) {
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.token_type");
+  b.kv_array_u32("tokenizer.ggml.token_type", std::vector<uint32_t>{1, 1, 1, 1});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.token_type' at byte {}: type is ARRAY of UINT32, expected ARRAY of "
+                            "INT32",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerTokensNotStrings) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_u32("tokenizer.ggml.tokens", std::vector<uint32_t>{1, 2});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.tokens' at byte {}: type is ARRAY of UINT32, expected ARRAY of STRING",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerMergesNotStrings) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.merges");
+  b.kv_array_i32("tokenizer.ggml.merges", std::vector<int32_t>{1, 2});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.merges' at byte {}: type is ARRAY of INT32, expected ARRAY of STRING",
+                            v));
+}
+
+// llama.cpp CVE class: a special token id past the vocabulary is used as an
+// index into it.
+TEST(GgufMalformed, TokenizerBosTokenIdOutOfRange) {
+  Builder b = hdr(0, 2);
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.bos_token_id");
+  b.kv_u32("tokenizer.ggml.bos_token_id", 4);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.bos_token_id' at byte {}: token id 4 is out of range for 4 tokens "
+                            "('tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerEveryTokenIdKeyIsRangeChecked) {
+  for (std::string_view key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                               "tokenizer.ggml.padding_token_id", "tokenizer.ggml.separator_token_id",
+                               "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eot_token_id"}) {
+    SCOPED_TRACE(key);
+    Builder b = hdr(0, 3);
+    b.kv_u32("tokenizer.ggml.bos_token_id", 1);  // in range, and first in the file
+    const size_t v = value_at(b, key);
+    b.kv_u64(key, uint64_t{1} << 40);
+    b.kv_array_str("tokenizer.ggml.tokens", kToks);
+    expect_reject(b.take(), EBADMSG,
+                  fmt::format("key '{}' at byte {}: token id 1099511627776 is out of range for 4 tokens", key, v));
+  }
+}
+
+TEST(GgufMalformed, TokenizerTokenIdOutOfRangeOfLazyTokens) {
+  // A vocabulary left on disk is counted all the same.
+  std::vector<std::string> many(10, "t");
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", many);
+  const size_t v = value_at(b, "tokenizer.ggml.eos_token_id");
+  b.kv_u32("tokenizer.ggml.eos_token_id", 10);
+  ParseLimits lim;
+  lim.eager_array_elements = 2;
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.eos_token_id' at byte {}: token id 10 is out of range for 10 tokens",
+                            v),
+                lim);
+}
+
+TEST(GgufMalformed, TokenizerTokenIdNegative) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.padding_token_id");
+  b.kv_i32("tokenizer.ggml.padding_token_id", -1);
+  expect_reject(b.take(), EBADMSG, fmt::format("key 'tokenizer.ggml.padding_token_id' at byte {}: token id is negative", v));
+}
+
+TEST(GgufMalformed, TokenizerTokenIdNotAnInteger) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.bos_token_id");
+  b.kv_str("tokenizer.ggml.bos_token_id", "1");
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.bos_token_id' at byte {}: type is STRING, expected an unsigned integer "
+                            "token id",
+                            v));
+}
+
+TEST(GgufTokenizer, ConsistentArraysAndIdsAreAccepted) {
+  Builder b = hdr(0, 7);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks)
+      .kv_array_f32("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1})
+      .kv_array_i32("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1})
+      .kv_array_str("tokenizer.ggml.merges", std::vector<std::string>{"a a"})
+      .kv_u32("tokenizer.ggml.bos_token_id", 1)
+      .kv_u32("tokenizer.ggml.eos_token_id", 3)
+      .kv_i32("tokenizer.ggml.unknown_token_id", 0);
+  auto f = parse_bytes(b.take());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, 4U);
+}
+
+TEST(GgufTokenizer, IdsWithoutTokensAreOnlyTypeChecked) {
+  // A file without a vocabulary has nothing to index; ids stay as metadata.
+  Builder b = hdr(0, 1);
+  b.kv_u32("tokenizer.ggml.bos_token_id", 7);
+  EXPECT_TRUE(parse_bytes(b.take()).ok());
+}
+
 TEST(GgufMalformed, EveryRejectionIsBoundedAndNamed) {
   // Truncating a valid model at every byte must never crash and must always
   // name a byte offset.

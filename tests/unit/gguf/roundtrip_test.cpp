@@ -328,6 +328,36 @@ TEST(GgufWriter, TensorNbytesRejectsWrapInNe0) {
   EXPECT_EQ(tensor_nbytes(0, std::vector<uint64_t>{(uint64_t{1} << 62) - 1}), UINT64_MAX - 3);  // just fits
 }
 
+TEST(GgufWriter, TokenizerItWritesIsConsistent) {
+  // Plain: tokens and scores of one length, bos only when there is a token 1.
+  for (uint64_t written : {0U, 1U, 2U, 64U}) {
+    ModelSpec s;
+    s.n_layers = 1;
+    s.n_vocab_tokens_written = written;
+    auto plan = plan_model(s);
+    ASSERT_TRUE(plan.ok());
+    auto f = parse_bytes(*render_model(*plan));
+    ASSERT_TRUE(f.ok()) << written << ": " << f.error().message;
+    EXPECT_EQ(f->find("tokenizer.ggml.tokens")->array.count, written);
+    EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, written);
+    EXPECT_EQ(f->find("tokenizer.ggml.bos_token_id") != nullptr, written > 1) << written;
+  }
+  // llama-compatible: scores and token types per token, special ids in range.
+  ModelSpec s;
+  s.n_layers = 1;
+  s.llama_compatible = true;
+  s.n_vocab = 300;
+  auto plan = plan_model(s);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto f = parse_bytes(*render_model(*plan));
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->find("tokenizer.ggml.tokens")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.token_type")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.token_type")->array.elem_type, ValueType::kInt32);
+  EXPECT_EQ(f->find("tokenizer.ggml.eos_token_id")->as_uint(), 2U);
+}
+
 TEST(GgufFileIo, WrittenFileReadsBackByteForByte) {
   ModelSpec s;
   s.seed = 99;
