@@ -428,6 +428,71 @@ TEST(GgufMalformed, EmbeddingNotMultipleOfHeads) {
                 fmt::format("key 'llama.embedding_length' at byte {}: 64 is not a multiple of head_count 3", at[2]));
 }
 
+TEST(GgufMalformed, BlockCountAboveLimitWithoutOtherGeometry) {
+  Builder b = hdr(0, 2);
+  b.kv_str("general.architecture", "llama");
+  const size_t v = b.pos() + 8 + 17 + 4;
+  b.kv_u64("llama.block_count", uint64_t{1} << 40);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: 1099511627776 exceeds the limit of 16777216", v));
+}
+
+// Each geometry value passes its own cap; the KV bytes per token do not fit
+// in u64 (2^24 layers × 2^24 KV heads × 2^25 elements × 2 bytes).
+Builder geometry_kv(uint64_t blocks, uint64_t heads, uint64_t embd, uint64_t kl, uint64_t vl, size_t* blocks_at) {
+  Builder b = hdr(0, 7);
+  b.kv_str("general.architecture", "llama");
+  *blocks_at = b.pos() + 8 + 17 + 4;
+  b.kv_u64("llama.block_count", blocks)
+      .kv_u64("llama.attention.head_count", heads)
+      .kv_u64("llama.attention.head_count_kv", heads)
+      .kv_u64("llama.embedding_length", embd)
+      .kv_u64("llama.attention.key_length", kl)
+      .kv_u64("llama.attention.value_length", vl);
+  return b;
+}
+
+TEST(GgufMalformed, KvBytesPerTokenWraps) {
+  constexpr uint64_t kCap = uint64_t{1} << 24;
+  size_t at = 0;
+  Builder b = geometry_kv(kCap, kCap, kCap, kCap, kCap, &at);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: a f16 KV cache of 16777216 layers x 16777216 KV heads "
+                            "x (key 16777216 + value 16777216) is more than 2^64 bytes per token",
+                            at));
+}
+
+TEST(GgufMalformed, KvBytesPerTokenAboveLimit) {
+  size_t at = 0;
+  Builder b = geometry_kv(32, 8, 4096, 128, 128, &at);  // f16: 32 × 8 × 256 × 2 = 131072; q8_0: 32 × 8 × 8 × 34
+  ParseLimits lim;
+  lim.max_kv_bytes_per_token = 100000;
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: a f16 KV cache of 32 layers x 8 KV heads x (key 128 "
+                            "+ value 128) is 131072 bytes per token, above the limit of 100000",
+                            at),
+                lim);
+  lim.max_kv_bytes_per_token = 131072;  // f16 fits exactly, q8_0 (69632) too
+  size_t unused = 0;
+  EXPECT_TRUE(parse_bytes(geometry_kv(32, 8, 4096, 128, 128, &unused).take(), lim).ok());
+}
+
+TEST(GgufKvBytes, CheckedReportsWrapAndPlainSaturates) {
+  ModelGeometry g;
+  g.block_count = uint64_t{1} << 24;
+  g.head_count = g.head_count_kv = uint64_t{1} << 24;
+  g.key_length = g.value_length = uint64_t{1} << 24;
+  EXPECT_FALSE(checked_kv_bytes_per_token(g, KvType::kF16).has_value());
+  EXPECT_FALSE(checked_kv_bytes_per_token(g, KvType::kQ8_0).has_value());
+  EXPECT_EQ(kv_bytes_per_token(g, KvType::kF16), std::numeric_limits<uint64_t>::max());
+  g.block_count = 2;
+  g.head_count_kv = 3;
+  g.key_length = 40;  // q8_0: 2 blocks
+  g.value_length = 32;
+  EXPECT_EQ(checked_kv_bytes_per_token(g, KvType::kF16), 2U * 3U * 72U * 2U);
+  EXPECT_EQ(checked_kv_bytes_per_token(g, KvType::kQ8_0), 2U * 3U * 3U * 34U);
+}
+
 // ---- tokenizer ---------------------------------------------------------------
 
 // Offset of the value of the KV record that starts at the builder's position.
@@ -587,6 +652,57 @@ TEST(GgufTokenizer, IdsWithoutTokensAreOnlyTypeChecked) {
   Builder b = hdr(0, 1);
   b.kv_u32("tokenizer.ggml.bos_token_id", 7);
   EXPECT_TRUE(parse_bytes(b.take()).ok());
+}
+
+// ---- sizes with raised limits --------------------------------------------------
+
+// The default caps keep count × record size far from 2^64; a caller that
+// raises them must not get a wrapped (small) minimum that passes.
+TEST(GgufMalformed, KvCountTimesRecordSizeWraps) {
+  ParseLimits lim;
+  lim.max_kv = std::numeric_limits<uint64_t>::max();
+  expect_reject(hdr(0, uint64_t{1} << 62).take(), EBADMSG,
+                "kv count at byte 16: 4611686018427387904 keys need at least more than 2^64 bytes, only 0 remain", lim);
+}
+
+TEST(GgufMalformed, TensorCountAboveU32Indices) {
+  ParseLimits lim;
+  lim.max_tensors = std::numeric_limits<uint64_t>::max();
+  expect_reject(hdr(uint64_t{1} << 59, 0).take(), EBADMSG,
+                "tensor count at byte 8: 576460752303423488 tensors exceeds the limit of 4294967295", lim);
+}
+
+TEST(GgufMalformed, ArrayCountTimesElementSizeWraps) {
+  Builder b = hdr(0, 1);
+  b.str("arr").u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kUint64));
+  b.u64(uint64_t{1} << 61).u64(0);  // 2^61 × 8 = 2^64 bytes, wraps to 0
+  ParseLimits lim;
+  lim.max_array_elements = std::numeric_limits<uint64_t>::max();
+  expect_reject(b.take(), EBADMSG,
+                "kv[0] 'arr' count at byte 43: 2305843009213693952 elements of UINT64 overflow 64 bits of bytes", lim);
+}
+
+TEST(GgufMalformed, DataSectionAlignmentRoundingWraps) {
+  // A source that claims 2^64 - 1 bytes, one skipped string element that ends
+  // 2 bytes before that, no tensors: rounding up to 32 passes 2^64.
+  constexpr uint64_t kSize = std::numeric_limits<uint64_t>::max();
+  Builder b = hdr(0, 1);
+  b.str("a").u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kString)).u64(1);
+  const uint64_t elem_at = b.pos();
+  b.u64(kSize - 2 - elem_at - 8);
+  ParseLimits lim;
+  lim.eager_array_elements = 0;
+  lim.max_string_bytes = kSize;
+  lim.max_metadata_bytes = kSize;
+  testing::SparseSource src(b.take(), kSize);
+  auto r = parse(src, lim);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, EBADMSG);
+  EXPECT_NE(r.error().message.find(fmt::format("data section at byte {}: rounding up to the alignment 32 overflows "
+                                               "64 bits",
+                                               kSize - 2)),
+            std::string::npos)
+      << r.error().message;
 }
 
 TEST(GgufMalformed, EveryRejectionIsBoundedAndNamed) {
