@@ -13,8 +13,15 @@
 //   value = scalar of value_type, or for ARRAY: u32 elem_type | u64 count | elements
 //
 // Every count and length is checked against the bytes that remain before
-// anything is allocated; sizes use checked arithmetic; duplicate keys and
-// tensor names are found with a seeded hash set (linear time for any input).
+// anything is allocated; every size (count × element size, ne product ×
+// type size, offset + size, alignment rounding, KV bytes per token) uses
+// checked arithmetic and a wrap is rejected naming the field; duplicate keys
+// and tensor names are found with a seeded hash set (linear time for any
+// input). Tokenizer metadata that a runtime indexes by is checked for
+// consistency: tokenizer.ggml.tokens (ARRAY of STRING), .scores (ARRAY of
+// FLOAT32) and .token_type (ARRAY of INT32) agree in length, .merges is an
+// ARRAY of STRING, and every tokenizer.ggml.*_token_id is an integer below
+// the token count.
 // Rejections are Error{EBADMSG} (malformed) or Error{ENOTSUP} (valid but
 // unsupported: version, big-endian, deprecated/removed/unknown tensor type),
 // with a message naming the field and its byte offset, e.g.
@@ -53,7 +60,7 @@ enum class ValueType : uint32_t {
 // Caps that bound time and memory for any input. Real models are far below
 // each (llama-3 70B: 723 tensors, ~30 keys, a 128k-token vocabulary).
 struct ParseLimits {
-  uint64_t max_tensors = uint64_t{1} << 20;
+  uint64_t max_tensors = uint64_t{1} << 20;  // never above 2^32 - 1 (tensor indices are u32)
   uint64_t max_kv = uint64_t{1} << 16;
   uint64_t max_string_bytes = uint64_t{1} << 20;      // any one key, value or array element
   uint64_t max_array_elements = uint64_t{1} << 24;    // per array (vocab, merges, scores)
@@ -62,11 +69,20 @@ struct ParseLimits {
   // longer ones stay on disk (offset + count) so a 256k-token vocabulary
   // costs no memory until someone asks for it.
   uint64_t eager_array_elements = 4096;
+  // Memory all eagerly decoded arrays may take together (one Scalar per
+  // element plus string bytes); arrays past it stay on disk as long ones do,
+  // so a file of many short arrays costs at most this, not 40× its size.
+  uint64_t max_eager_bytes = uint64_t{64} << 20;
   // general.alignment must be a power of two no larger than this: 1 GiB, the
   // largest huge page size Linux has, so a region can align to any of them.
   uint32_t max_alignment = uint32_t{1} << 30;
-  // Sanity caps on llama-style geometry (keep kv_bytes_per_token in u64).
+  // Sanity caps on llama-style geometry: each of block_count, head counts,
+  // embedding/key/value length (block_count also when there is no other
+  // geometry: it sizes per-layer state), and the KV bytes per token of either
+  // KV type (real models: well under 8 MiB), so a caller may multiply it by a
+  // u32 token count without wrapping u64.
   uint64_t max_geometry_value = uint64_t{1} << 24;
+  uint64_t max_kv_bytes_per_token = uint64_t{1} << 30;
 };
 
 using Scalar = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string,
@@ -132,8 +148,11 @@ enum class KvType : uint8_t { kF16, kQ8_0 };
 
 // KV-cache bytes per token: n_layer × n_head_kv × (key_length + value_length)
 // elements; f16 = 2 bytes each, q8_0 = 34 bytes per 32-element block (rows
-// rounded up to whole blocks). Inputs come from a parsed File (bounded), so
-// the product fits in u64.
+// rounded up to whole blocks). nullopt when the product overflows u64.
+[[nodiscard]] std::optional<uint64_t> checked_kv_bytes_per_token(const ModelGeometry& g, KvType t) noexcept;
+// The same, saturating at UINT64_MAX instead of wrapping. For a File's
+// geometry it never saturates: parse() rejects geometry above
+// ParseLimits::max_kv_bytes_per_token.
 [[nodiscard]] uint64_t kv_bytes_per_token(const ModelGeometry& g, KvType t) noexcept;
 
 using MetadataMap = std::unordered_map<std::string, MetaValue, SeededStringHash, std::equal_to<>>;

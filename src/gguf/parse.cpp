@@ -49,11 +49,29 @@ uint64_t value_type_size(ValueType t) noexcept {
 
 std::string_view kv_type_name(KvType t) noexcept { return t == KvType::kF16 ? "f16" : "q8_0"; }
 
+std::optional<uint64_t> checked_kv_bytes_per_token(const ModelGeometry& g, KvType t) noexcept {
+  uint64_t rows = 0;
+  uint64_t per_row = 0;  // bytes of one head's key row plus value row
+  uint64_t out = 0;
+  if (__builtin_mul_overflow(g.block_count, g.head_count_kv, &rows)) return std::nullopt;
+  if (t == KvType::kF16) {
+    if (__builtin_add_overflow(g.key_length, g.value_length, &per_row) ||
+        __builtin_mul_overflow(per_row, uint64_t{2}, &per_row)) {
+      return std::nullopt;
+    }
+  } else {
+    // q8_0 quantises each head's row in 32-element blocks of 34 bytes.
+    if (__builtin_add_overflow(div_round_up(g.key_length, 32), div_round_up(g.value_length, 32), &per_row) ||
+        __builtin_mul_overflow(per_row, uint64_t{34}, &per_row)) {
+      return std::nullopt;
+    }
+  }
+  if (__builtin_mul_overflow(rows, per_row, &out)) return std::nullopt;
+  return out;
+}
+
 uint64_t kv_bytes_per_token(const ModelGeometry& g, KvType t) noexcept {
-  const uint64_t rows = g.block_count * g.head_count_kv;
-  if (t == KvType::kF16) return rows * (g.key_length + g.value_length) * 2;
-  // q8_0 quantises each head's row in 32-element blocks of 34 bytes.
-  return rows * (div_round_up(g.key_length, 32) + div_round_up(g.value_length, 32)) * 34;
+  return checked_kv_bytes_per_token(g, t).value_or(std::numeric_limits<uint64_t>::max());
 }
 
 std::optional<uint64_t> MetaValue::as_uint() const {
@@ -236,17 +254,45 @@ Result<Scalar> read_scalar(Cursor& c, ValueType t, const ParseLimits& lim, const
   return make_error(EBADMSG, "gguf: {} at byte {}: not a scalar type", field(), c.pos());
 }
 
-// Reads (or, past the eager limit, skips) `a.count` elements at the cursor.
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
+
+// Reads `a.count` elements at the cursor into a.items when `load`, else
+// skips them. With a `budget` (bytes of memory eager decoding may still
+// take), an array that would exceed it is skipped instead and stays on disk
+// (a.loaded = false): its Scalars up front, string bytes as they are read.
+// The caller has checked count × minimum element size against the file.
 template <typename F>
-Status read_array_elements(Cursor& c, ArrayValue& a, bool load, const ParseLimits& lim, const F& field) {
+Status read_array_elements(Cursor& c, ArrayValue& a, bool load, uint64_t* budget, const ParseLimits& lim,
+                           const F& field) {
   const uint64_t esize = value_type_size(a.elem_type);
+  if (load && budget != nullptr) {
+    uint64_t cost = 0;
+    if (mul_overflows(a.count, sizeof(Scalar), &cost) || cost > *budget) {
+      load = false;
+    } else {
+      *budget -= cost;
+    }
+  }
+  a.loaded = load;
   if (load) a.items.reserve(static_cast<size_t>(a.count));
-  if (esize != 0 && !load) return c.skip(a.count * esize, field);
+  if (esize != 0 && !load) return c.skip(a.count * esize, field);  // <= remaining (checked by the caller)
   for (uint64_t i = 0; i < a.count; ++i) {
     auto elem = [&] { return fmt::format("{}[{}]", field(), i); };
-    if (load) {
+    if (a.loaded) {
       auto v = read_scalar(c, a.elem_type, lim, elem);
       if (!v) return std::move(v).error();
+      if (budget != nullptr && a.elem_type == ValueType::kString) {
+        const uint64_t len = std::get<std::string>(*v).size();
+        if (len > *budget) {
+          // Out of budget mid-array: drop what was decoded, skip the rest.
+          a.loaded = false;
+          a.items.clear();
+          a.items.shrink_to_fit();
+          continue;
+        }
+        *budget -= len;
+      }
       a.items.push_back(std::move(*v));
     } else {
       AIRS_TRY(c.skip_string(lim.max_string_bytes, elem));
@@ -257,7 +303,7 @@ Status read_array_elements(Cursor& c, ArrayValue& a, bool load, const ParseLimit
 
 // Array header (elem type, count) with every check done before allocating.
 template <typename F>
-Status read_array(Cursor& c, ArrayValue& a, const ParseLimits& lim, const F& field) {
+Status read_array(Cursor& c, ArrayValue& a, uint64_t* budget, const ParseLimits& lim, const F& field) {
   const uint64_t type_at = c.pos();
   auto et = c.scalar<uint32_t>([&] { return field() + " element type"; });
   if (!et) return std::move(et).error();
@@ -275,21 +321,24 @@ Status read_array(Cursor& c, ArrayValue& a, const ParseLimits& lim, const F& fie
     return make_error(EBADMSG, "gguf: {} count at byte {}: {} elements exceeds the limit of {}", field(), count_at, *n,
                       lim.max_array_elements);
   }
-  // Strings need at least their 8-byte length each.
+  // Strings need at least their 8-byte length each. The product can wrap
+  // only with a raised max_array_elements, and is then as impossible.
   const uint64_t min_elem = a.elem_type == ValueType::kString ? 8 : value_type_size(a.elem_type);
-  if (*n * min_elem > c.remaining()) {
+  uint64_t min_bytes = 0;
+  if (mul_overflows(*n, min_elem, &min_bytes)) {
+    return make_error(EBADMSG, "gguf: {} count at byte {}: {} elements of {} overflow 64 bits of bytes", field(),
+                      count_at, *n, value_type_name(a.elem_type));
+  }
+  if (min_bytes > c.remaining()) {
     return make_error(EBADMSG, "gguf: {} count at byte {}: {} elements of {} need at least {} bytes, only {} remain",
-                      field(), count_at, *n, value_type_name(a.elem_type), *n * min_elem, c.remaining());
+                      field(), count_at, *n, value_type_name(a.elem_type), min_bytes, c.remaining());
   }
   a.count = *n;
   a.data_offset = c.pos();
-  a.loaded = a.count <= lim.eager_array_elements;
-  AIRS_TRY(read_array_elements(c, a, a.loaded, lim, field));
+  AIRS_TRY(read_array_elements(c, a, a.count <= lim.eager_array_elements, budget, lim, field));
   a.byte_size = c.pos() - a.data_offset;
   return {};
 }
-
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 struct LayerName {
   LayerSlot slot = LayerSlot::kPre;
@@ -366,12 +415,93 @@ Result<std::optional<ModelGeometry>> read_geometry(const File& f, const ParseLim
   AIRS_TRY(check_geometry_value(f, a + ".attention.key_length", g.key_length, lim));
   AIRS_TRY(check_geometry_value(f, a + ".attention.value_length", g.value_length, lim));
   g.context_length = get(a + ".context_length").value_or(0);
+  // Each factor is capped, their product is not: 2^24 layers × 2^24 KV
+  // heads × 2^25 elements wraps u64. Callers size KV arenas by it.
+  for (KvType kt : {KvType::kF16, KvType::kQ8_0}) {
+    const auto per = checked_kv_bytes_per_token(g, kt);
+    if (!per || *per > lim.max_kv_bytes_per_token) {
+      return make_error(EBADMSG,
+                        "gguf: key '{}.block_count' at byte {}: a {} KV cache of {} layers x {} KV heads x (key {} + "
+                        "value {}) is {} bytes per token, above the limit of {}",
+                        a, f.find(a + ".block_count")->offset, kv_type_name(kt), g.block_count, g.head_count_kv,
+                        g.key_length, g.value_length, per ? std::to_string(*per) : std::string("more than 2^64"),
+                        lim.max_kv_bytes_per_token);
+    }
+  }
   return std::optional<ModelGeometry>{g};
+}
+
+// Tokenizer arrays a runtime indexes by token id must agree, and special
+// token ids must index into the vocabulary (an out-of-range bos/eos id is a
+// heap read in runtimes that trust it). Keys are checked in file order so a
+// file with several defects always reports the same one.
+Status check_tokenizer(const File& f) {
+  constexpr std::string_view kPrefix = "tokenizer.ggml.";
+  constexpr std::string_view kIdSuffix = "_token_id";
+  auto expect_array = [&](std::string_view key, ValueType elem) -> Status {
+    const MetaValue* m = f.find(key);
+    if (m == nullptr) return {};
+    if (m->type != ValueType::kArray) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is {}, expected ARRAY of {}", key, m->offset,
+                        value_type_name(m->type), value_type_name(elem));
+    }
+    if (m->array.elem_type != elem) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is ARRAY of {}, expected ARRAY of {}", key,
+                        m->offset, value_type_name(m->array.elem_type), value_type_name(elem));
+    }
+    return {};
+  };
+  AIRS_TRY(expect_array("tokenizer.ggml.tokens", ValueType::kString));
+  AIRS_TRY(expect_array("tokenizer.ggml.scores", ValueType::kFloat32));
+  AIRS_TRY(expect_array("tokenizer.ggml.token_type", ValueType::kInt32));
+  AIRS_TRY(expect_array("tokenizer.ggml.merges", ValueType::kString));
+  const MetaValue* tokens = f.find("tokenizer.ggml.tokens");
+  // A plain count, not an optional: gcc's -Wmaybe-uninitialized misfires on it.
+  const uint64_t n_tokens = tokens != nullptr ? tokens->array.count : 0;
+  if (tokens != nullptr) {
+    for (std::string_view key : {"tokenizer.ggml.scores", "tokenizer.ggml.token_type"}) {
+      const MetaValue* m = f.find(key);
+      if (m != nullptr && m->array.count != n_tokens) {
+        return make_error(EBADMSG,
+                          "gguf: key '{}' at byte {}: {} elements, expected {} (one per entry of "
+                          "'tokenizer.ggml.tokens' at byte {})",
+                          key, m->offset, m->array.count, n_tokens, tokens->offset);
+      }
+    }
+  }
+  std::vector<std::pair<std::string_view, const MetaValue*>> ids;
+  for (const auto& [key, v] : f.metadata) {
+    const std::string_view k = key;
+    if (k.size() > kPrefix.size() + kIdSuffix.size() && k.starts_with(kPrefix) && k.ends_with(kIdSuffix)) {
+      ids.emplace_back(k, &v);
+    }
+  }
+  std::sort(ids.begin(), ids.end(), [](const auto& x, const auto& y) { return x.second->offset < y.second->offset; });
+  for (const auto& [key, m] : ids) {
+    const bool integer = m->type != ValueType::kArray && m->type != ValueType::kString && m->type != ValueType::kBool &&
+                         m->type != ValueType::kFloat32 && m->type != ValueType::kFloat64;
+    if (!integer) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is {}, expected an unsigned integer token id", key,
+                        m->offset, value_type_name(m->type));
+    }
+    const auto id = m->as_uint();
+    if (!id) {
+      return make_error(EBADMSG, "gguf: key '{}' at byte {}: token id is negative", key, m->offset);
+    }
+    if (tokens != nullptr && *id >= n_tokens) {
+      return make_error(EBADMSG,
+                        "gguf: key '{}' at byte {}: token id {} is out of range for {} tokens "
+                        "('tokenizer.ggml.tokens' at byte {})",
+                        key, m->offset, *id, n_tokens, tokens->offset);
+    }
+  }
+  return {};
 }
 
 Status parse_kvs(Cursor& c, File& f, const ParseLimits& lim) {
   const uint64_t kv_start = c.pos();
   f.metadata.reserve(static_cast<size_t>(f.n_kv));
+  uint64_t eager_budget = lim.max_eager_bytes;
   for (uint64_t i = 0; i < f.n_kv; ++i) {
     const uint64_t key_at = c.pos();
     auto key = c.string(lim.max_string_bytes, [&] { return fmt::format("kv[{}] key", i); });
@@ -389,7 +519,7 @@ Status parse_kvs(Cursor& c, File& f, const ParseLimits& lim) {
     v.type = static_cast<ValueType>(*type);
     v.offset = c.pos();
     if (v.type == ValueType::kArray) {
-      AIRS_TRY(read_array(c, v.array, lim, field));
+      AIRS_TRY(read_array(c, v.array, &eager_budget, lim, field));
     } else {
       auto s = read_scalar(c, v.type, lim, field);
       if (!s) return std::move(s).error();
@@ -481,7 +611,15 @@ Status parse_tensor_info(Cursor& c, File& f, uint64_t i, std::vector<PendingTens
     return make_error(EBADMSG, "gguf: {} dims[0] at byte {}: ne0 = {} is not a multiple of the {} block size {}",
                       field(), nd_at + 4, t.dims[0], tr.name, tr.block_size);
   }
-  uint64_t bytes = (t.dims[0] / tr.block_size) * tr.type_size;  // cannot overflow: ne0 < 2^63, ts/bs <= 4
+  // ne0 < 2^63 blocks of up to 8 bytes (f64, i64) wrap on their own, so
+  // the first factor is checked like the others.
+  const uint64_t blocks = t.dims[0] / tr.block_size;
+  uint64_t bytes = 0;
+  if (mul_overflows(blocks, tr.type_size, &bytes)) {
+    return make_error(EBADMSG,
+                      "gguf: {} dims[0] at byte {}: byte size overflows 64 bits ({} {} blocks of {} bytes)", field(),
+                      nd_at + 4, blocks, tr.name, tr.type_size);
+  }
   for (size_t d = 1; d < t.dims.size(); ++d) {
     if (mul_overflows(bytes, t.dims[d], &bytes)) {
       return make_error(EBADMSG, "gguf: {} dims[{}] at byte {}: byte size overflows 64 bits", field(), d,
@@ -543,7 +681,7 @@ Status place_tensors(File& f, const std::vector<PendingTensor>& pending) {
   return {};
 }
 
-Status assign_layers(File& f) {
+Status assign_layers(File& f, const ParseLimits& lim) {
   std::optional<uint64_t> block_count;
   if (!f.architecture.empty()) {
     const std::string key = f.architecture + ".block_count";
@@ -552,6 +690,12 @@ Status assign_layers(File& f) {
       if (!block_count) {
         return make_error(EBADMSG, "gguf: key '{}' at byte {}: type is {}, expected an unsigned integer", key,
                           m->offset, value_type_name(m->type));
+      }
+      // n_layers sizes per-layer state in callers and the post-layer rank
+      // below adds to it: bounded even when there is no other geometry.
+      if (*block_count > lim.max_geometry_value) {
+        return make_error(EBADMSG, "gguf: key '{}' at byte {}: {} exceeds the limit of {}", key, m->offset,
+                          *block_count, lim.max_geometry_value);
       }
     }
   }
@@ -635,28 +779,38 @@ Result<File> parse(const ByteSource& src, const ParseLimits& lim) {
   if (!n_tensors) return std::move(n_tensors).error();
   auto n_kv = c.scalar<uint64_t>([] { return std::string("kv count"); });
   if (!n_kv) return std::move(n_kv).error();
-  if (*n_tensors > lim.max_tensors) {
+  // Tensor indices are u32 (load_order, tensor_index), whatever the limit.
+  const uint64_t max_tensors = std::min<uint64_t>(lim.max_tensors, std::numeric_limits<uint32_t>::max());
+  if (*n_tensors > max_tensors) {
     return make_error(EBADMSG, "gguf: tensor count at byte 8: {} tensors exceeds the limit of {}", *n_tensors,
-                      lim.max_tensors);
+                      max_tensors);
   }
   if (*n_kv > lim.max_kv) {
     return make_error(EBADMSG, "gguf: kv count at byte 16: {} keys exceeds the limit of {}", *n_kv, lim.max_kv);
   }
   // Minimum record sizes: a KV is key length (8) + type (4) + a 1-byte value;
   // a tensor info is name length (8) + n_dims (4) + one dim (8) + type (4) +
-  // offset (8). Caps above keep these products far from overflow.
+  // offset (8). The default caps keep these products far from overflow; a
+  // raised max_kv can wrap them, so they are checked.
   constexpr uint64_t kMinKv = 13;
   constexpr uint64_t kMinTensor = 32;
-  if (*n_kv * kMinKv > c.remaining()) {
+  auto bytes_text = [](bool wraps, uint64_t v) { return wraps ? std::string("more than 2^64") : std::to_string(v); };
+  uint64_t kv_min = 0;
+  const bool kv_wraps = mul_overflows(*n_kv, kMinKv, &kv_min);
+  if (kv_wraps || kv_min > c.remaining()) {
     return make_error(EBADMSG, "gguf: kv count at byte 16: {} keys need at least {} bytes, only {} remain", *n_kv,
-                      *n_kv * kMinKv, c.remaining());
+                      bytes_text(kv_wraps, kv_min), c.remaining());
   }
-  if (*n_tensors * kMinTensor + *n_kv * kMinKv > c.remaining()) {
+  uint64_t tensor_min = 0;
+  uint64_t all_min = 0;
+  const bool tensor_wraps = mul_overflows(*n_tensors, kMinTensor, &tensor_min);
+  if (tensor_wraps || add_overflows(tensor_min, kv_min, &all_min) || all_min > c.remaining()) {
     return make_error(EBADMSG, "gguf: tensor count at byte 8: {} tensors need at least {} bytes, only {} remain",
-                      *n_tensors, *n_tensors * kMinTensor, c.remaining() - *n_kv * kMinKv);
+                      *n_tensors, bytes_text(tensor_wraps, tensor_min), c.remaining() - kv_min);
   }
   f.n_kv = *n_kv;
   AIRS_TRY(parse_kvs(c, f, lim));
+  AIRS_TRY(check_tokenizer(f));
 
   std::vector<PendingTensor> pending;
   pending.reserve(static_cast<size_t>(*n_tensors));
@@ -664,14 +818,19 @@ Result<File> parse(const ByteSource& src, const ParseLimits& lim) {
   f.tensor_index.reserve(static_cast<size_t>(*n_tensors));
   for (uint64_t i = 0; i < *n_tensors; ++i) AIRS_TRY(parse_tensor_info(c, f, i, pending, lim));
 
-  // pos <= file size < 2^64 - 2^30, so rounding up cannot overflow.
-  f.data_offset = *round_up(c.pos(), f.alignment);
+  // A ByteSource may claim any size up to 2^64 - 1, so the rounding is checked.
+  const auto data_offset = round_up(c.pos(), f.alignment);
+  if (!data_offset) {
+    return make_error(EBADMSG, "gguf: data section at byte {}: rounding up to the alignment {} overflows 64 bits",
+                      c.pos(), f.alignment);
+  }
+  f.data_offset = *data_offset;
   if (!f.tensors.empty() && f.data_offset > f.file_size) {
     return make_error(EBADMSG, "gguf: data section at byte {}: starts past the end of the file ({} bytes)",
                       f.data_offset, f.file_size);
   }
   AIRS_TRY(place_tensors(f, pending));
-  AIRS_TRY(assign_layers(f));
+  AIRS_TRY(assign_layers(f, lim));
   auto geo = read_geometry(f, lim);
   if (!geo) return std::move(geo).error();
   f.geometry = *geo;
@@ -692,10 +851,11 @@ Result<std::vector<Scalar>> load_array(const ByteSource& src, const ArrayValue& 
   ArrayValue copy = a;
   copy.items.clear();
   const uint64_t min_elem = a.elem_type == ValueType::kString ? 8 : value_type_size(a.elem_type);
-  if (min_elem == 0 || a.count * min_elem > c.remaining()) {
+  uint64_t min_bytes = 0;
+  if (min_elem == 0 || mul_overflows(a.count, min_elem, &min_bytes) || min_bytes > c.remaining()) {
     return make_error(EBADMSG, "gguf: array at byte {}: {} elements do not fit in the file", a.data_offset, a.count);
   }
-  AIRS_TRY(read_array_elements(c, copy, true, lim,
+  AIRS_TRY(read_array_elements(c, copy, true, nullptr, lim,
                                [&] { return fmt::format("array at byte {}", a.data_offset); }));
   return std::move(copy.items);
 }

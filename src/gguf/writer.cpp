@@ -89,7 +89,8 @@ std::optional<uint64_t> tensor_nbytes(uint32_t type_id, std::span<const uint64_t
   const TypeTraits t = type_traits(type_id);
   if (t.status != TypeStatus::kSupported || dims.empty()) return std::nullopt;
   if (dims[0] == 0 || dims[0] % t.block_size != 0) return std::nullopt;
-  uint64_t bytes = dims[0] / t.block_size * t.type_size;
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(dims[0] / t.block_size, uint64_t{t.type_size}, &bytes)) return std::nullopt;
   for (size_t i = 1; i < dims.size(); ++i) {
     if (dims[i] == 0 || __builtin_mul_overflow(bytes, dims[i], &bytes)) return std::nullopt;
   }
@@ -347,7 +348,9 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   kv([&] { b.kv_str("tokenizer.ggml.model", "llama"); });
   kv([&] { b.kv_array_str("tokenizer.ggml.tokens", tokens); });
   kv([&] { b.kv_array_f32("tokenizer.ggml.scores", scores); });
-  kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
+  // The reader rejects a special id outside the vocabulary (so must every
+  // runtime): with fewer than 2 tokens there is no <s> to point at.
+  if (tokens.size() > 1) kv([&] { b.kv_u32("tokenizer.ggml.bos_token_id", 1); });
   kv([&] { b.kv_bool("tokenizer.ggml.add_bos_token", true); });
   if (s.llama_compatible) {
     kv([&] { b.kv_u32("general.file_type", llama_file_type(s.types)); });

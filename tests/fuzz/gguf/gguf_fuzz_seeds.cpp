@@ -68,6 +68,18 @@ int main(int argc, char** argv) {
   b.tensor_info("blk.0.attn_q.weight", std::vector<uint64_t>{32}, 8, 64);
   b.pad_to(32).zeros(64 + 34);
   if (!write(dir / "hand-1.gguf", b.take())) return 1;
-  std::printf("wrote %d seeds to %s\n", n + 1, dir.c_str());
+  // A consistent tokenizer (tokens, scores, token types, merges, special
+  // ids) so mutations reach the cross-checks between those keys.
+  Builder t;
+  t.header(3, 0, 7);
+  const std::vector<std::string> vocab{"<unk>", "<s>", "</s>", "a", "b"};
+  t.kv_array_str("tokenizer.ggml.tokens", vocab);
+  t.kv_array_f32("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, -2});
+  t.kv_array_i32("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1});
+  t.kv_array_str("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+  t.kv_u32("tokenizer.ggml.bos_token_id", 1).kv_u32("tokenizer.ggml.eos_token_id", 2);
+  t.kv_u32("tokenizer.ggml.padding_token_id", 0);
+  if (!write(dir / "hand-tokenizer.gguf", t.take())) return 1;
+  std::printf("wrote %d seeds to %s\n", n + 2, dir.c_str());
   return 0;
 }

@@ -287,6 +287,23 @@ TEST(GgufMalformed, ByteSizeOverflow) {
                 fmt::format("tensor[0] 't' dims[1] at byte {}: byte size overflows 64 bits", kT0Dims + 8));
 }
 
+// CVE-2025-53630 class, one dimension: ne0 / block size × type size wraps
+// before any other dimension is multiplied in (2^62 f32 = 2^64 bytes was
+// accepted as a 0-byte tensor).
+TEST(GgufMalformed, TensorByteSizeWrapsInNe0) {
+  expect_reject(one_tensor({uint64_t{1} << 62}), EBADMSG,
+                fmt::format("tensor[0] 't' dims[0] at byte {}: byte size overflows 64 bits (4611686018427387904 f32 "
+                            "blocks of 4 bytes)",
+                            kT0Dims));
+}
+
+TEST(GgufMalformed, TensorByteSizeWrapsInNe0WithMoreDims) {
+  expect_reject(one_tensor({uint64_t{1} << 61, 1}, 28), EBADMSG,
+                fmt::format("tensor[0] 't' dims[0] at byte {}: byte size overflows 64 bits (2305843009213693952 f64 "
+                            "blocks of 8 bytes)",
+                            kT0Dims));
+}
+
 TEST(GgufMalformed, DeprecatedTypeId) {
   expect_reject(one_tensor({32}, 4), ENOTSUP,
                 fmt::format("tensor[0] 't' type at byte {}: ggml type id 4 is no longer supported (DEPRECATED",
@@ -409,6 +426,283 @@ TEST(GgufMalformed, EmbeddingNotMultipleOfHeads) {
   Builder b = llama_kv(0, 2, 3, 1, 64, at);
   expect_reject(b.take(), EBADMSG,
                 fmt::format("key 'llama.embedding_length' at byte {}: 64 is not a multiple of head_count 3", at[2]));
+}
+
+TEST(GgufMalformed, BlockCountAboveLimitWithoutOtherGeometry) {
+  Builder b = hdr(0, 2);
+  b.kv_str("general.architecture", "llama");
+  const size_t v = b.pos() + 8 + 17 + 4;
+  b.kv_u64("llama.block_count", uint64_t{1} << 40);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: 1099511627776 exceeds the limit of 16777216", v));
+}
+
+// Each geometry value passes its own cap; the KV bytes per token do not fit
+// in u64 (2^24 layers × 2^24 KV heads × 2^25 elements × 2 bytes).
+Builder geometry_kv(uint64_t blocks, uint64_t heads, uint64_t embd, uint64_t kl, uint64_t vl, size_t* blocks_at) {
+  Builder b = hdr(0, 7);
+  b.kv_str("general.architecture", "llama");
+  *blocks_at = b.pos() + 8 + 17 + 4;
+  b.kv_u64("llama.block_count", blocks)
+      .kv_u64("llama.attention.head_count", heads)
+      .kv_u64("llama.attention.head_count_kv", heads)
+      .kv_u64("llama.embedding_length", embd)
+      .kv_u64("llama.attention.key_length", kl)
+      .kv_u64("llama.attention.value_length", vl);
+  return b;
+}
+
+TEST(GgufMalformed, KvBytesPerTokenWraps) {
+  constexpr uint64_t kCap = uint64_t{1} << 24;
+  size_t at = 0;
+  Builder b = geometry_kv(kCap, kCap, kCap, kCap, kCap, &at);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: a f16 KV cache of 16777216 layers x 16777216 KV heads "
+                            "x (key 16777216 + value 16777216) is more than 2^64 bytes per token",
+                            at));
+}
+
+TEST(GgufMalformed, KvBytesPerTokenAboveLimit) {
+  size_t at = 0;
+  Builder b = geometry_kv(32, 8, 4096, 128, 128, &at);  // f16: 32 × 8 × 256 × 2 = 131072; q8_0: 32 × 8 × 8 × 34
+  ParseLimits lim;
+  lim.max_kv_bytes_per_token = 100000;
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'llama.block_count' at byte {}: a f16 KV cache of 32 layers x 8 KV heads x (key 128 "
+                            "+ value 128) is 131072 bytes per token, above the limit of 100000",
+                            at),
+                lim);
+  lim.max_kv_bytes_per_token = 131072;  // f16 fits exactly, q8_0 (69632) too
+  size_t unused = 0;
+  EXPECT_TRUE(parse_bytes(geometry_kv(32, 8, 4096, 128, 128, &unused).take(), lim).ok());
+}
+
+TEST(GgufKvBytes, CheckedReportsWrapAndPlainSaturates) {
+  ModelGeometry g;
+  g.block_count = uint64_t{1} << 24;
+  g.head_count = g.head_count_kv = uint64_t{1} << 24;
+  g.key_length = g.value_length = uint64_t{1} << 24;
+  EXPECT_FALSE(checked_kv_bytes_per_token(g, KvType::kF16).has_value());
+  EXPECT_FALSE(checked_kv_bytes_per_token(g, KvType::kQ8_0).has_value());
+  EXPECT_EQ(kv_bytes_per_token(g, KvType::kF16), std::numeric_limits<uint64_t>::max());
+  g.block_count = 2;
+  g.head_count_kv = 3;
+  g.key_length = 40;  // q8_0: 2 blocks
+  g.value_length = 32;
+  EXPECT_EQ(checked_kv_bytes_per_token(g, KvType::kF16), 2U * 3U * 72U * 2U);
+  EXPECT_EQ(checked_kv_bytes_per_token(g, KvType::kQ8_0), 2U * 3U * 3U * 34U);
+}
+
+// ---- tokenizer ---------------------------------------------------------------
+
+// Offset of the value of the KV record that starts at the builder's position.
+size_t value_at(const Builder& b, std::string_view key) { return b.pos() + 8 + key.size() + 4; }
+
+const std::vector<std::string> kToks{"<unk>", "<s>", "</s>", "a"};
+
+TEST(GgufMalformed, TokenizerScoresLengthMismatch) {
+  Builder b = hdr(0, 2);
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_array_f32("tokenizer.ggml.scores", std::vector<float>{0, 0, 0});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: 3 elements, expected 4 (one per entry of "
+                            "'tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerTokenTypeLengthMismatch) {
+  // token_type before tokens: the check does not depend on key order.
+  Builder b = hdr(0, 2);
+  const size_t v = value_at(b, "tokenizer.ggml.token_type");
+  b.kv_array_i32("tokenizer.ggml.token_type", std::vector<int32_t>{1, 1, 1, 1, 1});
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.token_type' at byte {}: 5 elements, expected 4 (one per entry of "
+                            "'tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerScoresWrongElementType) {
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_array_i32("tokenizer.ggml.scores", std::vector<int32_t>{0, 0, 0, 0});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: type is ARRAY of INT32, expected ARRAY of FLOAT32",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerScoresNotAnArray) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.scores");
+  b.kv_f32("tokenizer.ggml.scores", 0.5F);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.scores' at byte {}: type is FLOAT32, expected ARRAY of FLOAT32", v));
+}
+
+TEST(GgufMalformed, TokenizerTokenTypeWrongElementType) {
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.token_type");
+  b.kv_array_u32("tokenizer.ggml.token_type", std::vector<uint32_t>{1, 1, 1, 1});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.token_type' at byte {}: type is ARRAY of UINT32, expected ARRAY of "
+                            "INT32",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerTokensNotStrings) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_u32("tokenizer.ggml.tokens", std::vector<uint32_t>{1, 2});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.tokens' at byte {}: type is ARRAY of UINT32, expected ARRAY of STRING",
+                            v));
+}
+
+TEST(GgufMalformed, TokenizerMergesNotStrings) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.merges");
+  b.kv_array_i32("tokenizer.ggml.merges", std::vector<int32_t>{1, 2});
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.merges' at byte {}: type is ARRAY of INT32, expected ARRAY of STRING",
+                            v));
+}
+
+// llama.cpp CVE class: a special token id past the vocabulary is used as an
+// index into it.
+TEST(GgufMalformed, TokenizerBosTokenIdOutOfRange) {
+  Builder b = hdr(0, 2);
+  const size_t toks = value_at(b, "tokenizer.ggml.tokens");
+  b.kv_array_str("tokenizer.ggml.tokens", kToks);
+  const size_t v = value_at(b, "tokenizer.ggml.bos_token_id");
+  b.kv_u32("tokenizer.ggml.bos_token_id", 4);
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.bos_token_id' at byte {}: token id 4 is out of range for 4 tokens "
+                            "('tokenizer.ggml.tokens' at byte {})",
+                            v, toks));
+}
+
+TEST(GgufMalformed, TokenizerEveryTokenIdKeyIsRangeChecked) {
+  for (std::string_view key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                               "tokenizer.ggml.padding_token_id", "tokenizer.ggml.separator_token_id",
+                               "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eot_token_id"}) {
+    SCOPED_TRACE(key);
+    Builder b = hdr(0, 3);
+    b.kv_u32("tokenizer.ggml.bos_token_id", 1);  // in range, and first in the file
+    const size_t v = value_at(b, key);
+    b.kv_u64(key, uint64_t{1} << 40);
+    b.kv_array_str("tokenizer.ggml.tokens", kToks);
+    expect_reject(b.take(), EBADMSG,
+                  fmt::format("key '{}' at byte {}: token id 1099511627776 is out of range for 4 tokens", key, v));
+  }
+}
+
+TEST(GgufMalformed, TokenizerTokenIdOutOfRangeOfLazyTokens) {
+  // A vocabulary left on disk is counted all the same.
+  std::vector<std::string> many(10, "t");
+  Builder b = hdr(0, 2);
+  b.kv_array_str("tokenizer.ggml.tokens", many);
+  const size_t v = value_at(b, "tokenizer.ggml.eos_token_id");
+  b.kv_u32("tokenizer.ggml.eos_token_id", 10);
+  ParseLimits lim;
+  lim.eager_array_elements = 2;
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.eos_token_id' at byte {}: token id 10 is out of range for 10 tokens",
+                            v),
+                lim);
+}
+
+TEST(GgufMalformed, TokenizerTokenIdNegative) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.padding_token_id");
+  b.kv_i32("tokenizer.ggml.padding_token_id", -1);
+  expect_reject(b.take(), EBADMSG, fmt::format("key 'tokenizer.ggml.padding_token_id' at byte {}: token id is negative", v));
+}
+
+TEST(GgufMalformed, TokenizerTokenIdNotAnInteger) {
+  Builder b = hdr(0, 1);
+  const size_t v = value_at(b, "tokenizer.ggml.bos_token_id");
+  b.kv_str("tokenizer.ggml.bos_token_id", "1");
+  expect_reject(b.take(), EBADMSG,
+                fmt::format("key 'tokenizer.ggml.bos_token_id' at byte {}: type is STRING, expected an unsigned integer "
+                            "token id",
+                            v));
+}
+
+TEST(GgufTokenizer, ConsistentArraysAndIdsAreAccepted) {
+  Builder b = hdr(0, 7);
+  b.kv_array_str("tokenizer.ggml.tokens", kToks)
+      .kv_array_f32("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1})
+      .kv_array_i32("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1})
+      .kv_array_str("tokenizer.ggml.merges", std::vector<std::string>{"a a"})
+      .kv_u32("tokenizer.ggml.bos_token_id", 1)
+      .kv_u32("tokenizer.ggml.eos_token_id", 3)
+      .kv_i32("tokenizer.ggml.unknown_token_id", 0);
+  auto f = parse_bytes(b.take());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, 4U);
+}
+
+TEST(GgufTokenizer, IdsWithoutTokensAreOnlyTypeChecked) {
+  // A file without a vocabulary has nothing to index; ids stay as metadata.
+  Builder b = hdr(0, 1);
+  b.kv_u32("tokenizer.ggml.bos_token_id", 7);
+  EXPECT_TRUE(parse_bytes(b.take()).ok());
+}
+
+// ---- sizes with raised limits --------------------------------------------------
+
+// The default caps keep count × record size far from 2^64; a caller that
+// raises them must not get a wrapped (small) minimum that passes.
+TEST(GgufMalformed, KvCountTimesRecordSizeWraps) {
+  ParseLimits lim;
+  lim.max_kv = std::numeric_limits<uint64_t>::max();
+  expect_reject(hdr(0, uint64_t{1} << 62).take(), EBADMSG,
+                "kv count at byte 16: 4611686018427387904 keys need at least more than 2^64 bytes, only 0 remain", lim);
+}
+
+TEST(GgufMalformed, TensorCountAboveU32Indices) {
+  ParseLimits lim;
+  lim.max_tensors = std::numeric_limits<uint64_t>::max();
+  expect_reject(hdr(uint64_t{1} << 59, 0).take(), EBADMSG,
+                "tensor count at byte 8: 576460752303423488 tensors exceeds the limit of 4294967295", lim);
+}
+
+TEST(GgufMalformed, ArrayCountTimesElementSizeWraps) {
+  Builder b = hdr(0, 1);
+  b.str("arr").u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kUint64));
+  b.u64(uint64_t{1} << 61).u64(0);  // 2^61 × 8 = 2^64 bytes, wraps to 0
+  ParseLimits lim;
+  lim.max_array_elements = std::numeric_limits<uint64_t>::max();
+  expect_reject(b.take(), EBADMSG,
+                "kv[0] 'arr' count at byte 43: 2305843009213693952 elements of UINT64 overflow 64 bits of bytes", lim);
+}
+
+TEST(GgufMalformed, DataSectionAlignmentRoundingWraps) {
+  // A source that claims 2^64 - 1 bytes, one skipped string element that ends
+  // 2 bytes before that, no tensors: rounding up to 32 passes 2^64.
+  constexpr uint64_t kSize = std::numeric_limits<uint64_t>::max();
+  Builder b = hdr(0, 1);
+  b.str("a").u32(static_cast<uint32_t>(ValueType::kArray)).u32(static_cast<uint32_t>(ValueType::kString)).u64(1);
+  const uint64_t elem_at = b.pos();
+  b.u64(kSize - 2 - elem_at - 8);
+  ParseLimits lim;
+  lim.eager_array_elements = 0;
+  lim.max_string_bytes = kSize;
+  lim.max_metadata_bytes = kSize;
+  testing::SparseSource src(b.take(), kSize);
+  auto r = parse(src, lim);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, EBADMSG);
+  EXPECT_NE(r.error().message.find(fmt::format("data section at byte {}: rounding up to the alignment 32 overflows "
+                                               "64 bits",
+                                               kSize - 2)),
+            std::string::npos)
+      << r.error().message;
 }
 
 TEST(GgufMalformed, EveryRejectionIsBoundedAndNamed) {

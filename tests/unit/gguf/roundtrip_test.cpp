@@ -212,6 +212,52 @@ TEST(GgufRoundTrip, LongArraysStayOnDiskUntilLoaded) {
   EXPECT_EQ(std::get<uint32_t>((*nums)[4999]), 5006U);
 }
 
+TEST(GgufRoundTrip, ShortArraysPastTheEagerBudgetStayOnDisk) {
+  // Many short arrays would cost one Scalar (~40 bytes) per 1-byte element:
+  // past max_eager_bytes they are left on disk and still load on request.
+  Builder b;
+  b.header(3, 0, 3);
+  const std::vector<uint32_t> nums(100, 5);
+  b.kv_array_u32("a", nums).kv_array_u32("b", nums).kv_array_u32("c", nums);
+  auto bytes = b.take();
+  MemorySource src(bytes);
+  ParseLimits lim;
+  lim.max_eager_bytes = 2 * 100 * sizeof(Scalar);
+  auto f = parse(src, lim);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_TRUE(f->find("a")->array.loaded);
+  EXPECT_TRUE(f->find("b")->array.loaded);
+  const ArrayValue& c = f->find("c")->array;
+  EXPECT_FALSE(c.loaded);
+  EXPECT_TRUE(c.items.empty());
+  auto items = load_array(src, c);
+  ASSERT_TRUE(items.ok()) << items.error().message;
+  ASSERT_EQ(items->size(), 100U);
+  EXPECT_EQ(std::get<uint32_t>((*items)[99]), 5U);
+}
+
+TEST(GgufRoundTrip, StringArrayOverTheEagerBudgetMidwayStaysOnDisk) {
+  Builder b;
+  b.header(3, 0, 2);
+  const std::vector<std::string> strs(3, std::string(100, 'x'));
+  b.kv_array_str("s", strs).kv_u32("after", 9);
+  auto bytes = b.take();
+  MemorySource src(bytes);
+  ParseLimits lim;
+  lim.max_eager_bytes = 3 * sizeof(Scalar) + 150;  // the Scalars and one and a half strings
+  auto f = parse(src, lim);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const ArrayValue& a = f->find("s")->array;
+  EXPECT_FALSE(a.loaded);
+  EXPECT_TRUE(a.items.empty());
+  EXPECT_EQ(a.count, 3U);
+  EXPECT_EQ(f->find("after")->as_uint(), 9U);  // the cursor skipped the rest exactly
+  auto items = load_array(src, a);
+  ASSERT_TRUE(items.ok()) << items.error().message;
+  ASSERT_EQ(items->size(), 3U);
+  EXPECT_EQ(std::get<std::string>((*items)[2]), std::string(100, 'x'));
+}
+
 TEST(GgufRoundTrip, VersionTwoAndAlignments) {
   for (uint32_t version : {2U, 3U}) {
     for (uint32_t align : {1U, 8U, 32U, 64U, 4096U, 65536U}) {
@@ -320,6 +366,42 @@ TEST(GgufWriter, RejectsImpossibleSpecs) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.error().message.find("'blk.0.ffn_norm.weight' cannot be type q4_K with ne0 = 384"), std::string::npos)
       << p.error().message;
+}
+
+TEST(GgufWriter, TensorNbytesRejectsWrapInNe0) {
+  EXPECT_FALSE(tensor_nbytes(0, std::vector<uint64_t>{uint64_t{1} << 62}).has_value());         // f32: 2^64
+  EXPECT_FALSE(tensor_nbytes(28, std::vector<uint64_t>{uint64_t{1} << 61, 1}).has_value());     // f64: 2^64
+  EXPECT_EQ(tensor_nbytes(0, std::vector<uint64_t>{(uint64_t{1} << 62) - 1}), UINT64_MAX - 3);  // just fits
+}
+
+TEST(GgufWriter, TokenizerItWritesIsConsistent) {
+  // Plain: tokens and scores of one length, bos only when there is a token 1.
+  for (uint64_t written : {0U, 1U, 2U, 64U}) {
+    ModelSpec s;
+    s.n_layers = 1;
+    s.n_vocab_tokens_written = written;
+    auto plan = plan_model(s);
+    ASSERT_TRUE(plan.ok());
+    auto f = parse_bytes(*render_model(*plan));
+    ASSERT_TRUE(f.ok()) << written << ": " << f.error().message;
+    EXPECT_EQ(f->find("tokenizer.ggml.tokens")->array.count, written);
+    EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, written);
+    EXPECT_EQ(f->find("tokenizer.ggml.bos_token_id") != nullptr, written > 1) << written;
+  }
+  // llama-compatible: scores and token types per token, special ids in range.
+  ModelSpec s;
+  s.n_layers = 1;
+  s.llama_compatible = true;
+  s.n_vocab = 300;
+  auto plan = plan_model(s);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto f = parse_bytes(*render_model(*plan));
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->find("tokenizer.ggml.tokens")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.scores")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.token_type")->array.count, 300U);
+  EXPECT_EQ(f->find("tokenizer.ggml.token_type")->array.elem_type, ValueType::kInt32);
+  EXPECT_EQ(f->find("tokenizer.ggml.eos_token_id")->as_uint(), 2U);
 }
 
 TEST(GgufFileIo, WrittenFileReadsBackByteForByte) {
