@@ -19,7 +19,7 @@
 #   - dpkg --purge stops the service and removes its files.
 # Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
 #
-#   sudo scripts/e2e.sh [--build-dir DIR] [--deb FILE] [--keep]
+#   scripts/e2e.sh [--build-dir DIR] [--deb FILE] [--keep]
 #
 # --build-dir: a configured build directory (default: build); the .deb is
 #   made there with cpack after building the packaged targets. The build
@@ -31,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
-if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+. scripts/root.sh; become_root "$@"
 
 build=build; deb=""; keep=0
 while (($#)); do

@@ -5,11 +5,11 @@
 # and a private D-Bus, agreement with an independent GGUF parser), and runs
 # the fuzzer for a bounded time. Ends with one line: "N passed, N failed".
 #
-#   sudo scripts/test.sh            # everything
+#   scripts/test.sh            # everything
 #   FUZZ_SECONDS=30 scripts/test.sh # shorter fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+. scripts/root.sh; become_root "$@"
 
 scripts/deps.sh
 # Integration tests run daemons with pools of their own; two run at once.
