@@ -53,6 +53,8 @@ run_ctest() {  # dir, label, extra prefix command...
 
 configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr
 run_ctest build 'unit|integration'
+# The three .debs: lintian-clean, and libairs-dev builds C and C++ programs.
+run_ctest build package timeout 1200
 # The package in a real systemd booted in systemd-nspawn (about a minute).
 run_ctest build e2e timeout 600
 # An unmodified llama.cpp (prebuilt, from npm) on the pool (about a minute).
