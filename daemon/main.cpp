@@ -54,7 +54,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error"}));
   app.add_flag("--check-config", check_config, "Validate the configuration, print the effective one, and exit");
   app.set_version_flag("--version", std::string("airs-memd ") + AIRS_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  // Exit status (airs-memd(8)): 0 stopped cleanly or --check-config,
+  // --help, --version; 1 start-up or event loop failure; 2 usage error (the
+  // command line or the configuration is rejected; CLI11 alone would exit
+  // 105-109 for the command line).
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // help and version to stdout, errors to stderr
+    return rc == 0 ? 0 : 2;
+  }
 
   if (dropin_dir.empty()) dropin_dir = config_path + ".d";
   // The shipped default path may be absent (nothing installed yet): defaults

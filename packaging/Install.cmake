@@ -27,13 +27,47 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/airs-memd)
 if(EXISTS ${PROJECT_SOURCE_DIR}/docs/boot.md)
   install(FILES ${PROJECT_SOURCE_DIR}/docs/boot.md DESTINATION share/doc/airs-memd)
 endif()
-# Man pages, hand-written roff (docs/man; tests/unit/man keeps them honest).
-# Installed uncompressed: man-db reads them as they are.
+# Man pages, hand-written roff (docs/man; tests/unit/man keeps them honest),
+# gzipped as Debian policy wants them (-n: no name or time stamp, so the
+# packages are reproducible); the Debian changelog likewise.
 set(_airs_man ${PROJECT_SOURCE_DIR}/docs/man)
-install(FILES ${_airs_man}/airsctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
-install(FILES ${_airs_man}/libairs.3 DESTINATION ${CMAKE_INSTALL_MANDIR}/man3)
-install(FILES ${_airs_man}/airs-memd.conf.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5)
-install(FILES ${_airs_man}/airs-memd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
+set(_airs_gz_dir ${PROJECT_BINARY_DIR}/packaging)
+set(AIRS_DEB_VERSION ${PROJECT_VERSION}-1)   # CPACK_DEBIAN_PACKAGE_RELEASE 1
+set(AIRS_DEB_MAINTAINER "airs-memd maintainers <maintainers@users.noreply.a-seed-70fc2f03.example>")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${_airs_gz_dir}/changelog.Debian @ONLY)
+set(_airs_gz)
+foreach(src ${_airs_man}/airsctl.1 ${_airs_man}/airs-run.1 ${_airs_man}/libairs.3 ${_airs_man}/airs-memd.conf.5 ${_airs_man}/airs-memd.8
+            ${_airs_gz_dir}/changelog.Debian)
+  get_filename_component(_name ${src} NAME)
+  add_custom_command(OUTPUT ${_airs_gz_dir}/${_name}.gz
+    COMMAND sh -c "gzip -n9 -c '${src}' >'${_airs_gz_dir}/${_name}.gz'"
+    DEPENDS ${src} VERBATIM)
+  list(APPEND _airs_gz ${_airs_gz_dir}/${_name}.gz)
+endforeach()
+add_custom_target(airs-package-docs ALL DEPENDS ${_airs_gz})
+# Everything the packages hold: `cmake --build build --target airs-package`
+# before cpack (scripts/e2e.sh, tests/e2e).
+add_custom_target(airs-package)
+add_dependencies(airs-package airs-package-docs airs-memd airsctl airs airs-preload airs-demo airs-mkmodel)
+
+# Component "Unspecified" (install rules without COMPONENT: the daemon,
+# airsctl, the tools, units, policy, configuration) is the airs-memd
+# package; "lib" is libairs0 and "dev" is libairs-dev (packaging/CPack.cmake).
+install(FILES ${_airs_gz_dir}/airsctl.1.gz ${_airs_gz_dir}/airs-run.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${_airs_gz_dir}/airs-memd.conf.5.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man5)
+install(FILES ${_airs_gz_dir}/airs-memd.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
+install(FILES ${_airs_gz_dir}/libairs.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
+# Every package: /usr/share/doc/<package>/{copyright,changelog.Debian.gz} and
+# its lintian overrides (each with its reason).
+foreach(pair "Unspecified;airs-memd" "lib;libairs0" "dev;libairs-dev")
+  list(GET pair 0 _comp)
+  list(GET pair 1 _pkg)
+  install(FILES ${CMAKE_CURRENT_LIST_DIR}/debian/copyright ${_airs_gz_dir}/changelog.Debian.gz
+          DESTINATION share/doc/${_pkg} COMPONENT ${_comp})
+  if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/debian/lintian/${_pkg})
+    install(FILES ${CMAKE_CURRENT_LIST_DIR}/debian/lintian/${_pkg} DESTINATION share/lintian/overrides COMPONENT ${_comp})
+  endif()
+endforeach()
 
 # /etc (CMAKE_INSTALL_FULL_SYSCONFDIR is /etc when the prefix is /usr).
 install(FILES ${PROJECT_SOURCE_DIR}/config/airs-memd.conf DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/airs)

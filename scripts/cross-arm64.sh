@@ -3,8 +3,8 @@
 # Debian's cross toolchain and :arm64 libraries, runs the unit tests under
 # qemu-user, and builds the arm64 .deb. Run as root on Debian 12 (amd64).
 #
-#   sudo scripts/cross-arm64.sh            # deps, build, unit tests, .deb
-#   sudo scripts/cross-arm64.sh --tests-only   # only the unit-test targets
+#   scripts/cross-arm64.sh            # deps, build, unit tests, .deb
+#   scripts/cross-arm64.sh --tests-only   # only the unit-test targets
 #   scripts/cross-arm64.sh --no-deps ...   # skip the apt part
 #
 # Build directory: build-arm64/. Prints the time of each step.
@@ -24,7 +24,7 @@ t0=$(date +%s)
 step() { echo "==> [$(( $(date +%s) - t0 ))s] $*"; }
 
 if ((deps)); then
-  if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+  . scripts/root.sh; become_root "$@"
   export DEBIAN_FRONTEND=noninteractive
   # Multiarch: arm64 packages come from the same Debian sources as amd64
   # (the sources file is not touched).

@@ -15,6 +15,7 @@ packages=(
   util-linux procps kmod
   systemd-container bc
   groff-base python3          # tests/unit/man: render and check the man pages
+  lintian                     # tests/e2e/packages.sh: the .debs pass lintian
 )
 if [[ "${1:-}" == "--run-only" ]]; then
   packages=(dbus-daemon dbus-bin util-linux procps)

@@ -2,8 +2,8 @@
 # End-to-end test of the Debian package under a real systemd: boots this
 # machine's own root file system read-only in systemd-nspawn (a tmpfs overlay
 # takes the writes; nothing on the host changes), installs airs-memd's .deb
-# there with dpkg (so the maintainer scripts run against a live systemd and
-# D-Bus), and drives the service as a user would:
+# there with dpkg together with libairs0 (so the maintainer scripts run
+# against a live systemd and D-Bus), and drives the service as a user would:
 #   - the package's postinst creates group airs, /run/airs, the sysctl file,
 #     enables and starts the service;
 #   - `systemctl start airs-memd` reaches active (Type=notify: READY=1);
@@ -19,19 +19,20 @@
 #   - dpkg --purge stops the service and removes its files.
 # Ends with "N passed, N failed, N skipped"; exits non-zero on any failure.
 #
-#   sudo scripts/e2e.sh [--build-dir DIR] [--deb FILE] [--keep]
+#   scripts/e2e.sh [--build-dir DIR] [--deb FILE] [--keep]
 #
-# --build-dir: a configured build directory (default: build); the .deb is
+# --build-dir: a configured build directory (default: build); the .debs are
 #   made there with cpack after building the packaged targets. The build
 #   must use CMAKE_INSTALL_PREFIX=/usr: the script sets it if not.
-# --deb: test this .deb instead of building one.
+# --deb: test this airs-memd .deb instead of building one (the libairs0
+#   .deb it depends on must be next to it).
 # --keep: leave the container running and print how to enter it.
 # Needs: root, systemd-container (installed if missing), huge pages (reserved
 # here with scripts/hugepages.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
-if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+. scripts/root.sh; become_root "$@"
 
 build=build; deb=""; keep=0
 while (($#)); do
@@ -89,13 +90,15 @@ if [[ -z $deb ]]; then
     cmake -DCMAKE_INSTALL_PREFIX=/usr "$build" >/dev/null
   fi
   log "building the packaged targets in $build"
-  cmake --build "$build" -j"$(nproc)" --target airs-memd airsctl airs-mkmodel
+  cmake --build "$build" -j"$(nproc)" --target airs-package
   log "cpack -G DEB"
   (cd "$build" && cpack -G DEB -B "$work/pkg" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
   deb=$(ls "$work"/pkg/airs-memd_*.deb)
 fi
 deb=$(readlink -f "$deb")
-log "package: $deb"
+lib_deb=$(ls "$(dirname "$deb")"/libairs0_*.deb 2>/dev/null | head -1 || true)
+[[ -n $lib_deb ]] || { fail "no libairs0_*.deb next to $deb (airs-memd depends on it)"; exit 1; }
+log "packages: $deb $lib_deb"
 
 # The package's file list, as Debian expects it.
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
@@ -124,7 +127,7 @@ mkdir -p "$root"
 mount --bind / "$root"
 mount -o remount,bind,ro "$root"
 mkdir -p "$work/share"
-cp "$deb" "$work/share/"
+cp "$deb" "$lib_deb" "$work/share/"
 # Clients create userfaultfds through the host's device (nspawn's /dev is
 # its own tmpfs).
 uffd_bind=()
@@ -179,8 +182,8 @@ ct mkdir -p /etc/airs/airs-memd.conf.d
 # remove it in the container's overlay, as on a real Debian system.
 ct rm -f /usr/sbin/policy-rc.d
 ct sh -c "printf '[pool]\nsize = \"${pool_mib}M\"\n' >/etc/airs/airs-memd.conf.d/50-e2e.conf"
-log "dpkg -i $(basename "$deb")"
-if ct dpkg -i "/e2e/$(basename "$deb")" >"$work/dpkg-i.log" 2>&1; then
+log "dpkg -i $(basename "$lib_deb") $(basename "$deb")"
+if ct dpkg -i "/e2e/$(basename "$lib_deb")" "/e2e/$(basename "$deb")" >"$work/dpkg-i.log" 2>&1; then
   pass "dpkg -i (maintainer scripts under a running systemd)"
 else
   cat "$work/dpkg-i.log"; fail "dpkg -i failed"; exit 1
@@ -345,7 +348,7 @@ else
 fi
 
 # ---- remove and purge ------------------------------------------------------------
-if ct dpkg --purge airs-memd >"$work/dpkg-purge.log" 2>&1; then
+if ct dpkg --purge airs-memd libairs0 >"$work/dpkg-purge.log" 2>&1; then
   [[ $(ct systemctl is-active airs-memd.service 2>/dev/null) != active ]] \
     && ! ct test -e /usr/lib/systemd/system/airs-memd.service \
     && ! ct test -e /etc/sysctl.d/60-airs-memd.conf \

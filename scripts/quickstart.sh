@@ -6,14 +6,18 @@
 # a KV session, and show `airsctl status`.
 #
 # The daemon keeps running afterwards; the script prints how to talk to it
-# and how to stop it.
+# (ready-to-paste lines: with them a plain `airsctl status` reaches it) and
+# how to stop it.
+#
+#   scripts/quickstart.sh     # as root, or as a user with sudo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+. scripts/root.sh; become_root "$@"
 
 scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)"
+# Only what the demo runs (scripts/test.sh builds everything else).
+cmake --build build -j"$(nproc)" --target airs-memd airsctl airs airs-demo airs-mkmodel
 
 state=/run/airs-demo
 mkdir -p "$state"
@@ -65,5 +69,17 @@ echo
 build/src/airsctl/airsctl --bus "$bus" status
 echo
 echo "airs-memd is running (pid $(cat "$state/airs-memd.pid"), log $state/airs-memd.log)."
-echo "Talk to it:  build/src/airsctl/airsctl --bus '$bus' status"
-echo "Stop it:     kill \$(cat $state/airs-memd.pid)"
+echo "Talk to it from this shell (paste):"
+if [[ $bus != system ]]; then
+  # airsctl's default bus is "system", and the bus library takes the system
+  # bus's address from DBUS_SYSTEM_BUS_ADDRESS: point it at the private bus.
+  echo "  export DBUS_SYSTEM_BUS_ADDRESS='$bus'"
+fi
+echo "  export PATH=\"$PWD/build/src/airsctl:\$PATH\""
+echo "  airsctl status"
+as=${SUDO_USER:+sudo }  # the pid files are root's
+if [[ $bus != system ]]; then
+  echo "Stop it:  ${as}kill \$(cat $state/airs-memd.pid) \$(cat $state/dbus.pid)"
+else
+  echo "Stop it:  ${as}kill \$(cat $state/airs-memd.pid)"
+fi

@@ -5,11 +5,11 @@
 # and a private D-Bus, agreement with an independent GGUF parser), and runs
 # the fuzzer for a bounded time. Ends with one line: "N passed, N failed".
 #
-#   sudo scripts/test.sh            # everything
+#   scripts/test.sh            # everything
 #   FUZZ_SECONDS=30 scripts/test.sh # shorter fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ $EUID -ne 0 ]]; then exec sudo -E "$0" "$@"; fi
+. scripts/root.sh; become_root "$@"
 
 scripts/deps.sh
 # Integration tests run daemons with pools of their own; two run at once.
@@ -53,6 +53,8 @@ run_ctest() {  # dir, label, extra prefix command...
 
 configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr
 run_ctest build 'unit|integration'
+# The three .debs: lintian-clean, and libairs-dev builds C and C++ programs.
+run_ctest build package timeout 1200
 # The package in a real systemd booted in systemd-nspawn (about a minute).
 run_ctest build e2e timeout 600
 # An unmodified llama.cpp (prebuilt, from npm) on the pool (about a minute).

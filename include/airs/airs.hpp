@@ -2,6 +2,12 @@
 // errors as airs::ClientError (what() is airs_last_error()).
 #pragma once
 
+// std::span in the interface: C++20. (The C header, airs/airs.h, compiles
+// as C99, C11, C++17 and C++20; tests/unit/header.)
+#if defined(_MSVC_LANG) ? _MSVC_LANG < 202002L : __cplusplus < 202002L
+#error "airs/airs.hpp needs C++20 (-std=c++20); from C or C++17 use airs/airs.h"
+#endif
+
 #include <cstdint>
 #include <span>
 #include <stdexcept>

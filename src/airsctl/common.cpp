@@ -22,9 +22,9 @@ int report(const sdbus::Error& e) {
   if (e.getName() == "org.freedesktop.DBus.Error.ServiceUnknown" || e.getName() == "org.freedesktop.DBus.Error.NameHasNoOwner")
     hint = " (is airs-memd running? systemctl status airs-memd)";
   std::fprintf(stderr, "airsctl: %s%s [%s]\n", e.getMessage().c_str(), hint.c_str(), e.getName().c_str());
-  if (e.getName() == dbus::kErrAccessDenied) return 3;
-  if (e.getName() == dbus::kErrNotFound) return 4;
-  return 1;
+  if (e.getName() == dbus::kErrAccessDenied) return kExitAccessDenied;
+  if (e.getName() == dbus::kErrNotFound) return kExitNotFound;
+  return kExitFailure;
 }
 
 std::string bytes(uint64_t b) { return format_bytes(b); }

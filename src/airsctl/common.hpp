@@ -17,6 +17,17 @@
 
 namespace airs::cli {
 
+// Exit status of airsctl (docs/man/airsctl.1, EXIT STATUS).
+inline constexpr int kExitFailure = 1;       // daemon unreachable, bad file, daemon error
+inline constexpr int kExitUsage = 2;         // the command line is rejected
+inline constexpr int kExitAccessDenied = 3;  // the bus policy or the daemon refused
+inline constexpr int kExitNotFound = 4;      // no such model, session or tensor
+inline constexpr int kExitShortfall = 5;     // evict: the request could not be covered
+
+// The "schema" field of every --json document: bumped when a field is
+// removed or changes meaning (new fields may appear at any version).
+inline constexpr int kJsonSchema = 1;
+
 struct Globals {
   std::string bus = "system";  // system, session or an address
   bool json = false;
@@ -29,7 +40,7 @@ std::unique_ptr<sdbus::IConnection> connect(const Globals& g);
 std::unique_ptr<sdbus::IProxy> manager_proxy(sdbus::IConnection& bus);
 
 // Prints an sdbus::Error as one line on stderr and returns the exit code
-// (3 access denied, 4 not found, 1 otherwise).
+// (kExitAccessDenied, kExitNotFound, kExitFailure otherwise).
 int report(const sdbus::Error& e);
 
 // Human formatting helpers.

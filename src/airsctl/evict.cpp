@@ -16,7 +16,6 @@
 namespace airs::cli {
 namespace {
 
-constexpr int kExitShort = 5;
 
 struct EvictArgs {
   std::string priority;
@@ -77,13 +76,13 @@ int run_evict(const Globals& g, const EvictArgs& a) {
     auto b = parse_bytes(a.bytes);
     if (!b || *b == 0) {
       std::fprintf(stderr, "airsctl evict: --bytes '%s' is not a size (e.g. 512M, 2G, 1048576)\n", a.bytes.c_str());
-      return 2;
+      return kExitUsage;
     }
     what["bytes"] = sdbus::Variant(*b);
   }
   if (what.empty()) {
     std::fprintf(stderr, "airsctl evict: say what to evict: --priority, --session, --model and/or --bytes\n");
-    return 2;
+    return kExitUsage;
   }
   dbus::Dict result;
   try {
@@ -93,10 +92,15 @@ int run_evict(const Globals& g, const EvictArgs& a) {
   } catch (const sdbus::Error& e) {
     return report(e);
   }
-  if (g.json) std::puts(dbus::to_json(result).dump().c_str());
-  else print_human(result);
+  if (g.json) {
+    auto j = dbus::to_json(result);
+    j["schema"] = kJsonSchema;
+    std::puts(j.dump().c_str());
+  } else {
+    print_human(result);
+  }
   const bool covered = val<uint64_t>(result, "requested_bytes") == 0 || val<bool>(result, "satisfied");
-  return covered ? 0 : kExitShort;
+  return covered ? 0 : kExitShortfall;
 }
 
 }  // namespace

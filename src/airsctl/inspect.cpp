@@ -57,6 +57,7 @@ std::string layer_text(const gguf::TensorInfo& t) {
 
 std::string inspect_json(const gguf::File& f, const InspectOptions& opts) {
   nlohmann::json j;
+  j["schema"] = 1;  // airsctl's --json schema (kJsonSchema in common.hpp)
   j["version"] = f.version;
   j["alignment"] = f.alignment;
   j["data_offset"] = f.data_offset;

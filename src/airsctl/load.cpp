@@ -76,7 +76,9 @@ void add_load(CLI::App& app, Globals& g) {
       }
       if (tty) std::puts("");
       if (g.json) {
-        std::puts(dbus::to_json(*m).dump().c_str());
+        auto j = dbus::to_json(*m);
+        j["schema"] = kJsonSchema;
+        std::puts(j.dump().c_str());
       } else {
         fmt::print("{} {} ({}) as {}\n", dbus::get<std::string>(*m, "state").value_or("?"),
                    dbus::get<std::string>(*m, "name").value_or("?"), bytes(dbus::get<uint64_t>(*m, "size").value_or(0)),
@@ -111,7 +113,7 @@ void add_load(CLI::App& app, Globals& g) {
       }
       mgr->callMethod("Unload").onInterface("org.aios.Airs1.Manager").withArguments(sdbus::ObjectPath(path), u->force);
       if (g.json) {
-        nlohmann::json j{{"unloaded", u->model}, {"object", path}, {"forced", u->force}};
+        nlohmann::json j{{"schema", kJsonSchema}, {"unloaded", u->model}, {"object", path}, {"forced", u->force}};
         std::puts(j.dump().c_str());
       } else {
         fmt::print("unloaded {}\n", u->model);

@@ -1,9 +1,15 @@
 // airsctl read MODEL.gguf TENSOR: the tensor's bytes, read through a lazily
 // attached mapping of the pool (exactly what an inference process sees), to
-// stdout — for integrity checks (`| sha256sum`).
+// stdout — for integrity checks (`| sha256sum`). With --json: instead of the
+// bytes, one document with the tensor's offset, size and the XXH64 of the
+// bytes read through the pool.
 #include <unistd.h>
 
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "airs/airs.h"
 #include "airsctl/subcommands.hpp"
@@ -34,7 +40,7 @@ void add_read(CLI::App& app, Globals& g) {
     auto idx = f->find_tensor(a->tensor);
     if (!idx) {
       std::fprintf(stderr, "airsctl: %s has no tensor '%s'\n", a->path.c_str(), a->tensor.c_str());
-      throw CLI::RuntimeError(4);
+      throw CLI::RuntimeError(kExitNotFound);
     }
     const auto& t = f->tensors[*idx];
     airs_client* c = nullptr;
@@ -50,9 +56,16 @@ void add_read(CLI::App& app, Globals& g) {
     const auto* base = static_cast<const unsigned char*>(airs_model_data(m)) + t.offset;
     std::vector<unsigned char> buf(1 << 20);
     int rc = 0;
+    XXH64_state_t* hash = g.json ? XXH64_createState() : nullptr;
+    if (hash) XXH64_reset(hash, 0);
     for (uint64_t off = 0; off < t.nbytes;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), t.nbytes - off));
       std::memcpy(buf.data(), base + off, n);
+      if (hash) {
+        XXH64_update(hash, buf.data(), n);
+        off += n;
+        continue;
+      }
       for (size_t w = 0; w < n;) {
         ssize_t r = ::write(STDOUT_FILENO, buf.data() + w, n - w);
         if (r < 0) {
@@ -65,6 +78,13 @@ void add_read(CLI::App& app, Globals& g) {
       }
       if (rc) break;
       off += n;
+    }
+    if (hash) {
+      nlohmann::json j{{"schema", kJsonSchema},     {"model", a->path},    {"tensor", a->tensor},
+                       {"offset", t.offset},        {"nbytes", t.nbytes},
+                       {"xxh64", fmt::format("{:016x}", XXH64_digest(hash))}};
+      XXH64_freeState(hash);
+      std::puts(j.dump().c_str());
     }
     airs_model_close(m);
     airs_disconnect(c);

@@ -16,8 +16,8 @@ void add_sessions(CLI::App& app, Globals& g) {
       std::vector<dbus::Dict> list;
       mgr->callMethod("ListSessions").onInterface("org.aios.Airs1.Manager").storeResultsTo(list);
       if (g.json) {
-        nlohmann::json j = nlohmann::json::array();
-        for (auto& d : list) j.push_back(dbus::to_json(d));
+        nlohmann::json j = {{"schema", kJsonSchema}, {"sessions", nlohmann::json::array()}};
+        for (auto& d : list) j["sessions"].push_back(dbus::to_json(d));
         std::puts(j.dump().c_str());
         return;
       }

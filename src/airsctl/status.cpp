@@ -80,7 +80,9 @@ void add_status(CLI::App& app, Globals& g) {
         mgr->callMethod("GetStatus").onInterface("org.aios.Airs1.Manager").storeResultsTo(s);
         if (*watch > 0) std::fputs("\033[H\033[2J", stdout);
         if (g.json) {
-          std::puts(dbus::to_json(s).dump(*watch > 0 ? 2 : -1).c_str());
+          auto j = dbus::to_json(s);
+          j["schema"] = kJsonSchema;
+          std::puts(j.dump(*watch > 0 ? 2 : -1).c_str());
         } else {
           print_human(s);
         }
