@@ -11,11 +11,15 @@
 //     --touch OFFSET     read the byte at OFFSET (SIGBUS → "sigbus", exit 7)
 //     --wait-resident MS wait until the model is resident before verifying
 //     --hold             after verifying print "holding", wait for a stdin line
+//     --recheck          after --hold's line, read every tensor again (a
+//                        revoked mapping must give SIGBUS → exit 7, never zeros)
+//     --uid N            drop to uid/gid N before anything (another user)
 //
 // Exit codes: 0 bytes right; 3 wrong bytes; 4 the forked child read
 // something; 7 SIGBUS on --touch; 10+ set-up errors (message on stderr).
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,7 +95,8 @@ struct Range {
 
 int main(int argc, char** argv) {
   std::string bus, file, order = "seq";
-  bool wait_go = false, fork_child = false, hold = false, per_layer = false;
+  bool wait_go = false, fork_child = false, hold = false, per_layer = false, recheck = false;
+  long as_uid = -1;
   long long touch = -1;
   int wait_resident_ms = -1;
   for (int i = 1; i < argc; ++i) {
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
     else if (a == "--wait-go") wait_go = true;
     else if (a == "--fork-child") fork_child = true;
     else if (a == "--hold") hold = true;
+    else if (a == "--recheck") recheck = true;
+    else if (a == "--uid") as_uid = std::stol(next());
     else if (a == "--per-layer") per_layer = true;  // cooperative mode: wait for each range before reading it
     else if (a == "--touch") touch = std::stoll(next());
     else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
@@ -123,6 +130,13 @@ int main(int argc, char** argv) {
   }
   // A hang is a failure the test must see as one, not a stuck suite.
   ::alarm(90);
+  if (as_uid >= 0) {
+    const auto id = static_cast<uid_t>(as_uid);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) {
+      std::fprintf(stderr, "dropping to uid %ld: %s\n", as_uid, std::strerror(errno));
+      return 17;
+    }
+  }
 
   auto src = airs::gguf::FdSource::open(file);
   if (!src) {
@@ -201,11 +215,7 @@ int main(int argc, char** argv) {
     say("resident rc=%d", rc);
   }
 
-  if (order != "none") {
-    if (order.rfind("random:", 0) == 0) {
-      std::mt19937_64 rng(std::stoull(order.substr(7)));
-      std::shuffle(ranges.begin(), ranges.end(), rng);
-    }
+  auto verify = [&]() -> int {
     say("verifying ranges=%zu", ranges.size());
     std::vector<unsigned char> want;
     uint64_t bytes = 0;
@@ -236,6 +246,14 @@ int main(int argc, char** argv) {
       bytes += r.nbytes;
     }
     say("verified tensors=%zu bytes=%" PRIu64 " fallback=%d", ranges.size() - 1, bytes, airs_model_in_fallback(model));
+    return 0;
+  };
+  if (order != "none") {
+    if (order.rfind("random:", 0) == 0) {
+      std::mt19937_64 rng(std::stoull(order.substr(7)));
+      std::shuffle(ranges.begin(), ranges.end(), rng);
+    }
+    if (int rc = verify(); rc != 0) return rc;
   }
   say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
       count_uffd_fds());
@@ -243,6 +261,14 @@ int main(int argc, char** argv) {
   if (hold) {
     say("holding");
     (void)wait_stdin_line();
+  }
+  if (recheck) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    ::sigaction(SIGBUS, &sa, nullptr);
+    if (int rc = verify(); rc != 0) return rc;
+    say("reverified");
   }
   airs_model_close(model);
   airs_disconnect(client);

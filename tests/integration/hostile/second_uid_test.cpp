@@ -1,0 +1,474 @@
+// The hostile-client suite (issue 13): a second uid, a flood, an impossible
+// load, a forced unload under every kind of holder, bad fds and hostile
+// options, against a real airs-memd on a private bus. Root is the daemon's
+// admin and trusted user; uid 65534 (nobody) is the other user. Every check
+// is on what a caller gets: the named error, the fd's access mode, or the
+// bytes (or SIGBUS) a client process reads.
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <sdbus-c++/sdbus-c++.h>
+
+#include "daemon_fixture.hpp"
+#include "harness.hpp"
+
+using namespace airs::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uid_t kNobody = 65534;
+const char* kModelIf = "org.aios.Airs1.Model";
+const char* kManagerIf = "org.aios.Airs1.Manager";
+
+using Dict = std::map<std::string, sdbus::Variant>;
+
+int daemon_fd_count(pid_t pid) {
+  int n = 0;
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
+// Runs `fn` in a child process as uid/gid `uid` and returns what it wrote:
+// the D-Bus error name of a failed call, or what the body reports.
+std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    std::string out;
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
+      out = std::string("setuid: ") + std::strerror(errno);
+    } else {
+      try {
+        out = fn();
+      } catch (const sdbus::Error& e) {
+        out = e.getName() + ": " + e.getMessage();
+      } catch (const std::exception& e) {
+        out = std::string("exception: ") + e.what();
+      }
+    }
+    (void)!::write(p[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return out;
+}
+
+class Hostile2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Readable by the other user: the directory and the shared model.
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  }
+
+  bool start(uint64_t pool_mib, const std::string& extra_toml = "") {
+    if (auto why = hugepages_missing(pool_mib * kMiB)) {
+      ADD_FAILURE() << "huge pages missing: " << *why;
+      return false;
+    }
+    bus_ = std::make_unique<PrivateBus>();
+    // trusted_group is empty: root is the only trusted caller here, whatever
+    // groups this machine has.
+    const std::string toml = "[daemon]\ntrusted_group = \"\"\n[pool]\nsize = \"" + std::to_string(pool_mib) +
+                             "M\"\ngrow_nr_hugepages = false\n[pressure]\nresize_pool = false\n" + extra_toml;
+    daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
+    if (!daemon_->started()) {
+      ADD_FAILURE() << "airs-memd did not start:\n" << daemon_->log();
+      return false;
+    }
+    dbus_ = std::make_unique<BusClient>(bus_->address());
+    return true;
+  }
+
+  void TearDown() override {
+    dbus_.reset();
+    if (daemon_ && daemon_->pid() > 0) {
+      EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not survive:\n" << daemon_->log();
+    }
+  }
+
+  ModelFile model(const std::string& file, const std::string& name, uint64_t bytes, mode_t mode = 0644,
+                  uint64_t seed = 1) {
+    auto m = make_model(dir_, file, name, bytes, 8, seed);
+    EXPECT_EQ(::chmod(m.path.c_str(), mode), 0);
+    return m;
+  }
+
+  std::string load(const ModelFile& m) {
+    std::string obj;
+    auto e = dbus_->load_model(m.path, &obj);
+    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
+    return obj;
+  }
+
+  std::vector<std::string> client(const ModelFile& m, std::vector<std::string> extra) {
+    std::vector<std::string> a = {test_client_path(), "--bus", bus_->address(), "--file", m.path};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // A connection of the calling (child) process.
+  std::unique_ptr<sdbus::IConnection> connect() { return sdbus::createSessionBusConnectionWithAddress(bus_->address()); }
+
+  TempDir dir_;
+  std::unique_ptr<PrivateBus> bus_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<BusClient> dbus_;
+};
+
+// ---- 1. access proven on every call ----
+
+TEST_F(Hostile2, AnotherUidCannotOpenAModelItCannotRead) {
+  if (!start(64)) return;
+  auto secret = model("secret.gguf", "secret", 16 * kMiB, 0600);
+  auto mine = model("mine.gguf", "mine", 16 * kMiB, 0644, 2);
+  const std::string obj = load(secret);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), obj).value("state", "") == "resident"; },
+                                     20000ms));
+  // nobody cannot open() the file itself.
+  EXPECT_EQ(as_user(kNobody, [&] { return std::to_string(::open(secret.path.c_str(), O_RDONLY)); }), "-1");
+  // Open with an fd of a file it can read: not the model's file.
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    Dict info;
+    p->callMethod("Open").onInterface(kModelIf)
+        .withArguments(sdbus::UnixFd(::open(mine.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+        .storeResultsTo(region, size, status, info);
+    return std::string("opened");
+  });
+  EXPECT_EQ(r.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << r;
+  EXPECT_NE(r.find("not this model's GGUF file"), std::string::npos) << r;
+  // An O_PATH fd of the 0600 file proves nothing: InvalidArgument, for Open
+  // and for LoadModel (which must not hand back root's model either).
+  for (const char* method : {"Open", "LoadModel"}) {
+    auto o = as_user(kNobody, [&] {
+      auto c = connect();
+      sdbus::UnixFd fd(::open(secret.path.c_str(), O_PATH | O_CLOEXEC), sdbus::adopt_fd);
+      if (std::string(method) == "Open") {
+        auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+        sdbus::UnixFd region, status;
+        uint64_t size = 0;
+        Dict info;
+        p->callMethod("Open").onInterface(kModelIf).withArguments(fd, Dict{}).storeResultsTo(region, size, status,
+                                                                                             info);
+        return std::string("opened");
+      }
+      auto m = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+      sdbus::ObjectPath path;
+      m->callMethod("LoadModel").onInterface(kManagerIf).withArguments(fd, Dict{}).storeResultsTo(path);
+      return "loaded " + std::string(path);
+    });
+    EXPECT_EQ(o.rfind("org.aios.Airs1.Error.InvalidArgument", 0), 0u) << method << ": " << o;
+    EXPECT_NE(o.find("O_PATH"), std::string::npos) << method << ": " << o;
+  }
+  EXPECT_EQ(model_in(dbus_->status(), obj).value("refcount", 99u), 0u) << "a refused caller got a reference";
+}
+
+// ---- 2. writable regions only for the trusted, read-only for the rest ----
+
+TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
+  // Paced so the model is still loading when nobody asks.
+  if (!start(64, "[models]\nwarmup_rate = \"8M\"\n")) return;
+  auto m = model("m.gguf", "shared", 24 * kMiB);
+  const std::string obj = load(m);
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    Dict info;
+    sdbus::UnixFd proof(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+    std::string out;
+    try {
+      // nobody cannot make a userfaultfd here; an eventfd stands in.
+      sdbus::UnixFd fake(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+      p->callMethod("OpenLazy").onInterface(kModelIf).withArguments(proof, fake, Dict{}).storeResultsTo(region, size,
+                                                                                                     status, info);
+      out = "lazy-opened ";
+    } catch (const sdbus::Error& e) {
+      out = e.getName() + " ";
+    }
+    // The read-only path: the reply waits until the model is resident.
+    p->callMethod("Open").onInterface(kModelIf).withTimeout(60s).withArguments(proof, Dict{}).storeResultsTo(
+        region, size, status, info);
+    const int fl = ::fcntl(region.get(), F_GETFL);
+    out += (fl & O_ACCMODE) == O_RDONLY ? "rdonly " : "WRITABLE ";
+    out += info.at("resident").get<bool>() ? "resident " : "not-resident ";
+    void* w = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, region.get(), 0);
+    out += w == MAP_FAILED ? "no-write-map" : "WRITE-MAPPED";
+    return out;
+  });
+  EXPECT_EQ(r, "org.freedesktop.DBus.Error.AccessDenied rdonly resident no-write-map");
+  // While it waited, root's lazy client read the right bytes.
+  Child c(client(m, {"--order", "seq"}));
+  ASSERT_TRUE(c.expect_line("verified", 30s)) << c.transcript();
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// ---- 3. quotas and loads that cannot fit ----
+
+TEST_F(Hostile2, AFloodOfModelsStopsAtTheQuotaAndEvictsNobodyElses) {
+  if (!start(64, "[models]\nmax_models_per_uid = 3\n")) return;
+  auto roots = model("root.gguf", "roots", 16 * kMiB, 0644, 9);
+  const std::string root_obj = load(roots);
+  const int fds_before = daemon_fd_count(daemon_->pid());
+  std::vector<ModelFile> files;
+  for (int i = 0; i < 6; ++i) {
+    files.push_back(make_model(dir_, "f" + std::to_string(i) + ".gguf", "flood" + std::to_string(i), 4 * kMiB, 2,
+                               100 + static_cast<uint64_t>(i)));
+    ASSERT_EQ(::chmod(files.back().path.c_str(), 0644), 0);
+  }
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    std::string out;
+    for (const auto& f : files) {
+      try {
+        sdbus::ObjectPath path;
+        mgr->callMethod("LoadModel").onInterface(kManagerIf)
+            .withArguments(sdbus::UnixFd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+            .storeResultsTo(path);
+        out += "ok ";
+      } catch (const sdbus::Error& e) {
+        out += e.getName() + " ";
+      }
+    }
+    return out;
+  });
+  const std::string q = "org.aios.Airs1.Error.QuotaExceeded";
+  EXPECT_EQ(r, "ok ok ok " + q + " " + q + " " + q + " ");
+  auto st = dbus_->status();
+  EXPECT_EQ(st["models"].size(), 4u) << st.dump(1);
+  EXPECT_FALSE(model_in(st, root_obj).is_null()) << "the flood evicted root's model";
+  // The daemon holds a bounded number of fds per model, not per call.
+  EXPECT_LE(daemon_fd_count(daemon_->pid()), fds_before + 3 * 8) << "fds grew with refused loads";
+}
+
+TEST_F(Hostile2, PoolShareBoundsWhatAnotherUidCanPushOut) {
+  if (!start(64, "[models]\nmax_pool_bytes_per_uid = \"25%\"\n")) return;
+  auto roots = model("root.gguf", "roots", 40 * kMiB, 0644, 3);
+  const std::string root_obj = load(roots);
+  ASSERT_TRUE(wait_until(
+      [&] { return model_in(dbus_->status(), root_obj).value("state", "") == "resident"; }, 20000ms));
+  // It would need root's idle model out, and is more than nobody's 16 MiB share.
+  auto big = model("big.gguf", "big", 40 * kMiB, 0644, 4);
+  ASSERT_GT(big.size(), 64 * kMiB - round_up_pages(roots.size())) << "the test model fits without an eviction";
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    sdbus::ObjectPath path;
+    mgr->callMethod("LoadModel").onInterface(kManagerIf)
+        .withArguments(sdbus::UnixFd(::open(big.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+        .storeResultsTo(path);
+    return std::string("loaded");
+  });
+  EXPECT_EQ(r.rfind("org.aios.Airs1.Error.QuotaExceeded", 0), 0u) << r << "\n" << daemon_->log();
+  EXPECT_NE(r.find("max_pool_bytes_per_uid"), std::string::npos) << r;
+  auto st = dbus_->status();
+  EXPECT_EQ(model_in(st, root_obj).value("state", ""), "resident") << "root's model was evicted for nothing";
+}
+
+TEST_F(Hostile2, AnImpossibleLoadFailsBeforeEvictingAnything) {
+  if (!start(56)) return;
+  auto roots = model("root.gguf", "roots", 16 * kMiB, 0644, 5);
+  const std::string root_obj = load(roots);
+  ASSERT_TRUE(wait_until(
+      [&] { return model_in(dbus_->status(), root_obj).value("state", "") == "resident"; }, 20000ms));
+  auto huge = model("huge.gguf", "huge", 100 * kMiB, 0644, 6);
+  ASSERT_GT(huge.size(), 56 * kMiB);
+  for (uid_t who : {uid_t{0}, kNobody}) {
+    auto r = as_user(who, [&] {
+      auto c = connect();
+      auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+      sdbus::ObjectPath path;
+      mgr->callMethod("LoadModel").onInterface(kManagerIf)
+          .withArguments(sdbus::UnixFd(::open(huge.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+          .storeResultsTo(path);
+      return std::string("loaded");
+    });
+    EXPECT_EQ(r.rfind(who == 0 ? "org.aios.Airs1.Error.PoolExhausted" : "org.aios.Airs1.Error.QuotaExceeded", 0), 0u)
+        << "uid " << who << ": " << r;
+    EXPECT_EQ(model_in(dbus_->status(), root_obj).value("state", ""), "resident")
+        << "uid " << who << " evicted root's model for a load that could never fit";
+  }
+  // A load that fits only without the idle model: it is evicted for it (and
+  // the evicted model leaves the table).
+  auto fits = model("fits.gguf", "fits", 40 * kMiB, 0644, 7);
+  ASSERT_GT(round_up_pages(fits.size()), 56 * kMiB - round_up_pages(roots.size())) << fits.size() << " " << roots.size();
+  ASSERT_LE(round_up_pages(fits.size()), 56 * kMiB);
+  const std::string fits_obj = load(fits);
+  auto st = dbus_->status();
+  EXPECT_TRUE(model_in(st, root_obj).is_null()) << st.dump(1);
+  EXPECT_FALSE(model_in(st, fits_obj).is_null()) << st.dump(1);
+}
+
+// ---- 4. a forced unload never gives zeros ----
+
+class ForcedUnload : public Hostile2, public ::testing::WithParamInterface<std::string> {};
+
+// Every kind of holder: root's lazy client (full, small-pages), a
+// cooperative client, and nobody's plain read-only mapping (resident path).
+// After `unload --force`, reading the same pointer again is SIGBUS.
+TEST_P(ForcedUnload, EveryHolderGetsSigbusNeverZeros) {
+  const std::string kind = GetParam();
+  const std::string mode = kind == "plain" ? "full" : kind;
+  if (!start(64, "[models]\nmode = \"" + mode + "\"\n")) return;
+  auto m = model("m.gguf", "victim", 16 * kMiB);
+  std::vector<std::string> args = {"--order", "seq", "--hold", "--recheck"};
+  if (kind == "plain") args.insert(args.end(), {"--uid", std::to_string(kNobody)});
+  Child c(client(m, args));
+  auto o = c.expect_line("opened", 30s);
+  ASSERT_TRUE(o) << c.transcript();
+  ASSERT_TRUE(c.expect_line("holding", 30s)) << c.transcript();
+  const std::string obj = field(*o, "object");
+  auto e = dbus_->unload(obj, false);
+  EXPECT_EQ(e.name, "org.aios.Airs1.Error.Busy") << "a held model was unloaded without force";
+  e = dbus_->unload(obj, true);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  EXPECT_TRUE(model_in(dbus_->status(), obj).is_null()) << "an unloaded model stays listed";
+  c.send("go");
+  auto s = c.expect_line("sigbus", 30s);
+  EXPECT_TRUE(s) << "the holder read its revoked mapping without SIGBUS\n" << c.transcript();
+  EXPECT_EQ(c.transcript().find("mismatch"), std::string::npos) << "the holder read wrong bytes:\n" << c.transcript();
+  EXPECT_EQ(c.wait().exit_code, 7) << c.transcript();
+  // The pool has every page back, and the daemon serves on.
+  auto st = dbus_->status();
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), 0u) << st["pool"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Holders, ForcedUnload, ::testing::Values("full", "small-pages", "cooperative", "plain"),
+                         [](const auto& i) {
+                           std::string n = i.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// ---- 5. fds, options and names ----
+
+TEST_F(Hostile2, OpenReleaseCyclesHitTheFdQuotaWhileTheFdsAreKept) {
+  if (!start(64, "[kv]\nmax_fds_per_uid = 8\n")) return;
+  auto m = model("m.gguf", "fds", 16 * kMiB);
+  const std::string obj = load(m);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), obj).value("state", "") == "resident"; },
+                                     20000ms));
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+    std::vector<sdbus::UnixFd> kept;
+    std::string out;
+    for (int i = 0; i < 6; ++i) {
+      sdbus::UnixFd region, status;
+      uint64_t size = 0;
+      Dict info;
+      try {
+        p->callMethod("Open").onInterface(kModelIf)
+            .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+            .storeResultsTo(region, size, status, info);
+        p->callMethod("Release").onInterface(kModelIf);
+        kept.push_back(region);  // a dup each: the client keeps what it was given
+        kept.push_back(status);
+        out += "ok ";
+      } catch (const sdbus::Error& e) {
+        out += e.getName() + " ";
+      }
+    }
+    // Closing them gives the quota back.
+    kept.clear();
+    try {
+      sdbus::UnixFd region, status;
+      uint64_t size = 0;
+      Dict info;
+      p->callMethod("Open").onInterface(kModelIf)
+          .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+          .storeResultsTo(region, size, status, info);
+      out += "reopened";
+    } catch (const sdbus::Error& e) {
+      out += "after-close " + e.getName();
+    }
+    return out;
+  });
+  const std::string q = "org.aios.Airs1.Error.QuotaExceeded";
+  EXPECT_EQ(r, "ok ok ok ok " + q + " " + q + " reopened");
+}
+
+TEST_F(Hostile2, HostileOptionsAndNamesAreRefusedNamingTheKey) {
+  if (!start(64)) return;
+  auto m = model("m.gguf", "opts", 16 * kMiB);
+  auto conn = sdbus::createSessionBusConnectionWithAddress(bus_->address());
+  auto proxy = sdbus::createProxy(*conn, "org.aios.Airs1", "/org/aios/Airs1");
+  auto try_load = [&](Dict opts) -> std::string {
+    try {
+      sdbus::ObjectPath path;
+      proxy->callMethod("LoadModel").onInterface(kManagerIf)
+          .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), opts)
+          .storeResultsTo(path);
+      return "ok";
+    } catch (const sdbus::Error& e) {
+      return e.getName() + ": " + e.getMessage();
+    }
+  };
+  const std::string inval = "org.aios.Airs1.Error.InvalidArgument";
+  auto r = try_load({{"name", sdbus::Variant(uint32_t{7})}});
+  EXPECT_EQ(r.rfind(inval, 0), 0u) << r;
+  EXPECT_NE(r.find("option 'name' must be of type s, got u"), std::string::npos) << r;
+  r = try_load({{"lazy", sdbus::Variant(std::string("yes"))}});
+  EXPECT_NE(r.find("unknown option 'lazy'"), std::string::npos) << r;
+  r = try_load({{"name", sdbus::Variant(std::string("evil\n\x1b[31mred"))}});
+  EXPECT_EQ(r.rfind(inval, 0), 0u) << r;
+  EXPECT_EQ(r.find('\x1b'), std::string::npos) << "the error echoed the escape code";
+  // A pipe and a closed or O_PATH fd are InvalidArgument, never Failed.
+  int pp[2];
+  ASSERT_EQ(::pipe2(pp, O_CLOEXEC), 0);
+  try {
+    sdbus::ObjectPath path;
+    proxy->callMethod("LoadModel").onInterface(kManagerIf).withArguments(sdbus::UnixFd(pp[0]), Dict{}).storeResultsTo(path);
+    ADD_FAILURE() << "a pipe was loaded";
+  } catch (const sdbus::Error& e) {
+    EXPECT_EQ(e.getName(), inval) << e.getMessage();
+  }
+  ::close(pp[0]);
+  ::close(pp[1]);
+  // A name from the file with escape codes is made printable: airsctl shows no escape.
+  auto evil = make_model(dir_, "evil.gguf", "bad\x1b[2Jname\n", 4 * kMiB, 2, 11);
+  EXPECT_EQ(try_load({}), "ok");
+  std::string obj;
+  ASSERT_TRUE(dbus_->load_model(evil.path, &obj).ok());
+  auto out = run_process({airsctl_path(), "--bus", bus_->address(), "status"});
+  EXPECT_EQ(out.out.find('\x1b'), std::string::npos) << "airsctl printed a raw escape code";
+  const std::string name = model_in(dbus_->status(), obj).value("name", "");
+  EXPECT_EQ(name.find('\x1b'), std::string::npos) << name;
+  EXPECT_EQ(name.find('\n'), std::string::npos) << name;
+}
+
+}  // namespace
