@@ -1,0 +1,294 @@
+#include "infer/kernels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+// Hot loops get an AVX2/FMA clone next to the baseline build; the dynamic
+// loader picks one per CPU (GNU ifunc). Elsewhere they are plain functions.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define AIRS_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define AIRS_HOT
+#endif
+
+namespace airs::infer {
+
+namespace {
+
+// All 65536 halves as floats: conversion is one load in the inner loops.
+struct Fp16Table {
+  std::array<float, 65536> v;
+  Fp16Table() noexcept {
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint32_t sign = (h & 0x8000U) << 16;
+      const uint32_t exp = (h >> 10) & 0x1FU;
+      const uint32_t man = h & 0x3FFU;
+      uint32_t bits = 0;
+      if (exp == 0) {
+        if (man == 0) {
+          bits = sign;
+        } else {  // subnormal: value = man * 2^-24
+          const float f = static_cast<float>(man) * 0x1p-24F;
+          bits = std::bit_cast<uint32_t>(f) | sign;
+        }
+      } else if (exp == 31) {
+        bits = sign | 0x7F800000U | (man << 13);
+      } else {
+        bits = sign | ((exp + 112U) << 23) | (man << 13);
+      }
+      v[h] = std::bit_cast<float>(bits);
+    }
+  }
+};
+const Fp16Table kFp16;
+
+inline float h2f(uint16_t h) noexcept { return kFp16.v[h]; }
+
+inline uint16_t load_u16(const std::byte* p) noexcept {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+AIRS_HOT float dot_f32_impl(const float* a, const float* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+AIRS_HOT float dot_f16_f16_impl(const uint16_t* a, const uint16_t* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += h2f(a[i + j]) * h2f(b[i + j]);
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += h2f(a[i]) * h2f(b[i]);
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+AIRS_HOT float dot_f32_f16_impl(const float* a, const uint16_t* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * h2f(b[i + j]);
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += a[i] * h2f(b[i]);
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+// One Q8_0 block of the weight against one of the activation: the integer
+// sum is exact, so only the final scaling rounds.
+AIRS_HOT float dot_q8_0_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQBlock; ++b, w += kQ8Bytes, x += kQ8Bytes) {
+    const auto* qw = reinterpret_cast<const int8_t*>(w + 2);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 2);
+    int32_t sum = 0;
+    for (size_t j = 0; j < kQBlock; ++j) sum += int32_t{qw[j]} * int32_t{qx[j]};
+    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+  }
+  return s;
+}
+
+AIRS_HOT float dot_q4_0_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQBlock; ++b, w += kQ4Bytes, x += kQ8Bytes) {
+    const auto* qs = reinterpret_cast<const uint8_t*>(w + 2);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 2);
+    int32_t sum = 0;
+    for (size_t j = 0; j < kQBlock / 2; ++j) {
+      sum += ((qs[j] & 15) - 8) * int32_t{qx[j]};
+      sum += ((qs[j] >> 4) - 8) * int32_t{qx[j + 16]};
+    }
+    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+  }
+  return s;
+}
+
+}  // namespace
+
+bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
+  switch (ggml_type) {
+    case 0: *out = WeightType::kF32; return true;
+    case 1: *out = WeightType::kF16; return true;
+    case 2: *out = WeightType::kQ4_0; return true;
+    case 8: *out = WeightType::kQ8_0; return true;
+    default: return false;
+  }
+}
+
+size_t row_bytes(WeightType t, size_t n) noexcept {
+  switch (t) {
+    case WeightType::kF32: return n * 4;
+    case WeightType::kF16: return n * 2;
+    case WeightType::kQ8_0: return n / kQBlock * kQ8Bytes;
+    case WeightType::kQ4_0: return n / kQBlock * kQ4Bytes;
+  }
+  return 0;
+}
+
+WeightType activation_type(WeightType t) noexcept {
+  return t == WeightType::kQ4_0 ? WeightType::kQ8_0 : t;
+}
+
+float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
+
+uint16_t fp32_to_fp16(float f) noexcept {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000U;
+  const uint32_t ax = x & 0x7FFFFFFFU;
+  if (ax >= 0x7F800000U) return static_cast<uint16_t>(sign | 0x7C00U | (ax > 0x7F800000U ? 0x200U : 0U));
+  if (ax >= 0x477FF000U) return static_cast<uint16_t>(sign | 0x7C00U);  // rounds past 65504
+  if (ax < 0x38800000U) {
+    // Subnormal or zero in f16: scale so the integer part is the mantissa;
+    // the FPU rounds to nearest even.
+    const float v = std::bit_cast<float>(ax) * 0x1p24F;
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(v)));
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even; a carry into
+  // the exponent is the correct result.
+  const uint32_t rounded = ax + 0xFFFU + ((ax >> 13) & 1U);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000U) >> 13));
+}
+
+void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexcept {
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(out, x, n * 4);
+      return;
+    case WeightType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_fp16(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
+        float amax = 0.0F;
+        for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0F;
+        const float id = amax != 0.0F ? 127.0F / amax : 0.0F;
+        const uint16_t dh = fp32_to_fp16(d);
+        std::memcpy(out, &dh, 2);
+        auto* q = reinterpret_cast<int8_t*>(out + 2);
+        for (size_t j = 0; j < kQBlock; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      }
+      return;
+  }
+}
+
+float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept {
+  switch (wt) {
+    case WeightType::kF32:
+      return dot_f32_impl(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
+    case WeightType::kF16:
+      return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+    case WeightType::kQ8_0: return dot_q8_0_impl(w, x, n);
+    case WeightType::kQ4_0: return dot_q4_0_impl(w, x, n);
+  }
+  return 0.0F;
+}
+
+void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noexcept {
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(out, w, n * 4);
+      return;
+    case WeightType::kF16:
+      for (size_t i = 0; i < n; ++i) out[i] = h2f(load_u16(w + 2 * i));
+      return;
+    case WeightType::kQ8_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, w += kQ8Bytes, out += kQBlock) {
+        const float d = h2f(load_u16(w));
+        const auto* q = reinterpret_cast<const int8_t*>(w + 2);
+        for (size_t j = 0; j < kQBlock; ++j) out[j] = d * static_cast<float>(q[j]);
+      }
+      return;
+    case WeightType::kQ4_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, w += kQ4Bytes, out += kQBlock) {
+        const float d = h2f(load_u16(w));
+        const auto* qs = reinterpret_cast<const uint8_t*>(w + 2);
+        for (size_t j = 0; j < kQBlock / 2; ++j) {
+          out[j] = d * static_cast<float>((qs[j] & 15) - 8);
+          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      }
+      return;
+  }
+}
+
+float dot_f32(const float* a, const float* b, size_t n) noexcept { return dot_f32_impl(a, b, n); }
+float dot_f32_f16(const float* a, const uint16_t* b, size_t n) noexcept { return dot_f32_f16_impl(a, b, n); }
+
+AIRS_HOT void axpy_f32(float a, const float* x, float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+AIRS_HOT void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) y[i] += a * h2f(x[i]);
+}
+
+void rms_norm(const float* x, const float* w, float eps, size_t n, float* out) noexcept {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const auto mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0F / std::sqrt(mean + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+void rope(float* head, uint32_t n_rot, uint32_t pos, float freq_base, RopeStyle style) noexcept {
+  const float theta_scale = std::pow(freq_base, -2.0F / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
+    const float c = std::cos(theta);
+    const float s = std::sin(theta);
+    const uint32_t a = style == RopeStyle::kNormal ? i0 : i0 / 2;
+    const uint32_t b = style == RopeStyle::kNormal ? i0 + 1 : i0 / 2 + n_rot / 2;
+    const float x0 = head[a];
+    const float x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+    theta *= theta_scale;
+  }
+}
+
+void softmax(float* x, size_t n, float scale) noexcept {
+  float mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] *= scale;
+    mx = std::max(mx, x[i]);
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(float* x, const float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] / (1.0F + std::exp(-x[i])) * y[i];
+}
+
+}  // namespace airs::infer
