@@ -175,7 +175,7 @@ Result<std::span<const float>> Sequence::append(int32_t token) {
   return std::span<const float>(logits_);
 }
 
-Status Sequence::recompute(uint32_t index) {
+Status Sequence::recompute(uint32_t index, bool tail) {
   auto ids = kv_.allocate(1);
   if (!ids) return std::move(ids).error();
   ids_[index] = (*ids)[0];
@@ -188,6 +188,14 @@ Status Sequence::recompute(uint32_t index) {
   const auto table = std::span<std::byte* const>(ptrs_).first(index + 1);
   for (uint32_t pos = begin; pos < end; ++pos) engine_.forward(tokens_[pos], pos, table, nullptr);
   ++recomputed_;
+  // The service appends a fresh block at the end of its table. When every
+  // later block was lost too (eviction takes a session's blocks from the
+  // tail), that is this block's index again and the true length is its end:
+  // say so, and publish it again if it is full. A block lost in the middle
+  // lands elsewhere in the service's table (it has no way to fill a hole),
+  // so it stays private: correct output, just not shared.
+  if (!tail) return {};
+  AIRS_TRY(kv_.set_length(end));
   return commit_if_full(index);
 }
 
@@ -205,9 +213,11 @@ Result<uint32_t> Sequence::recover() {
   uint32_t n = 0;
   for (uint32_t i = 0; i < hit.size(); ++i) {
     if (!hit[i]) continue;
-    AIRS_TRY(recompute(i));
+    const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
+    AIRS_TRY(recompute(i, tail));
     ++n;
   }
+  if (n > 0) AIRS_TRY(kv_.set_length(size()));
   return n;
 }
 

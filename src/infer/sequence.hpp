@@ -19,7 +19,9 @@
 //  - recover() reads the eviction notices; each lost block gets a fresh
 //    block and its positions are recomputed from the token history (earlier
 //    blocks are valid or recomputed first, later ones do not depend on the
-//    lost block's storage), then it is committed again if it was full.
+//    lost block's storage). Lost blocks that form the table's tail (the
+//    service evicts from the tail) are committed again when full; a block
+//    lost in the middle stays private (see recompute()).
 #pragma once
 
 #include <cstdint>
@@ -105,7 +107,7 @@ class Sequence {
   Status ensure_block(uint32_t pos);
   Status step(int32_t token, float* logits);
   Status commit_if_full(uint32_t index);
-  Status recompute(uint32_t index);
+  Status recompute(uint32_t index, bool tail);
 
   Engine& engine_;
   KvBackend& kv_;
