@@ -13,7 +13,8 @@
 // Tokens are printed as they come; --json instead prints one object:
 //   {"token_ids": [...], "prompt_tokens": N, "matched_tokens": N,
 //    "ttft_ms": x, "decode_tok_s": x, "kv_blocks": [...], "backend":
-//    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N}
+//    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
+//    "kv_block_bytes": N (bytes of our layout used in each block)}
 // --hold: after the output, keep the session open until stdin reaches EOF
 // (so another process can share its blocks, or a test can inspect it).
 // --pause-at N: after N generated tokens print "paused" on a line of its own
@@ -276,6 +277,7 @@ int run(const Options& o) {
     j["backend"] = session != nullptr ? "daemon" : "private";
     j["recomputed_blocks"] = seq.recomputed_blocks();
     j["tokens_per_block"] = tpb;
+    j["kv_block_bytes"] = layout.block_bytes();
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");
