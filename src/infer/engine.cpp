@@ -30,7 +30,9 @@ void Engine::matvec(const Matrix& w, const float* x, float* out) {
   quantize_row(at, x, w.cols, act_.data());
   const std::byte* act = act_.data();
   pool_.parallel_for(w.rows, 16, [&](size_t b, size_t e) {
-    for (size_t r = b; r < e; ++r) out[r] = dot_row(w.type, w.data + r * w.row_stride, act, w.cols);
+    size_t r = b;
+    for (; r + 4 <= e; r += 4) dot_rows4(w.type, w.data + r * w.row_stride, w.row_stride, act, w.cols, out + r);
+    for (; r < e; ++r) out[r] = dot_row(w.type, w.data + r * w.row_stride, act, w.cols);
   });
 }
 

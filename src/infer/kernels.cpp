@@ -205,6 +205,42 @@ AIRS_AVX2 float dot_f16_f16_avx2(const uint16_t* a, const uint16_t* b, size_t n)
   return s;
 }
 
+// Four Q8_0 rows against one activation: each activation block is loaded
+// once for four rows, and the four chains run independently.
+AIRS_AVX2 void dot4_q8_0_avx2(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (size_t b = 0; b < n / kQBlock; ++b) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    const float dx = h2f(load_u16(xb));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
+    for (size_t r = 0; r < 4; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ8Bytes;
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(load_u16(wb)) * dx), dot_i8_block(qw, qx), acc[r]);
+    }
+  }
+  for (size_t r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
+}
+
+AIRS_AVX2 void dot4_q4_0_avx2(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m128i lo_mask = _mm_set1_epi8(15);
+  for (size_t b = 0; b < n / kQBlock; ++b) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    const float dx = h2f(load_u16(xb));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
+    for (size_t r = 0; r < 4; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ4Bytes;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+      const __m128i lo = _mm_and_si128(q, lo_mask);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), lo_mask);
+      const __m256i qw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(load_u16(wb)) * dx), dot_i8_block(qw, qx), acc[r]);
+    }
+  }
+  for (size_t r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
+}
+
 const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
 constexpr bool kAvx2 = false;
@@ -332,6 +368,14 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
       }
       return;
   }
+}
+
+void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (kAvx2 && wt == WeightType::kQ8_0) return dot4_q8_0_avx2(w, stride, x, n, out);
+  if (kAvx2 && wt == WeightType::kQ4_0) return dot4_q4_0_avx2(w, stride, x, n, out);
+#endif
+  for (size_t r = 0; r < 4; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
 }
 
 float dot_f32(const float* a, const float* b, size_t n) noexcept { return dot_f32_impl(a, b, n); }

@@ -48,6 +48,10 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
 // Row `w` (format `wt`) · activation `x` (already in activation_type(wt)).
 [[nodiscard]] float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept;
 
+// Four consecutive rows (row r at w + r * stride) · x into out[0..4); the
+// same values as four dot_row calls, computed together.
+void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept;
+
 // Dequantises a row of n values into f32.
 void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noexcept;
 

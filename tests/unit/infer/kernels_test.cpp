@@ -139,3 +139,38 @@ TEST(InferKernels, SoftmaxAndSwiglu) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(InferKernels, FourRowDotEqualsFourSingleRowDots) {
+  using namespace airs::infer;
+  const size_t n = 512;
+  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0}) {
+    const size_t stride = row_bytes(t, n);
+    std::vector<std::byte> w(4 * stride);
+    std::mt19937 g(9);
+    for (auto& b : w) b = static_cast<std::byte>(g());
+    // Sane block scales / floats: pin each format's scale bytes.
+    std::vector<float> src = random_floats(4 * n, 10);
+    if (t == WeightType::kF32 || t == WeightType::kF16) {
+      for (size_t r = 0; r < 4; ++r) quantize_row(t, src.data() + r * n, n, w.data() + r * stride);
+    } else {
+      const size_t bb = t == WeightType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
+      for (size_t b = 0; b < w.size() / bb; ++b) {
+        const uint16_t d = fp32_to_fp16(0.01F * static_cast<float>(1 + b % 7));
+        std::memcpy(w.data() + b * bb, &d, 2);
+      }
+    }
+    const auto x = random_floats(n, 11);
+    std::vector<std::byte> xq(row_bytes(activation_type(t), n));
+    quantize_row(activation_type(t), x.data(), n, xq.data());
+    float four[4];
+    dot_rows4(t, w.data(), stride, xq.data(), n, four);
+    for (size_t r = 0; r < 4; ++r) {
+      const float one = dot_row(t, w.data() + r * stride, xq.data(), n);
+      EXPECT_NEAR(four[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r;
+    }
+  }
+}
+
+}  // namespace
