@@ -33,6 +33,8 @@ struct Shape {
   uint32_t heads, heads_kv;
 };
 
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.types << " h" << s.heads << " kv" << s.heads_kv; }
+
 std::string make_model(const Shape& s, uint64_t seed) {
   const std::string dir = kWork + "/infer-models";
   fs::create_directories(dir);

@@ -45,8 +45,12 @@ class InferIntegration : public ::testing::Test {
     system_ = dir_.path() + "/system.txt";
     std::ofstream(system_) << kSystem;
     bus_ = std::make_unique<PrivateBus>();
+    // The pressure loop stays out of it (the machine's own pressure must not
+    // shrink the pool under the test), and the arena has a fixed size.
     daemon_ = std::make_unique<DaemonProcess>(
-        bus_->address(), "[pool]\nsize = \"" + std::to_string(pool_mib) + "M\"\ngrow_nr_hugepages = false\n[kv]\n");
+        bus_->address(), "[pool]\nsize = \"" + std::to_string(pool_mib) +
+                             "M\"\ngrow_nr_hugepages = false\n[kv]\nmax_arena_bytes = 33554432\n[pressure]\n"
+                             "resize_pool = false\nsome_threshold = \"1900ms\"\nfull_threshold = \"1900ms\"\n");
     if (!daemon_->started()) {
       ADD_FAILURE() << "airs-memd did not start:\n" << daemon_->log();
       return false;
@@ -70,6 +74,7 @@ class InferIntegration : public ::testing::Test {
   nlohmann::json run(const std::vector<std::string>& argv) {
     auto r = run_process(argv, 120s);
     EXPECT_EQ(r.exit_code, 0) << r.err;
+    last_err_ = r.err;
     const auto at = r.out.rfind('{');
     if (at == std::string::npos) {
       ADD_FAILURE() << "no JSON: " << r.out << r.err;
@@ -79,7 +84,7 @@ class InferIntegration : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::string model_, system_;
+  std::string model_, system_, last_err_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<DaemonProcess> daemon_;
 };
@@ -89,7 +94,7 @@ TEST_F(InferIntegration, DaemonBlocksPrivateMemoryAndNoDaemonGiveTheSameTokens) 
   const auto priv = run(args("what is the river", {"--no-daemon"}));
   const auto d = run(args("what is the river"));
   EXPECT_EQ(priv["backend"], "private");
-  EXPECT_EQ(d["backend"], "daemon");
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
   EXPECT_EQ(d["token_ids"], priv["token_ids"]);
   EXPECT_GT(d["prompt_tokens"].get<int>(), 3 * d["tokens_per_block"].get<int>());
   // Unreachable daemon: one line on stderr, private memory, same output.
@@ -113,6 +118,8 @@ TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
   EXPECT_EQ(ja["matched_tokens"], 0);
   // The second process, while the first still holds its session.
   const auto jb = run(args("tell me about the mountain"));
+  ASSERT_EQ(jb["backend"], "daemon") << last_err_ << daemon_->log();
+  ASSERT_EQ(ja["backend"], "daemon") << a.err();
   const int tpb = jb["tokens_per_block"].get<int>();
   EXPECT_GE(jb["matched_tokens"].get<int>(), 2 * tpb) << jb.dump();
   EXPECT_EQ(jb["matched_tokens"].get<int>() % tpb, 0);
@@ -137,6 +144,7 @@ TEST_F(InferIntegration, ForcedEvictionIsRecomputedWithIdenticalTokens) {
   const auto line = g.expect_line("{", 120s);
   ASSERT_TRUE(line) << g.err();
   const auto j = nlohmann::json::parse(*line);
+  ASSERT_EQ(j["backend"], "daemon") << g.err();
   EXPECT_GT(j["recomputed_blocks"].get<int>(), 0) << "nothing was evicted: " << ev.out;
   EXPECT_EQ(j["token_ids"], ref["token_ids"]) << "recomputed blocks changed the output";
   std::printf("[ info ] evict: %s; recomputed %d blocks\n", ev.out.c_str(), j["recomputed_blocks"].get<int>());
