@@ -1,8 +1,11 @@
 // A small fixed pool for the mat-vec products: the caller creates it with n
 // threads (named "airs-infer-N"), runs parallel_for from one thread at a
 // time, and destroys it (joins). n = 1 runs everything on the caller.
+// Waiting threads poll briefly (a few µs) before sleeping on a condition
+// variable, since dispatches come in quick succession during a step.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -38,9 +41,9 @@ class ThreadPool {
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
-  uint64_t generation_ = 0;
-  unsigned pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<unsigned> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace airs::infer
