@@ -77,9 +77,10 @@ echo "== 2. decode tokens/s vs llama.cpp, same model and threads"
 read_gbs=$("$bw" "$model" | awk '/read_gb_s/ {print $2}')
 for t in 1 $(nproc); do
   ours=$("$gen" "$model" -p "the quick brown fox" -n 64 --no-daemon --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
+  pool=$("$gen" "$model" -p "the quick brown fox" -n 64 --bus "$bus" --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
   ll=$("$llama_work/llama-gen" --backends "$llama_work/bins" --model "$model" --n 64 --threads "$t" --text "the quick brown fox" |
     awk '/first_token_ms/ {f=$2} /total_ms/ {t=$2} END {printf "%.3f", 63 / ((t - f) / 1000)}')
-  python3 -c "print(f'threads $t: airs-generate {float($ours):.1f} tok/s, llama.cpp {float($ll):.1f} tok/s, ratio {float($ours)/float($ll):.2f} (target >= 0.8)')"
+  python3 -c "print(f'threads $t: airs-generate {float($ours):.1f} tok/s (page cache), {float($pool):.1f} tok/s (pool mapping), llama.cpp {float($ll):.1f} tok/s, ratio {float($ours)/float($ll):.2f} / {float($pool)/float($ll):.2f} (target >= 0.8)')"
 done
 python3 -c "
 limit = float($read_gbs) * 1e9 / $model_bytes

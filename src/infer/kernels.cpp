@@ -12,7 +12,8 @@
 
 // Hot loops get an AVX2/FMA clone next to the baseline build; the dynamic
 // loader picks one per CPU (GNU ifunc). Elsewhere they are plain functions.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define AIRS_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define AIRS_HOT
