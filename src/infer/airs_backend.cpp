@@ -1,5 +1,7 @@
 #include "infer/airs_backend.hpp"
 
+#include <poll.h>
+
 namespace airs::infer {
 
 namespace {
@@ -53,6 +55,11 @@ Result<std::vector<uint32_t>> AirsKv::read_notices() {
     out.insert(out.end(), buf, buf + rc);
     if (static_cast<size_t>(rc) < std::size(buf)) return out;
   }
+}
+
+bool AirsKv::wait_notice(int timeout_ms) {
+  pollfd p{airs_session_notice_fd(s_), POLLIN, 0};
+  return p.fd >= 0 && ::poll(&p, 1, timeout_ms) == 1;
 }
 
 uint64_t AirsKv::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {

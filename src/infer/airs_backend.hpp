@@ -19,6 +19,7 @@ class AirsKv final : public KvBackend {
   Result<uint32_t> prepare_write(uint32_t id) override;
   Status set_length(uint32_t tokens) override;
   Result<std::vector<uint32_t>> read_notices() override;
+  bool wait_notice(int timeout_ms) override;  // poll(2) on the notice eventfd
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const override;
 
  private:

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -129,7 +130,22 @@ struct FileMapping {
   }
 };
 
+struct CloseSession {
+  void operator()(airs_session* s) const { airs_session_close(s); }
+};
+struct CloseModel {
+  void operator()(airs_model* m) const { airs_model_close(m); }
+};
+struct Disconnect {
+  void operator()(airs_client* c) const { airs_disconnect(c); }
+};
+
 int run(const Options& o) {
+  // Declared first, so destroyed last: after the engine and the sequence
+  // that read the mapping and the blocks, on every return path.
+  std::unique_ptr<airs_client, Disconnect> client_owner;
+  std::unique_ptr<airs_model, CloseModel> model_owner;
+  std::unique_ptr<airs_session, CloseSession> session_owner;
   airs_client* client = nullptr;
   airs_model* amodel = nullptr;
   airs_session* session = nullptr;
@@ -140,12 +156,16 @@ int run(const Options& o) {
       std::fprintf(stderr, "airs-generate: no airs-memd reachable (%s); running on private memory\n",
                    airs_last_error());
       client = nullptr;
-    } else if (airs_model_open(client, o.model.c_str(), nullptr, &amodel) < 0) {
-      std::fprintf(stderr, "airs-generate: airs-memd could not open %s (%s); running on private memory\n",
-                   o.model.c_str(), airs_last_error());
-      amodel = nullptr;
+    } else {
+      client_owner.reset(client);
+      if (airs_model_open(client, o.model.c_str(), nullptr, &amodel) < 0) {
+        std::fprintf(stderr, "airs-generate: airs-memd could not open %s (%s); running on private memory\n",
+                     o.model.c_str(), airs_last_error());
+        amodel = nullptr;
+      }
     }
   }
+  model_owner.reset(amodel);
   if (amodel != nullptr) {
     mapping = {static_cast<const std::byte*>(airs_model_data(amodel)), airs_model_size(amodel)};
   } else {
@@ -209,6 +229,7 @@ int run(const Options& o) {
                  airs_last_error());
     session = nullptr;
   }
+  session_owner.reset(session);
   const uint64_t per_token = kv_layout_for(model->config, 1, o.kv).bytes_per_token();
   if (session != nullptr) {
     airs_kv_geometry geo{};
@@ -290,9 +311,6 @@ int run(const Options& o) {
     while (::read(0, buf, sizeof buf) > 0) {
     }
   }
-  if (session != nullptr) airs_session_close(session);
-  if (amodel != nullptr) airs_model_close(amodel);
-  if (client != nullptr) airs_disconnect(client);
   return 0;
 }
 

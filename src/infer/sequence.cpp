@@ -125,8 +125,22 @@ Status Sequence::step(int32_t token, float* logits) {
   const auto pos = static_cast<uint32_t>(tokens_.size());
   AIRS_TRY(ensure_block(pos));
   tokens_.push_back(token);
-  engine_.forward(token, pos, ptrs_, logits);
-  AIRS_TRY(kv_.set_length(pos + 1));
+  for (int attempt = 0;; ++attempt) {
+    engine_.forward(token, pos, ptrs_, logits);
+    Status st = kv_.set_length(pos + 1);
+    // The service refusing the length means it took blocks we were not told
+    // about yet: give the notice a moment to arrive.
+    if (!st && attempt == 0) (void)kv_.wait_notice(1000);
+    // Blocks lost while this step ran: repair them (recover() also sets the
+    // length), then run the step again on valid K/V.
+    auto rec = recover();
+    if (!rec) return std::move(rec).error();
+    if (*rec == 0) {
+      if (!st) return st;
+      break;
+    }
+    if (attempt == 3) return make_error(EAGAIN, "sequence: blocks keep being evicted during step {}", pos);
+  }
   return commit_if_full(pos / tpb_);
 }
 

@@ -19,7 +19,9 @@
 //  - recover() reads the eviction notices; each lost block gets a fresh
 //    block and its positions are recomputed from the token history (earlier
 //    blocks are valid or recomputed first, later ones do not depend on the
-//    lost block's storage). Lost blocks that form the table's tail (the
+//    lost block's storage). Notices are checked again after every step:
+//    a step that ran while one of its blocks was taken is repaired and run
+//    again, so its logits never come from lost K/V. Lost blocks that form the table's tail (the
 //    service evicts from the tail) are committed again when full; a block
 //    lost in the middle stays private (see recompute()).
 #pragma once
@@ -47,6 +49,10 @@ class KvBackend {
   [[nodiscard]] virtual Status set_length(uint32_t tokens) = 0;
   // Evicted ids since the last call; EOVERFLOW means every block was lost.
   [[nodiscard]] virtual Result<std::vector<uint32_t>> read_notices() = 0;
+  // Waits up to timeout_ms for a notice to be pending (true if one is).
+  // Used only after the service refused a call in a way only an eviction
+  // explains, to catch a notice published after the evicting call returned.
+  [[nodiscard]] virtual bool wait_notice(int timeout_ms) = 0;
   [[nodiscard]] virtual uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const = 0;
 };
 
@@ -66,6 +72,7 @@ class PrivateKv final : public KvBackend {
   Result<uint32_t> prepare_write(uint32_t id) override;
   Status set_length(uint32_t tokens) override;
   Result<std::vector<uint32_t>> read_notices() override;
+  bool wait_notice(int) override { return !notices_.empty(); }
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const override {
     return kv_chain_hash(parent, tokens);
   }
