@@ -131,6 +131,15 @@ TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
     EXPECT_EQ(jb["kv_blocks"][i], ja["kv_blocks"][i]) << "block " << i << " is not the first process's";
   }
   EXPECT_NE(jb["kv_blocks"][matched_blocks], ja["kv_blocks"][matched_blocks]) << "the diverging block is shared";
+  // airsctl sees the first process's real session: its length is the
+  // tokens whose K/V it holds (prompt + generated - the last, not fed
+  // back), in as many blocks as it reported.
+  auto s = run_process({airsctl_path(), "--bus", bus_->address(), "--json", "sessions"}, 30s);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const auto sessions = nlohmann::json::parse(s.out);
+  ASSERT_EQ(sessions.size(), 1U) << s.out;
+  EXPECT_EQ(sessions[0]["tokens"].get<int>(), ja["prompt_tokens"].get<int>() + 15) << s.out;
+  EXPECT_EQ(sessions[0]["blocks"].get<size_t>(), ja["kv_blocks"].size()) << s.out;
   a.close_stdin();
   EXPECT_EQ(a.wait(30s).exit_code, 0) << a.err();
 }
