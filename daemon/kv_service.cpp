@@ -67,7 +67,11 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   if (!geo) return std::move(geo).error();
 
   uint64_t cap = cfg_.max_arena_bytes != 0 ? cfg_.max_arena_bytes : pool_.counts().total_bytes();
-  const uint32_t max_chunks = static_cast<uint32_t>(std::max<uint64_t>(1, cap / geo->chunk_bytes));
+  uint32_t max_chunks = static_cast<uint32_t>(std::max<uint64_t>(1, cap / geo->chunk_bytes));
+  // The (model, uid) arena keeps the size it was made with, whatever the
+  // pool has grown or shrunk to since.
+  for (const auto& [id, a] : arenas_)
+    if (a.model == model.id && a.uid == caller.uid) max_chunks = static_cast<uint32_t>(a.region->size() / geo->chunk_bytes);
   auto aid = alloc_.open_arena(model.id, caller.uid, *geo, max_chunks);
   if (!aid) return std::move(aid).error();
   if (!arenas_.contains(*aid)) {
@@ -88,6 +92,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
     a.geo = *geo;
     a.pages_per_chunk = geo->chunk_bytes / pool_.page_size();
     a.model = model.id;
+    a.uid = caller.uid;
     arenas_.emplace(*aid, std::move(a));
   }
   auto sid = alloc_.create_session(*aid, priority, Clock::now());

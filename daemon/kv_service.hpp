@@ -113,6 +113,7 @@ class KvService final : public kv::ChunkOps {
     kv::KvGeometry geo;
     uint64_t pages_per_chunk = 1;
     uint64_t model = 0;
+    uid_t uid = 0;
   };
   void publish(std::vector<kv::EvictionNotice>& notices);
   Status make_room(KvSession& s, uint64_t bytes);

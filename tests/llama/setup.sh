@@ -1,12 +1,12 @@
 #!/bin/sh
 # Installs the prebuilt llama.cpp from npm (exact versions: package-lock.json)
-# into WORK and builds llama-gen against it. Needs node/npm and a C compiler;
+# into WORK and builds llama-gen and llama-ref against it. Needs node/npm and a C compiler;
 # fails loudly (never skips) when the registry or a tool is missing.
 #
 #   tests/llama/setup.sh SRC_DIR(tests/llama) WORK CC
 # Leaves: WORK/npm/node_modules/..., WORK/bins (link to the shipped .so
 # files and CPU backends), WORK/include (llama.h, ggml*.h from the llama.cpp
-# git bundle inside the same npm package), WORK/llama-gen.
+# git bundle inside the same npm package), WORK/llama-gen, WORK/llama-ref.
 set -eu
 src=$(cd "$1" && pwd)
 mkdir -p "$2"; work=$(cd "$2" && pwd)
@@ -49,4 +49,7 @@ done
 "$cc" -std=c11 -O2 -Wall -Wextra -Werror -I"$work/include" "$src/llama_gen.c" -o "$work/llama-gen.tmp" \
   "$bins/libllama.v0.5.0.so" "$bins/libggml.v0.5.0.so" "$bins/libggml-base.so" -Wl,-rpath,"$bins"
 mv "$work/llama-gen.tmp" "$work/llama-gen"
+"$cc" -std=c11 -O2 -Wall -Wextra -Werror -I"$work/include" "$src/llama_ref.c" -o "$work/llama-ref.tmp" \
+  "$bins/libllama.v0.5.0.so" "$bins/libggml.v0.5.0.so" "$bins/libggml-base.so" -Wl,-rpath,"$bins"
+mv "$work/llama-ref.tmp" "$work/llama-ref"
 echo "setup: llama-gen ready in $work (llama.cpp from npm @node-llama-cpp/linux-x64)"

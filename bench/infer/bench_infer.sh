@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# bench/infer: airs-generate (src/infer) in one run, side by side:
+#   1. time to first token of a second process whose ~512-token system
+#      prompt is cached in the daemon's blocks, against the same prompt cold;
+#   2. decode tokens/s against llama.cpp (llama-gen, prebuilt from npm) on
+#      the same model and thread count (1 and all cores), and against the
+#      memory-bandwidth limit: model bytes per token / read bandwidth of the
+#      mapped weights (read_bw);
+#   3. KV bytes of 4 sessions sharing a ~200-token prompt, against 4 private
+#      copies.
+#
+#   bench/infer/bench_infer.sh --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR]
+# Needs root (huge pages) and a built tests/llama/work (runs setup.sh if not).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+build="" size=200M types=q8_0 work=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --types) types=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    *) echo "usage: $0 --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR]" >&2; exit 2 ;;
+  esac
+done
+[[ -n $build ]] || { echo "bench_infer: --build BUILD_DIR is required" >&2; exit 2; }
+build=$(cd "$build" && pwd)
+work=${work:-$build/bench/infer/work}
+mkdir -p "$work"
+llama_work=$build/tests/llama/work
+[[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
+gen=$build/src/infer/airs-generate
+mk=$build/src/gguf/airs-mkmodel
+memd=$build/daemon/airs-memd
+bw=$build/bench/infer/read_bw
+for f in "$gen" "$mk" "$memd" "$bw" "$llama_work/llama-gen"; do
+  [[ -x $f ]] || { echo "bench_infer: $f missing (build it)" >&2; exit 1; }
+done
+model=$work/infer-$types-$size.gguf
+[[ -f $model ]] || "$mk" --llama --types "$types" --out "$model" --size "$size" --seed 42 >/dev/null
+model_bytes=$(stat -c %s "$model")
+pool_bytes=$(( (model_bytes / 1048576 + 128) * 1048576 ))
+jq_() { python3 -c "import json,sys; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print($1)"; }
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -f $work/dbus.pid ]] && kill "$(cat "$work/dbus.pid")" 2>/dev/null || true
+}
+trap cleanup EXIT
+dbus-daemon --config-file="$src/tests/support/test-bus.conf" --print-address=3 --print-pid=4 --fork \
+  3>"$work/bus.addr" 4>"$work/dbus.pid" 2>/dev/null
+bus=$(head -1 "$work/bus.addr")
+# A fixed arena size (it must not follow the pool's free bytes between
+# sessions) and a pressure loop that stays out of the measurements on a
+# busy machine.
+printf '[pool]\nprofile = "custom"\nsize = "%d"\n[kv]\nmax_arena_bytes = 67108864\n[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n' "$pool_bytes" >"$work/memd.conf"
+"$memd" --config "$work/memd.conf" --bus "$bus" >"$work/memd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do grep -q "serving org.aios.Airs1" "$work/memd.log" && break; sleep 0.05; done
+
+words() { local n=$1 out=""; local w=(the quick brown fox jumps over a lazy dog and runs far away into deep forest); \
+  for ((i = 0; i < n; i++)); do out+="${w[i % ${#w[@]}]} "; done; printf '%s' "$out"; }
+
+echo "== 1. time to first token: cached ~512-token system prompt vs cold (1 thread)"
+words 150 >"$work/sys512.txt"
+# Warm the model into the pool and page cache first (not part of either number).
+"$gen" "$model" -p "warm" -n 1 --bus "$bus" --json --threads 1 >/dev/null
+cold=$("$gen" "$model" --system "$work/sys512.txt" -p "what is the river" -n 4 --bus "$bus" --json --threads 1)
+hot=$("$gen" "$model" --system "$work/sys512.txt" -p "tell me about the mountain" -n 4 --bus "$bus" --json --threads 1)
+c_ms=$(echo "$cold" | jq_ 'j["ttft_ms"]'); h_ms=$(echo "$hot" | jq_ 'j["ttft_ms"]')
+echo "prompt tokens $(echo "$cold" | jq_ 'j["prompt_tokens"]'), matched cold $(echo "$cold" | jq_ 'j["matched_tokens"]'), hot $(echo "$hot" | jq_ 'j["matched_tokens"]')"
+python3 -c "print(f'cold ttft {float($c_ms):.1f} ms, cached ttft {float($h_ms):.1f} ms, ratio {float($h_ms)/float($c_ms):.3f} (target <= 0.1)')"
+
+echo "== 2. decode tokens/s vs llama.cpp, same model and threads"
+read_gbs=$("$bw" "$model" | awk '/read_gb_s/ {print $2}')
+for t in 1 $(nproc); do
+  ours=$("$gen" "$model" -p "the quick brown fox" -n 64 --no-daemon --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
+  pool=$("$gen" "$model" -p "the quick brown fox" -n 64 --bus "$bus" --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
+  ll=$("$llama_work/llama-gen" --backends "$llama_work/bins" --model "$model" --n 64 --threads "$t" --text "the quick brown fox" |
+    awk '/first_token_ms/ {f=$2} /total_ms/ {t=$2} END {printf "%.3f", 63 / ((t - f) / 1000)}')
+  python3 -c "print(f'threads $t: airs-generate {float($ours):.1f} tok/s (page cache), {float($pool):.1f} tok/s (pool mapping), llama.cpp {float($ll):.1f} tok/s, ratio {float($ours)/float($ll):.2f} / {float($pool)/float($ll):.2f} (target >= 0.8)')"
+done
+python3 -c "
+limit = float($read_gbs) * 1e9 / $model_bytes
+print(f'memory-bandwidth limit: {float($read_gbs):.1f} GB/s / {$model_bytes/1e6:.0f} MB per token = {limit:.1f} tok/s')"
+
+echo "== 3. KV bytes: 4 sessions sharing a ~200-token prompt vs 4 private copies"
+words 60 >"$work/sys200.txt"
+fds=()
+for i in 1 2 3 4; do
+  rm -f "$work/hold$i" "$work/out$i"; mkfifo "$work/hold$i"
+  "$gen" "$model" --system "$work/sys200.txt" -p "question number $i" -n 8 --bus "$bus" --json --threads 1 --hold \
+    <"$work/hold$i" >"$work/out$i" &
+  pids+=($!)
+  exec {fd}>"$work/hold$i"
+  fds+=("$fd")
+  for _ in $(seq 600); do [[ -s $work/out$i ]] && break; sleep 0.05; done
+done
+outs=()
+for i in 1 2 3 4; do outs+=("$(tail -1 "$work/out$i")"); done
+printf '%s\n' "${outs[@]}" | python3 -c "
+import json, sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+bb = runs[0]['kv_block_bytes']
+shared = len({b for r in runs for b in r['kv_blocks']}) * bb
+private = sum(len(r['kv_blocks']) for r in runs) * bb
+one = len(runs[0]['kv_blocks']) * bb
+print(f'matched tokens per session: {[r[\"matched_tokens\"] for r in runs]}')
+print(f'shared: {shared} bytes in distinct blocks; 4 private copies: {private} bytes; one session: {one} bytes; ratio {shared/private:.2f}')"
+for fd in "${fds[@]}"; do exec {fd}>&-; done
+wait "${pids[@]:1}" 2>/dev/null || true

@@ -1,0 +1,69 @@
+#include "infer/airs_backend.hpp"
+
+#include <poll.h>
+
+namespace airs::infer {
+
+namespace {
+
+Error airs_error(int rc, std::string_view what) {
+  return make_error(-rc, "kv: {}: {}", what, airs_last_error());
+}
+
+}  // namespace
+
+Result<std::vector<uint32_t>> AirsKv::allocate(uint32_t n) {
+  std::vector<uint32_t> ids(n);
+  if (const int rc = airs_session_allocate(s_, n, ids.data()); rc < 0) return airs_error(rc, "allocate");
+  return ids;
+}
+
+std::byte* AirsKv::block_ptr(uint32_t id) { return static_cast<std::byte*>(airs_session_block_ptr(s_, id)); }
+
+Status AirsKv::commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) {
+  if (const int rc = airs_session_commit(s_, ids.data(), hashes.data(), std::min(ids.size(), hashes.size())); rc < 0) {
+    return airs_error(rc, "commit");
+  }
+  return {};
+}
+
+Result<std::vector<uint32_t>> AirsKv::match_prefix(std::span<const uint64_t> hashes) {
+  std::vector<uint32_t> ids(hashes.size());
+  const int rc = airs_session_match_prefix(s_, hashes.data(), hashes.size(), ids.data());
+  if (rc < 0) return airs_error(rc, "match prefix");
+  ids.resize(static_cast<size_t>(rc));
+  return ids;
+}
+
+Result<uint32_t> AirsKv::prepare_write(uint32_t id) {
+  uint32_t w = id;
+  if (const int rc = airs_session_prepare_write(s_, id, &w); rc < 0) return airs_error(rc, "prepare write");
+  return w;
+}
+
+Status AirsKv::set_length(uint32_t tokens) {
+  if (const int rc = airs_session_set_length(s_, tokens); rc < 0) return airs_error(rc, "set length");
+  return {};
+}
+
+Result<std::vector<uint32_t>> AirsKv::read_notices() {
+  std::vector<uint32_t> out;
+  uint32_t buf[256];
+  for (;;) {
+    const int rc = airs_session_read_notices(s_, buf, std::size(buf));
+    if (rc < 0) return airs_error(rc, "read notices");
+    out.insert(out.end(), buf, buf + rc);
+    if (static_cast<size_t>(rc) < std::size(buf)) return out;
+  }
+}
+
+bool AirsKv::wait_notice(int timeout_ms) {
+  pollfd p{airs_session_notice_fd(s_), POLLIN, 0};
+  return p.fd >= 0 && ::poll(&p, 1, timeout_ms) == 1;
+}
+
+uint64_t AirsKv::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {
+  return airs_kv_chain_hash(parent, tokens.data(), tokens.size());
+}
+
+}  // namespace airs::infer

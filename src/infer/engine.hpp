@@ -1,0 +1,87 @@
+// The forward pass of a llama-shaped model for one token at a time, with the
+// sequence's K and V in caller-provided blocks (the daemon's KV blocks, or
+// private memory: the engine cannot tell).
+//
+// Block layout (KvLayout): a block holds `tokens_per_block` consecutive
+// positions of one sequence for every layer. Inside it, element type E
+// (f32 or f16), the order is
+//
+//   block = [layer 0 .. n_layer-1] × [K, V] × [kv head 0 .. n_head_kv-1]
+//           × [slot 0 .. tokens_per_block-1] × [head_dim values]
+//
+// so the K (or V) rows one attention head scans are contiguous within a
+// block: position p of the sequence is slot p % tokens_per_block of block
+// p / tokens_per_block. block_bytes = 2 · n_layer · n_head_kv ·
+// tokens_per_block · head_dim · sizeof(E). K is stored after RoPE.
+//
+// Numerics follow llama.cpp's CPU path (see kernels.hpp); with f16 KV, q and
+// the attention weights are rounded to f16 before their products with K and
+// V, as ggml's f16 mat-mul does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "infer/kernels.hpp"
+#include "infer/model.hpp"
+#include "infer/thread_pool.hpp"
+
+namespace airs::infer {
+
+enum class KvElem : uint8_t { kF32, kF16 };
+
+struct KvLayout {
+  uint32_t n_layer = 0;
+  uint32_t n_head_kv = 0;
+  uint32_t head_dim = 0;
+  uint32_t tokens_per_block = 16;
+  KvElem elem = KvElem::kF16;
+
+  [[nodiscard]] size_t elem_bytes() const noexcept { return elem == KvElem::kF32 ? 4 : 2; }
+  [[nodiscard]] uint64_t bytes_per_token() const noexcept {
+    return uint64_t{2} * n_layer * n_head_kv * head_dim * elem_bytes();
+  }
+  [[nodiscard]] uint64_t block_bytes() const noexcept { return bytes_per_token() * tokens_per_block; }
+  // Byte offset of the K (kv = 0) or V (kv = 1) row of (layer, head, slot).
+  [[nodiscard]] size_t offset(uint32_t layer, uint32_t kv, uint32_t head, uint32_t slot) const noexcept {
+    return ((((size_t{layer} * 2 + kv) * n_head_kv + head) * tokens_per_block + slot) * head_dim) * elem_bytes();
+  }
+};
+
+// The layout for `m` with the given block size and element type.
+[[nodiscard]] KvLayout kv_layout_for(const ModelConfig& m, uint32_t tokens_per_block, KvElem elem) noexcept;
+
+class Engine {
+ public:
+  // `model` and `pool` must outlive the engine; layout must be
+  // kv_layout_for(model.config, ...). Not thread-safe: one forward at a time.
+  Engine(const Model& model, const KvLayout& layout, ThreadPool& pool);
+
+  // Runs `token` at position `pos`. blocks[i] is the sequence's i-th block
+  // (block_bytes each, suitably aligned): positions [0, pos) must already be
+  // in them, and blocks.size() > pos / tokens_per_block. Writes K and V of
+  // `pos` into blocks[pos / tokens_per_block]. If logits is non-null, writes
+  // n_vocab values there; null skips the output layer (prefill).
+  // token must be < n_vocab (checked by the caller).
+  void forward(int32_t token, uint32_t pos, std::span<std::byte* const> blocks, float* logits);
+
+  [[nodiscard]] const ModelConfig& config() const noexcept { return model_.config; }
+  [[nodiscard]] const KvLayout& layout() const noexcept { return layout_; }
+
+ private:
+  // out[r] = W[r] · x for all rows, x in f32; quantises x once per call.
+  void matvec(const Matrix& w, const float* x, float* out);
+  void attention(uint32_t layer, uint32_t pos, std::span<std::byte* const> blocks);
+
+  const Model& model_;
+  KvLayout layout_;
+  ThreadPool& pool_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_;
+  std::vector<float> scores_;               // n_head × (pos + 1)
+  std::vector<std::byte> act_;              // x in the weight's activation format
+  std::vector<uint16_t> q16_;               // q rounded to f16 (f16 KV)
+};
+
+}  // namespace airs::infer

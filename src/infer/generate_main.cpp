@@ -1,0 +1,319 @@
+// airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
+//               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
+//               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]
+//
+// Generates text with the engine in src/infer, the model mapped lazily
+// through airs-memd and the KV cache in the daemon's blocks (libairs C API).
+// Without a reachable daemon it says so in one line on stderr and runs on a
+// private mapping and private blocks: same tokens.
+//
+// The system prompt (FILE) is tokenized on its own (with BOS) and the
+// prompt appended without BOS, so every process with the same system
+// prompt has the same leading blocks and shares them through MatchPrefix.
+// Tokens are printed as they come; --json instead prints one object:
+//   {"token_ids": [...], "prompt_tokens": N, "matched_tokens": N,
+//    "ttft_ms": x, "decode_tok_s": x, "kv_blocks": [...], "backend":
+//    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
+//    "kv_block_bytes": N (bytes of our layout used in each block)}
+// --hold: after the output, keep the session open until stdin reaches EOF
+// (so another process can share its blocks, or a test can inspect it).
+// --pause-at N: after N generated tokens print "paused" on a line of its own
+// and wait for a line on stdin (evict or inspect a live session meanwhile);
+// pending eviction notices are handled before the next step.
+//
+// Exit status: 0 ok, 1 failure (message on stderr), 2 usage.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "airs/airs.h"
+#include "gguf/gguf.hpp"
+#include "infer/airs_backend.hpp"
+#include "infer/engine.hpp"
+#include "infer/model.hpp"
+#include "infer/sampler.hpp"
+#include "infer/sequence.hpp"
+#include "infer/tokenizer.hpp"
+
+namespace {
+
+using namespace airs;
+using namespace airs::infer;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority interactive|system|background]\n"
+    "                     [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32] [--bus ADDRESS]\n"
+    "                     [--no-daemon] [--hold] [--pause-at N] [--json]\n";
+
+struct Options {
+  std::string model, prompt, system_file, bus = "system";
+  int n = 32;
+  int pause_at = 0;
+  airs_priority priority = AIRS_PRIORITY_INTERACTIVE;
+  SamplerParams sampling;
+  unsigned threads = 0;
+  KvElem kv = KvElem::kF16;
+  bool no_daemon = false, hold = false, json = false;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "airs-generate: %s\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "-p" || a == "--prompt") o.prompt = val();
+    else if (a == "--system") o.system_file = val();
+    else if (a == "-n") o.n = std::atoi(val().c_str());
+    else if (a == "--pause-at") o.pause_at = std::atoi(val().c_str());
+    else if (a == "--temp") o.sampling.temperature = std::strtof(val().c_str(), nullptr);
+    else if (a == "--seed") o.sampling.seed = std::strtoull(val().c_str(), nullptr, 0);
+    else if (a == "--top-k") o.sampling.top_k = static_cast<uint32_t>(std::atoi(val().c_str()));
+    else if (a == "--threads") o.threads = static_cast<unsigned>(std::atoi(val().c_str()));
+    else if (a == "--bus") o.bus = val();
+    else if (a == "--no-daemon") o.no_daemon = true;
+    else if (a == "--hold") o.hold = true;
+    else if (a == "--json") o.json = true;
+    else if (a == "--kv") {
+      const std::string v = val();
+      if (v != "f16" && v != "f32") usage_error("--kv must be f16 or f32");
+      o.kv = v == "f32" ? KvElem::kF32 : KvElem::kF16;
+    } else if (a == "--priority") {
+      const std::string v = val();
+      if (v == "interactive") o.priority = AIRS_PRIORITY_INTERACTIVE;
+      else if (v == "system") o.priority = AIRS_PRIORITY_SYSTEM;
+      else if (v == "background") o.priority = AIRS_PRIORITY_BACKGROUND;
+      else usage_error("--priority must be interactive, system or background");
+    } else if (!a.empty() && a[0] == '-') usage_error("unknown option " + a);
+    else if (o.model.empty()) o.model = a;
+    else usage_error("more than one model given");
+  }
+  if (o.model.empty()) usage_error("no model given");
+  if (o.prompt.empty()) usage_error("-p PROMPT is required");
+  if (o.n < 1) usage_error("-n must be at least 1");
+  if (o.threads == 0) o.threads = std::max(1U, std::min(4U, std::thread::hardware_concurrency()));
+  return o;
+}
+
+// The private fallback: the GGUF mapped read-only from the file.
+struct FileMapping {
+  void* p = MAP_FAILED;
+  size_t n = 0;
+  ~FileMapping() {
+    if (p != MAP_FAILED) ::munmap(p, n);
+  }
+};
+
+struct CloseSession {
+  void operator()(airs_session* s) const { airs_session_close(s); }
+};
+struct CloseModel {
+  void operator()(airs_model* m) const { airs_model_close(m); }
+};
+struct Disconnect {
+  void operator()(airs_client* c) const { airs_disconnect(c); }
+};
+
+int run(const Options& o) {
+  // Declared first, so destroyed last: after the engine and the sequence
+  // that read the mapping and the blocks, on every return path.
+  std::unique_ptr<airs_client, Disconnect> client_owner;
+  std::unique_ptr<airs_model, CloseModel> model_owner;
+  std::unique_ptr<airs_session, CloseSession> session_owner;
+  airs_client* client = nullptr;
+  airs_model* amodel = nullptr;
+  airs_session* session = nullptr;
+  FileMapping fm;
+  std::span<const std::byte> mapping;
+  if (!o.no_daemon) {
+    if (airs_connect(o.bus.c_str(), &client) < 0) {
+      std::fprintf(stderr, "airs-generate: no airs-memd reachable (%s); running on private memory\n",
+                   airs_last_error());
+      client = nullptr;
+    } else {
+      client_owner.reset(client);
+      if (airs_model_open(client, o.model.c_str(), nullptr, &amodel) < 0) {
+        std::fprintf(stderr, "airs-generate: airs-memd could not open %s (%s); running on private memory\n",
+                     o.model.c_str(), airs_last_error());
+        amodel = nullptr;
+      }
+    }
+  }
+  model_owner.reset(amodel);
+  if (amodel != nullptr) {
+    mapping = {static_cast<const std::byte*>(airs_model_data(amodel)), airs_model_size(amodel)};
+  } else {
+    const int fd = ::open(o.model.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
+      std::fprintf(stderr, "airs-generate: cannot open %s: %s\n", o.model.c_str(), std::strerror(errno));
+      return 1;
+    }
+    fm.n = static_cast<size_t>(st.st_size);
+    // Shared and populated, as llama.cpp maps a model: the page cache's
+    // large folios stay mapped large (fewer TLB misses in the mat-vecs).
+    fm.p = ::mmap(nullptr, fm.n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (fm.p == MAP_FAILED) {
+      std::fprintf(stderr, "airs-generate: cannot map %s: %s\n", o.model.c_str(), std::strerror(errno));
+      return 1;
+    }
+    mapping = {static_cast<const std::byte*>(fm.p), fm.n};
+  }
+
+  const gguf::MemorySource src(mapping);
+  auto file = gguf::parse(src);
+  if (!file) {
+    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), file.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model(*file, mapping);
+  if (!model) {
+    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), model.error().message.c_str());
+    return 1;
+  }
+  auto tok = Tokenizer::from_gguf(*file, mapping);
+  if (!tok) {
+    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), tok.error().message.c_str());
+    return 1;
+  }
+
+  std::vector<int32_t> prompt;
+  if (!o.system_file.empty()) {
+    std::ifstream in(o.system_file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "airs-generate: cannot read --system %s\n", o.system_file.c_str());
+      return 1;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    prompt = tok->encode(ss.str(), true);
+    const auto rest = tok->encode(o.prompt, false);
+    prompt.insert(prompt.end(), rest.begin(), rest.end());
+  } else {
+    prompt = tok->encode(o.prompt, true);
+  }
+
+  // Block size: the daemon's block bytes hold as many whole positions of
+  // our layout as fit (f16 KV: the daemon's tokens_per_block when it was
+  // configured for f16; f32: half of it).
+  uint32_t tpb = 16;
+  if (amodel != nullptr && airs_session_create(client, amodel, o.priority, &session) < 0) {
+    std::fprintf(stderr, "airs-generate: cannot create a KV session (%s); running on private blocks\n",
+                 airs_last_error());
+    session = nullptr;
+  }
+  session_owner.reset(session);
+  const uint64_t per_token = kv_layout_for(model->config, 1, o.kv).bytes_per_token();
+  if (session != nullptr) {
+    airs_kv_geometry geo{};
+    (void)airs_session_geometry(session, &geo);
+    if (geo.block_bytes / per_token == 0) {
+      std::fprintf(stderr, "airs-generate: a daemon block (%u bytes) holds no position (%llu bytes)\n",
+                   geo.block_bytes, static_cast<unsigned long long>(per_token));
+      return 1;
+    }
+    tpb = static_cast<uint32_t>(std::min<uint64_t>(geo.block_bytes / per_token, geo.tokens_per_block * 2U));
+  }
+  const KvLayout layout = kv_layout_for(model->config, tpb, o.kv);
+  ThreadPool pool(o.threads);
+  Engine engine(*model, layout, pool);
+  std::optional<AirsKv> dkv;
+  std::optional<PrivateKv> pkv;
+  KvBackend* kv = nullptr;
+  if (session != nullptr) {
+    kv = &dkv.emplace(session);
+  } else {
+    kv = &pkv.emplace(layout.block_bytes());
+  }
+  Sequence seq(engine, *kv);
+  Sampler sampler(o.sampling);
+
+  const auto t0 = Clock::now();
+  auto logits = seq.prefill(prompt);
+  if (!logits) {
+    std::fprintf(stderr, "airs-generate: prefill: %s\n", logits.error().message.c_str());
+    return 1;
+  }
+  std::vector<int32_t> out;
+  out.push_back(sampler.sample(*logits));
+  const auto t_first = Clock::now();
+  if (!o.json) {
+    std::fputs(tok->decode(out, true).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  while (static_cast<int>(out.size()) < o.n) {
+    if (static_cast<int>(out.size()) == o.pause_at) {
+      std::printf("%spaused\n", o.json ? "" : "\n");
+      std::fflush(stdout);
+      std::string line;
+      for (char c = 0; ::read(0, &c, 1) == 1 && c != '\n';) line += c;
+    }
+    logits = seq.append(out.back());
+    if (!logits) {
+      std::fprintf(stderr, "airs-generate: decode: %s\n", logits.error().message.c_str());
+      return 1;
+    }
+    out.push_back(sampler.sample(*logits));
+    if (!o.json) {
+      std::fputs(tok->piece(out.back()).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  const auto t_end = Clock::now();
+  const double ttft = std::chrono::duration<double, std::milli>(t_first - t0).count();
+  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  if (o.json) {
+    nlohmann::json j;
+    j["token_ids"] = out;
+    j["prompt_tokens"] = prompt.size();
+    j["matched_tokens"] = seq.matched_tokens();
+    j["ttft_ms"] = ttft;
+    j["decode_tok_s"] = out.size() > 1 && decode_s > 0 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
+    j["kv_blocks"] = seq.block_ids();
+    j["backend"] = session != nullptr ? "daemon" : "private";
+    j["recomputed_blocks"] = seq.recomputed_blocks();
+    j["tokens_per_block"] = tpb;
+    j["kv_block_bytes"] = layout.block_bytes();
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  if (o.hold) {
+    char buf[64];
+    while (::read(0, buf, sizeof buf) > 0) {
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(parse_args(argc, argv)); }

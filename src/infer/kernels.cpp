@@ -1,0 +1,436 @@
+#include "infer/kernels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// Hot loops get an AVX2/FMA clone next to the baseline build; the dynamic
+// loader picks one per CPU (GNU ifunc). Elsewhere they are plain functions.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define AIRS_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define AIRS_HOT
+#endif
+
+namespace airs::infer {
+
+namespace {
+
+// All 65536 halves as floats: conversion is one load in the inner loops.
+struct Fp16Table {
+  std::array<float, 65536> v;
+  Fp16Table() noexcept {
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint32_t sign = (h & 0x8000U) << 16;
+      const uint32_t exp = (h >> 10) & 0x1FU;
+      const uint32_t man = h & 0x3FFU;
+      uint32_t bits = 0;
+      if (exp == 0) {
+        if (man == 0) {
+          bits = sign;
+        } else {  // subnormal: value = man * 2^-24
+          const float f = static_cast<float>(man) * 0x1p-24F;
+          bits = std::bit_cast<uint32_t>(f) | sign;
+        }
+      } else if (exp == 31) {
+        bits = sign | 0x7F800000U | (man << 13);
+      } else {
+        bits = sign | ((exp + 112U) << 23) | (man << 13);
+      }
+      v[h] = std::bit_cast<float>(bits);
+    }
+  }
+};
+const Fp16Table kFp16;
+
+inline float h2f(uint16_t h) noexcept { return kFp16.v[h]; }
+
+inline uint16_t load_u16(const std::byte* p) noexcept {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+AIRS_HOT float dot_f32_impl(const float* a, const float* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+AIRS_HOT float dot_f16_f16_impl(const uint16_t* a, const uint16_t* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += h2f(a[i + j]) * h2f(b[i + j]);
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += h2f(a[i]) * h2f(b[i]);
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+AIRS_HOT float dot_f32_f16_impl(const float* a, const uint16_t* b, size_t n) noexcept {
+  constexpr size_t kLanes = 16;
+  float acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * h2f(b[i + j]);
+  }
+  float tail = 0.0F;
+  for (; i < n; ++i) tail += a[i] * h2f(b[i]);
+  float s = 0.0F;
+  for (float v : acc) s += v;
+  return s + tail;
+}
+
+// One Q8_0 block of the weight against one of the activation: the integer
+// sum is exact, so only the final scaling rounds.
+AIRS_HOT float dot_q8_0_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQBlock; ++b, w += kQ8Bytes, x += kQ8Bytes) {
+    const auto* qw = reinterpret_cast<const int8_t*>(w + 2);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 2);
+    int32_t sum = 0;
+    for (size_t j = 0; j < kQBlock; ++j) sum += int32_t{qw[j]} * int32_t{qx[j]};
+    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+  }
+  return s;
+}
+
+AIRS_HOT float dot_q4_0_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQBlock; ++b, w += kQ4Bytes, x += kQ8Bytes) {
+    const auto* qs = reinterpret_cast<const uint8_t*>(w + 2);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 2);
+    int32_t sum = 0;
+    for (size_t j = 0; j < kQBlock / 2; ++j) {
+      sum += ((qs[j] & 15) - 8) * int32_t{qx[j]};
+      sum += ((qs[j] >> 4) - 8) * int32_t{qx[j + 16]};
+    }
+    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+  }
+  return s;
+}
+
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// AVX2 versions of the block dots, the way ggml's x86 path computes them:
+// |w| ·u8 sign(x, w) pairs summed to i32, converted, scaled by d_w · d_x
+// with FMA into 8 float lanes. Picked at run time (cpu_has_avx2()).
+#define AIRS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AIRS_AVX2 inline float hsum(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+AIRS_AVX2 inline __m256 dot_i8_block(__m256i w, __m256i x) {
+  const __m256i aw = _mm256_sign_epi8(w, w);
+  const __m256i sx = _mm256_sign_epi8(x, w);
+  const __m256i p16 = _mm256_maddubs_epi16(aw, sx);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+AIRS_AVX2 float dot_q8_0_avx2(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  // Two independent accumulators: the FMA latency, not the loads, bounds a
+  // single chain.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const size_t nb = n / kQBlock;
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2, w += 2 * kQ8Bytes, x += 2 * kQ8Bytes) {
+    const __m256 d0 = _mm256_set1_ps(h2f(load_u16(w)) * h2f(load_u16(x)));
+    const __m256 d1 = _mm256_set1_ps(h2f(load_u16(w + kQ8Bytes)) * h2f(load_u16(x + kQ8Bytes)));
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 2));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ8Bytes + 2));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + kQ8Bytes + 2));
+    acc0 = _mm256_fmadd_ps(d0, dot_i8_block(w0, x0), acc0);
+    acc1 = _mm256_fmadd_ps(d1, dot_i8_block(w1, x1), acc1);
+  }
+  for (; b < nb; ++b, w += kQ8Bytes, x += kQ8Bytes) {
+    const __m256 d = _mm256_set1_ps(h2f(load_u16(w)) * h2f(load_u16(x)));
+    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 2));
+    acc0 = _mm256_fmadd_ps(d, dot_i8_block(qw, qx), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+AIRS_AVX2 float dot_q4_0_avx2(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  __m256 acc = _mm256_setzero_ps();
+  const __m128i lo_mask = _mm_set1_epi8(15);
+  for (size_t b = 0; b < n / kQBlock; ++b, w += kQ4Bytes, x += kQ8Bytes) {
+    const __m256 d = _mm256_set1_ps(h2f(load_u16(w)) * h2f(load_u16(x)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_and_si128(q, lo_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), lo_mask);
+    const __m256i qw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 2));
+    acc = _mm256_fmadd_ps(d, dot_i8_block(qw, qx), acc);
+  }
+  return hsum(acc);
+}
+
+AIRS_AVX2 float dot_f16_f16_avx2(const uint16_t* a, const uint16_t* b, size_t n) noexcept {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    const __m256 a1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    const __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i + 8)));
+    acc0 = _mm256_fmadd_ps(a0, b0, acc0);
+    acc1 = _mm256_fmadd_ps(a1, b1, acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += h2f(a[i]) * h2f(b[i]);
+  return s;
+}
+
+// Four Q8_0 rows against one activation: each activation block is loaded
+// once for four rows, and the four chains run independently.
+AIRS_AVX2 void dot4_q8_0_avx2(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (size_t b = 0; b < n / kQBlock; ++b) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    const float dx = h2f(load_u16(xb));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
+    for (size_t r = 0; r < 4; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ8Bytes;
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(load_u16(wb)) * dx), dot_i8_block(qw, qx), acc[r]);
+    }
+  }
+  for (size_t r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
+}
+
+AIRS_AVX2 void dot4_q4_0_avx2(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m128i lo_mask = _mm_set1_epi8(15);
+  for (size_t b = 0; b < n / kQBlock; ++b) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    const float dx = h2f(load_u16(xb));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 2));
+    for (size_t r = 0; r < 4; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ4Bytes;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+      const __m128i lo = _mm_and_si128(q, lo_mask);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), lo_mask);
+      const __m256i qw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(load_u16(wb)) * dx), dot_i8_block(qw, qx), acc[r]);
+    }
+  }
+  for (size_t r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
+}
+
+const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+constexpr bool kAvx2 = false;
+#endif
+
+}  // namespace
+
+bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
+  switch (ggml_type) {
+    case 0: *out = WeightType::kF32; return true;
+    case 1: *out = WeightType::kF16; return true;
+    case 2: *out = WeightType::kQ4_0; return true;
+    case 8: *out = WeightType::kQ8_0; return true;
+    default: return false;
+  }
+}
+
+size_t row_bytes(WeightType t, size_t n) noexcept {
+  switch (t) {
+    case WeightType::kF32: return n * 4;
+    case WeightType::kF16: return n * 2;
+    case WeightType::kQ8_0: return n / kQBlock * kQ8Bytes;
+    case WeightType::kQ4_0: return n / kQBlock * kQ4Bytes;
+  }
+  return 0;
+}
+
+WeightType activation_type(WeightType t) noexcept {
+  return t == WeightType::kQ4_0 ? WeightType::kQ8_0 : t;
+}
+
+float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
+
+uint16_t fp32_to_fp16(float f) noexcept {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000U;
+  const uint32_t ax = x & 0x7FFFFFFFU;
+  if (ax >= 0x7F800000U) return static_cast<uint16_t>(sign | 0x7C00U | (ax > 0x7F800000U ? 0x200U : 0U));
+  if (ax >= 0x477FF000U) return static_cast<uint16_t>(sign | 0x7C00U);  // rounds past 65504
+  if (ax < 0x38800000U) {
+    // Subnormal or zero in f16: scale so the integer part is the mantissa;
+    // the FPU rounds to nearest even.
+    const float v = std::bit_cast<float>(ax) * 0x1p24F;
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(v)));
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even; a carry into
+  // the exponent is the correct result.
+  const uint32_t rounded = ax + 0xFFFU + ((ax >> 13) & 1U);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000U) >> 13));
+}
+
+void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexcept {
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(out, x, n * 4);
+      return;
+    case WeightType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_fp16(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
+        float amax = 0.0F;
+        for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0F;
+        const float id = amax != 0.0F ? 127.0F / amax : 0.0F;
+        const uint16_t dh = fp32_to_fp16(d);
+        std::memcpy(out, &dh, 2);
+        auto* q = reinterpret_cast<int8_t*>(out + 2);
+        for (size_t j = 0; j < kQBlock; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      }
+      return;
+  }
+}
+
+float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept {
+  switch (wt) {
+    case WeightType::kF32:
+      return dot_f32_impl(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
+    case WeightType::kF16:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (kAvx2) return dot_f16_f16_avx2(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+#endif
+      return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+    case WeightType::kQ8_0:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (kAvx2) return dot_q8_0_avx2(w, x, n);
+#endif
+      return dot_q8_0_impl(w, x, n);
+    case WeightType::kQ4_0:
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (kAvx2) return dot_q4_0_avx2(w, x, n);
+#endif
+      return dot_q4_0_impl(w, x, n);
+  }
+  return 0.0F;
+}
+
+void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noexcept {
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(out, w, n * 4);
+      return;
+    case WeightType::kF16:
+      for (size_t i = 0; i < n; ++i) out[i] = h2f(load_u16(w + 2 * i));
+      return;
+    case WeightType::kQ8_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, w += kQ8Bytes, out += kQBlock) {
+        const float d = h2f(load_u16(w));
+        const auto* q = reinterpret_cast<const int8_t*>(w + 2);
+        for (size_t j = 0; j < kQBlock; ++j) out[j] = d * static_cast<float>(q[j]);
+      }
+      return;
+    case WeightType::kQ4_0:
+      for (size_t b = 0; b < n / kQBlock; ++b, w += kQ4Bytes, out += kQBlock) {
+        const float d = h2f(load_u16(w));
+        const auto* qs = reinterpret_cast<const uint8_t*>(w + 2);
+        for (size_t j = 0; j < kQBlock / 2; ++j) {
+          out[j] = d * static_cast<float>((qs[j] & 15) - 8);
+          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      }
+      return;
+  }
+}
+
+void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (kAvx2 && wt == WeightType::kQ8_0) return dot4_q8_0_avx2(w, stride, x, n, out);
+  if (kAvx2 && wt == WeightType::kQ4_0) return dot4_q4_0_avx2(w, stride, x, n, out);
+#endif
+  for (size_t r = 0; r < 4; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
+}
+
+float dot_f32(const float* a, const float* b, size_t n) noexcept { return dot_f32_impl(a, b, n); }
+float dot_f32_f16(const float* a, const uint16_t* b, size_t n) noexcept { return dot_f32_f16_impl(a, b, n); }
+
+AIRS_HOT void axpy_f32(float a, const float* x, float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+AIRS_HOT void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) y[i] += a * h2f(x[i]);
+}
+
+void rms_norm(const float* x, const float* w, float eps, size_t n, float* out) noexcept {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const auto mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0F / std::sqrt(mean + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+void rope(float* head, uint32_t n_rot, uint32_t pos, float freq_base, RopeStyle style) noexcept {
+  const float theta_scale = std::pow(freq_base, -2.0F / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
+    const float c = std::cos(theta);
+    const float s = std::sin(theta);
+    const uint32_t a = style == RopeStyle::kNormal ? i0 : i0 / 2;
+    const uint32_t b = style == RopeStyle::kNormal ? i0 + 1 : i0 / 2 + n_rot / 2;
+    const float x0 = head[a];
+    const float x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+    theta *= theta_scale;
+  }
+}
+
+void softmax(float* x, size_t n, float scale) noexcept {
+  float mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] *= scale;
+    mx = std::max(mx, x[i]);
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(float* x, const float* y, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] / (1.0F + std::exp(-x[i])) * y[i];
+}
+
+}  // namespace airs::infer

@@ -1,0 +1,83 @@
+// Numeric kernels of the forward pass: fp16 conversion, the weight formats
+// (F32, F16, Q8_0, Q4_0) as rows, dot products against activations, and the
+// element-wise ops (RMSNorm, RoPE, softmax, SiLU). Pure functions, no
+// allocation, thread-safe.
+//
+// Each weight type is multiplied the way ggml's CPU backend does it, so the
+// engine agrees with llama.cpp to rounding: F32 rows against f32
+// activations, F16 rows against activations rounded to f16, Q8_0 and Q4_0
+// rows against activations quantised to Q8_0 blocks (integer dot per block,
+// scaled by both block scales). The loops are written with independent
+// accumulators so the compiler vectorises them; the hot ones are cloned for
+// x86-64-v3 (AVX2/FMA) and picked at load time where the CPU has it.
+//
+// Block formats (ggml, little-endian):
+//   Q8_0: 34 bytes per 32 values: f16 d | int8 q[32];          v = d * q
+//   Q4_0: 18 bytes per 32 values: f16 d | u8 qs[16]; v[j] = d * ((qs[j] & 15) - 8),
+//                                                    v[j+16] = d * ((qs[j] >> 4) - 8)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace airs::infer {
+
+inline constexpr uint32_t kQBlock = 32;      // values per Q8_0/Q4_0 block
+inline constexpr size_t kQ8Bytes = 34;
+inline constexpr size_t kQ4Bytes = 18;
+
+enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0 };
+
+// ggml type id -> WeightType; false for any other type.
+[[nodiscard]] bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept;
+// Bytes of one row of `n` values (n a multiple of 32 for the block types).
+[[nodiscard]] size_t row_bytes(WeightType t, size_t n) noexcept;
+// The activation format a weight type is multiplied against.
+[[nodiscard]] WeightType activation_type(WeightType t) noexcept;
+
+// IEEE binary16 <-> binary32, round to nearest even (as F16C does).
+[[nodiscard]] float fp16_to_fp32(uint16_t h) noexcept;
+[[nodiscard]] uint16_t fp32_to_fp16(float f) noexcept;
+
+// Converts n f32 values into `out` in activation format `t` (row_bytes(t, n)
+// bytes): a copy for F32, f16 for F16, Q8_0 blocks for Q8_0 (amax / 127
+// scales, values rounded to nearest even, like ggml's AVX2 path).
+void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexcept;
+
+// Row `w` (format `wt`) · activation `x` (already in activation_type(wt)).
+[[nodiscard]] float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept;
+
+// Four consecutive rows (row r at w + r * stride) · x into out[0..4); the
+// same values as four dot_row calls, computed together.
+void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept;
+
+// Dequantises a row of n values into f32.
+void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noexcept;
+
+// Plain f32 helpers.
+[[nodiscard]] float dot_f32(const float* a, const float* b, size_t n) noexcept;
+[[nodiscard]] float dot_f32_f16(const float* a, const uint16_t* b, size_t n) noexcept;
+// y += a * x
+void axpy_f32(float a, const float* x, float* y, size_t n) noexcept;
+void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept;
+
+// out = x / sqrt(mean(x²) + eps) * w  (sum of squares in double, as ggml).
+void rms_norm(const float* x, const float* w, float eps, size_t n, float* out) noexcept;
+
+enum class RopeStyle : uint8_t {
+  kNormal,  // llama: rotates pairs (x[2i], x[2i+1])
+  kNeox,    // NeoX: rotates pairs (x[i], x[i + n_rot/2])
+};
+// Rotates the first n_rot values of one head (head_dim values) for position
+// `pos`: theta_i = pos * base^(-2i/n_rot), computed by repeated
+// multiplication in float as ggml does.
+void rope(float* head, uint32_t n_rot, uint32_t pos, float freq_base, RopeStyle style) noexcept;
+
+// In place: x = softmax(x * scale).
+void softmax(float* x, size_t n, float scale) noexcept;
+
+// x = silu(x) * y
+void swiglu(float* x, const float* y, size_t n) noexcept;
+
+}  // namespace airs::infer

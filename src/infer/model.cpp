@@ -1,0 +1,190 @@
+#include "infer/model.hpp"
+
+#include <cstring>
+
+namespace airs::infer {
+
+bool rope_style_for(std::string_view a, RopeStyle* out) noexcept {
+  if (a == "llama") {
+    *out = RopeStyle::kNormal;
+    return true;
+  }
+  if (a == "qwen2" || a == "qwen3" || a == "phi3" || a == "stablelm") {
+    *out = RopeStyle::kNeox;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::optional<uint64_t> meta_uint(const gguf::File& f, const std::string& key) {
+  const auto* v = f.find(key);
+  return v ? v->as_uint() : std::nullopt;
+}
+
+std::optional<float> meta_float(const gguf::File& f, const std::string& key) {
+  const auto* v = f.find(key);
+  if (!v || v->type == gguf::ValueType::kArray) return std::nullopt;
+  if (const auto* p = std::get_if<float>(&v->scalar)) return *p;
+  if (const auto* p = std::get_if<double>(&v->scalar)) return static_cast<float>(*p);
+  return std::nullopt;
+}
+
+class Loader {
+ public:
+  Loader(const gguf::File& f, std::span<const std::byte> m) : f_(f), m_(m) {}
+
+  Result<Matrix> matrix(const std::string& name, uint64_t cols, uint64_t rows) {
+    const auto idx = f_.find_tensor(name);
+    if (!idx) return make_error(EINVAL, "model: tensor '{}' is missing", name);
+    const gguf::TensorInfo& t = f_.tensors[*idx];
+    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows) {
+      return make_error(EINVAL, "model: tensor '{}' has shape {} (expected [{}, {}])", name, fmt::join(t.dims, "x"),
+                        cols, rows);
+    }
+    Matrix mx;
+    if (!weight_type_from_ggml(t.type_id, &mx.type)) {
+      return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0 and q4_0", name,
+                        t.type_name);
+    }
+    AIRS_TRY(bounds(t));
+    mx.data = m_.data() + t.offset;
+    mx.rows = rows;
+    mx.cols = cols;
+    mx.row_stride = row_bytes(mx.type, cols);
+    bytes_ += t.nbytes;
+    return mx;
+  }
+
+  Result<const float*> vector(const std::string& name, uint64_t n) {
+    const auto idx = f_.find_tensor(name);
+    if (!idx) return make_error(EINVAL, "model: tensor '{}' is missing", name);
+    const gguf::TensorInfo& t = f_.tensors[*idx];
+    if (t.n_elements != n || t.type_id != 0) {
+      return make_error(EINVAL, "model: tensor '{}' must be {} f32 values (is {} {})", name, n, t.n_elements,
+                        t.type_name);
+    }
+    AIRS_TRY(bounds(t));
+    if (reinterpret_cast<uintptr_t>(m_.data() + t.offset) % alignof(float) != 0) {
+      return make_error(EINVAL, "model: tensor '{}' is not 4-byte aligned in the mapping", name);
+    }
+    bytes_ += t.nbytes;
+    return reinterpret_cast<const float*>(m_.data() + t.offset);
+  }
+
+  [[nodiscard]] uint64_t bytes() const { return bytes_; }
+
+ private:
+  Status bounds(const gguf::TensorInfo& t) const {
+    if (t.offset > m_.size() || t.nbytes > m_.size() - t.offset) {
+      return make_error(EINVAL, "model: tensor '{}' ends past the mapping ({} bytes)", t.name, m_.size());
+    }
+    return {};
+  }
+  const gguf::File& f_;
+  std::span<const std::byte> m_;
+  uint64_t bytes_ = 0;
+};
+
+Status check_u32(std::string_view what, uint64_t v) {
+  if (v == 0 || v > (uint64_t{1} << 24)) return make_error(EINVAL, "model: {} = {} is out of range", what, v);
+  return {};
+}
+
+}  // namespace
+
+Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping) {
+  Model m;
+  ModelConfig& c = m.config;
+  c.architecture = f.architecture;
+  if (!rope_style_for(c.architecture, &c.rope_style)) {
+    return make_error(ENOTSUP, "model: architecture '{}' is not llama-shaped (llama, qwen2, qwen3, phi3, stablelm)",
+                      c.architecture);
+  }
+  if (!f.geometry) return make_error(EINVAL, "model: '{}' metadata lacks the attention geometry", c.architecture);
+  const gguf::ModelGeometry& g = *f.geometry;
+  const std::string a = c.architecture;
+  AIRS_TRY(check_u32("block_count", g.block_count));
+  AIRS_TRY(check_u32("embedding_length", g.embedding_length));
+  AIRS_TRY(check_u32("head_count", g.head_count));
+  AIRS_TRY(check_u32("head_count_kv", g.head_count_kv));
+  AIRS_TRY(check_u32("key_length", g.key_length));
+  if (g.value_length != g.key_length) {
+    return make_error(ENOTSUP, "model: value_length {} differs from key_length {}", g.value_length, g.key_length);
+  }
+  if (g.head_count % g.head_count_kv != 0) {
+    return make_error(EINVAL, "model: head_count {} is not a multiple of head_count_kv {}", g.head_count,
+                      g.head_count_kv);
+  }
+  c.n_layer = static_cast<uint32_t>(g.block_count);
+  c.n_embd = static_cast<uint32_t>(g.embedding_length);
+  c.n_head = static_cast<uint32_t>(g.head_count);
+  c.n_head_kv = static_cast<uint32_t>(g.head_count_kv);
+  c.head_dim = static_cast<uint32_t>(g.key_length);
+  c.context_length = static_cast<uint32_t>(std::min<uint64_t>(g.context_length, uint64_t{1} << 24));
+  const auto ff = meta_uint(f, a + ".feed_forward_length");
+  if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
+  AIRS_TRY(check_u32("feed_forward_length", *ff));
+  c.n_ff = static_cast<uint32_t>(*ff);
+  c.n_rot = static_cast<uint32_t>(meta_uint(f, a + ".rope.dimension_count").value_or(c.head_dim));
+  if (c.n_rot == 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return make_error(EINVAL, "model: rope.dimension_count {} must be even and at most key_length {}", c.n_rot,
+                      c.head_dim);
+  }
+  c.rms_eps = meta_float(f, a + ".attention.layer_norm_rms_epsilon").value_or(1e-5F);
+  c.rope_freq_base = meta_float(f, a + ".rope.freq_base").value_or(10000.0F);
+
+  const auto te = f.find_tensor("token_embd.weight");
+  if (!te || f.tensors[*te].dims.size() != 2) return make_error(EINVAL, "model: token_embd.weight is missing or not 2-D");
+  AIRS_TRY(check_u32("n_vocab", f.tensors[*te].dims[1]));
+  c.n_vocab = static_cast<uint32_t>(f.tensors[*te].dims[1]);
+
+  Loader ld(f, mapping);
+  auto emb = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  if (!emb) return std::move(emb).error();
+  m.token_embd = *emb;
+  const uint64_t q_dim = uint64_t{c.n_head} * c.head_dim;
+  const uint64_t kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    Layer L;
+    auto take = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
+      auto r = ld.matrix(p + name, cols, rows);
+      if (!r) return std::move(r).error();
+      dst = *r;
+      return {};
+    };
+    auto vec = [&](const float*& dst, const char* name) -> Status {
+      auto r = ld.vector(p + name, c.n_embd);
+      if (!r) return std::move(r).error();
+      dst = *r;
+      return {};
+    };
+    AIRS_TRY(vec(L.attn_norm, "attn_norm.weight"));
+    AIRS_TRY(take(L.wq, "attn_q.weight", c.n_embd, q_dim));
+    AIRS_TRY(take(L.wk, "attn_k.weight", c.n_embd, kv_dim));
+    AIRS_TRY(take(L.wv, "attn_v.weight", c.n_embd, kv_dim));
+    AIRS_TRY(take(L.wo, "attn_output.weight", q_dim, c.n_embd));
+    AIRS_TRY(vec(L.ffn_norm, "ffn_norm.weight"));
+    AIRS_TRY(take(L.w_gate, "ffn_gate.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(take(L.w_up, "ffn_up.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(take(L.w_down, "ffn_down.weight", c.n_ff, c.n_embd));
+    m.layers.push_back(L);
+  }
+  auto on = ld.vector("output_norm.weight", c.n_embd);
+  if (!on) return std::move(on).error();
+  m.output_norm = *on;
+  if (f.find_tensor("output.weight")) {
+    auto out = ld.matrix("output.weight", c.n_embd, c.n_vocab);
+    if (!out) return std::move(out).error();
+    m.output = *out;
+  } else {
+    m.output = m.token_embd;  // tied embeddings
+  }
+  // One token reads every matrix once, but only one row of the embedding.
+  m.weight_bytes = ld.bytes() - m.token_embd.rows * m.token_embd.row_stride + m.token_embd.row_stride;
+  return m;
+}
+
+}  // namespace airs::infer

@@ -1,0 +1,238 @@
+#include "infer/sequence.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/hash.hpp"
+
+namespace airs::infer {
+
+uint64_t kv_chain_hash(uint64_t parent, std::span<const int32_t> tokens) noexcept {
+  // hash(parent || tokens), seed 0: byte for byte what libairs computes.
+  std::vector<std::byte> buf(sizeof parent + tokens.size_bytes());
+  std::memcpy(buf.data(), &parent, sizeof parent);
+  if (!tokens.empty()) std::memcpy(buf.data() + sizeof parent, tokens.data(), tokens.size_bytes());
+  return hash_bytes(buf.data(), buf.size(), 0);
+}
+
+// ---- PrivateKv ----
+
+Result<std::vector<uint32_t>> PrivateKv::allocate(uint32_t n) {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    out.push_back(static_cast<uint32_t>(blocks_.size()));
+    blocks_.push_back(std::make_unique<std::byte[]>(block_bytes_));
+  }
+  return out;
+}
+
+std::byte* PrivateKv::block_ptr(uint32_t id) {
+  return id < blocks_.size() ? blocks_[id].get() : nullptr;
+}
+
+Status PrivateKv::commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) {
+  for (size_t i = 0; i < ids.size() && i < hashes.size(); ++i) by_hash_.insert_or_assign(hashes[i], ids[i]);
+  return {};
+}
+
+Result<std::vector<uint32_t>> PrivateKv::match_prefix(std::span<const uint64_t> hashes) {
+  std::vector<uint32_t> out;
+  for (uint64_t h : hashes) {
+    const auto it = by_hash_.find(h);
+    if (it == by_hash_.end() || !blocks_[it->second]) break;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+Result<uint32_t> PrivateKv::prepare_write(uint32_t id) {
+  // A block referenced by the hash table may be read by another sequence:
+  // hand out a copy, as the daemon's copy-on-write does.
+  for (const auto& [h, b] : by_hash_) {
+    if (b == id) {
+      auto fresh = allocate(1);
+      std::memcpy(blocks_[(*fresh)[0]].get(), blocks_[id].get(), block_bytes_);
+      return (*fresh)[0];
+    }
+  }
+  return id;
+}
+
+Status PrivateKv::set_length(uint32_t tokens) {
+  length_ = tokens;
+  return {};
+}
+
+Result<std::vector<uint32_t>> PrivateKv::read_notices() { return std::exchange(notices_, {}); }
+
+void PrivateKv::evict(uint32_t id) {
+  if (id >= blocks_.size() || !blocks_[id]) return;
+  blocks_[id].reset();
+  std::erase_if(by_hash_, [&](const auto& kv) { return kv.second == id; });
+  notices_.push_back(id);
+}
+
+size_t PrivateKv::blocks_in_use() const noexcept {
+  return static_cast<size_t>(std::count_if(blocks_.begin(), blocks_.end(), [](const auto& b) { return b != nullptr; }));
+}
+
+// ---- Sequence ----
+
+Sequence::Sequence(Engine& engine, KvBackend& kv)
+    : engine_(engine), kv_(kv), tpb_(engine.layout().tokens_per_block), logits_(engine.config().n_vocab) {}
+
+Status Sequence::ensure_block(uint32_t pos) {
+  const uint32_t index = pos / tpb_;
+  if (index < ids_.size()) {
+    if (committed_[index]) {
+      // Never happens in this protocol (only the open block is written),
+      // but a shared block must not be written in place.
+      auto w = kv_.prepare_write(ids_[index]);
+      if (!w) return std::move(w).error();
+      ids_[index] = *w;
+      ptrs_[index] = kv_.block_ptr(*w);
+      committed_[index] = false;
+    }
+    return {};
+  }
+  auto ids = kv_.allocate(1);
+  if (!ids) return std::move(ids).error();
+  std::byte* p = kv_.block_ptr((*ids)[0]);
+  if (p == nullptr) return make_error(EINVAL, "kv: block {} has no mapping", (*ids)[0]);
+  ids_.push_back((*ids)[0]);
+  ptrs_.push_back(p);
+  committed_.push_back(false);
+  return {};
+}
+
+Status Sequence::commit_if_full(uint32_t index) {
+  const uint64_t end = uint64_t{index + 1} * tpb_;
+  if (tokens_.size() < end || committed_[index]) return {};
+  const uint64_t parent = index == 0 ? 0 : hashes_[index - 1];
+  const uint64_t h = kv_.chain_hash(parent, std::span(tokens_).subspan(size_t{index} * tpb_, tpb_));
+  if (hashes_.size() <= index) hashes_.resize(index + 1);
+  hashes_[index] = h;
+  const uint32_t id = ids_[index];
+  AIRS_TRY(kv_.commit(std::span(&id, 1), std::span(&h, 1)));
+  committed_[index] = true;
+  return {};
+}
+
+Status Sequence::step(int32_t token, float* logits) {
+  if (token < 0 || static_cast<uint32_t>(token) >= engine_.config().n_vocab) {
+    return make_error(EINVAL, "sequence: token {} is outside the vocabulary ({})", token, engine_.config().n_vocab);
+  }
+  const auto pos = static_cast<uint32_t>(tokens_.size());
+  AIRS_TRY(ensure_block(pos));
+  tokens_.push_back(token);
+  for (int attempt = 0;; ++attempt) {
+    engine_.forward(token, pos, ptrs_, logits);
+    Status st = kv_.set_length(pos + 1);
+    // The service refusing the length means it took blocks we were not told
+    // about yet: give the notice a moment to arrive.
+    if (!st && attempt == 0) (void)kv_.wait_notice(1000);
+    // Blocks lost while this step ran: repair them (recover() also sets the
+    // length), then run the step again on valid K/V.
+    auto rec = recover();
+    if (!rec) return std::move(rec).error();
+    if (*rec == 0) {
+      if (!st) return st;
+      break;
+    }
+    if (attempt == 3) return make_error(EAGAIN, "sequence: blocks keep being evicted during step {}", pos);
+  }
+  return commit_if_full(pos / tpb_);
+}
+
+Result<std::span<const float>> Sequence::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return make_error(EINVAL, "sequence: empty prompt");
+  auto rec = recover();
+  if (!rec) return std::move(rec).error();
+  size_t start = 0;
+  if (tokens_.empty()) {
+    // Full blocks before the one that holds the last token.
+    const size_t n_full = (tokens.size() - 1) / tpb_;
+    std::vector<uint64_t> hashes;
+    uint64_t parent = 0;
+    for (size_t b = 0; b < n_full; ++b) {
+      parent = kv_.chain_hash(parent, tokens.subspan(b * tpb_, tpb_));
+      hashes.push_back(parent);
+    }
+    if (!hashes.empty()) {
+      auto matched = kv_.match_prefix(hashes);
+      if (!matched) return std::move(matched).error();
+      for (size_t b = 0; b < matched->size(); ++b) {
+        const uint32_t id = (*matched)[b];
+        std::byte* p = kv_.block_ptr(id);
+        if (p == nullptr) return make_error(EINVAL, "kv: matched block {} has no mapping", id);
+        ids_.push_back(id);
+        ptrs_.push_back(p);
+        committed_.push_back(true);
+        hashes_.push_back(hashes[b]);
+      }
+      start = matched->size() * tpb_;
+      tokens_.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(start));
+      matched_tokens_ = static_cast<uint32_t>(start);
+      if (start > 0) AIRS_TRY(kv_.set_length(static_cast<uint32_t>(start)));
+    }
+  }
+  for (size_t i = start; i < tokens.size(); ++i) {
+    AIRS_TRY(step(tokens[i], i + 1 == tokens.size() ? logits_.data() : nullptr));
+  }
+  return std::span<const float>(logits_);
+}
+
+Result<std::span<const float>> Sequence::append(int32_t token) {
+  auto rec = recover();
+  if (!rec) return std::move(rec).error();
+  AIRS_TRY(step(token, logits_.data()));
+  return std::span<const float>(logits_);
+}
+
+Status Sequence::recompute(uint32_t index, bool tail) {
+  auto ids = kv_.allocate(1);
+  if (!ids) return std::move(ids).error();
+  ids_[index] = (*ids)[0];
+  ptrs_[index] = kv_.block_ptr(ids_[index]);
+  if (ptrs_[index] == nullptr) return make_error(EINVAL, "kv: block {} has no mapping", ids_[index]);
+  committed_[index] = false;
+  const uint32_t begin = index * tpb_;
+  const auto end = static_cast<uint32_t>(std::min<size_t>(tokens_.size(), size_t{begin} + tpb_));
+  // Attention at these positions reads only blocks 0..index.
+  const auto table = std::span<std::byte* const>(ptrs_).first(index + 1);
+  for (uint32_t pos = begin; pos < end; ++pos) engine_.forward(tokens_[pos], pos, table, nullptr);
+  ++recomputed_;
+  // The service appends a fresh block at the end of its table. When every
+  // later block was lost too (eviction takes a session's blocks from the
+  // tail), that is this block's index again and the true length is its end:
+  // say so, and publish it again if it is full. A block lost in the middle
+  // lands elsewhere in the service's table (it has no way to fill a hole),
+  // so it stays private: correct output, just not shared.
+  if (!tail) return {};
+  AIRS_TRY(kv_.set_length(end));
+  return commit_if_full(index);
+}
+
+Result<uint32_t> Sequence::recover() {
+  auto lost = kv_.read_notices();
+  std::vector<bool> hit(ids_.size(), false);
+  if (!lost) {
+    if (lost.error().code != EOVERFLOW) return std::move(lost).error();
+    hit.assign(ids_.size(), true);
+  } else {
+    for (uint32_t id : *lost) {
+      for (size_t i = 0; i < ids_.size(); ++i) hit[i] = hit[i] || ids_[i] == id;
+    }
+  }
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < hit.size(); ++i) {
+    if (!hit[i]) continue;
+    const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
+    AIRS_TRY(recompute(i, tail));
+    ++n;
+  }
+  if (n > 0) AIRS_TRY(kv_.set_length(size()));
+  return n;
+}
+
+}  // namespace airs::infer

@@ -1,0 +1,176 @@
+// The kernels against naive double-precision references.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "infer/kernels.hpp"
+
+namespace {
+
+using namespace airs::infer;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0F) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+TEST(InferKernels, Fp16RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = fp16_to_fp32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp32_to_fp16(f), h) << h;
+  }
+  EXPECT_EQ(fp16_to_fp32(0x3C00), 1.0F);
+  EXPECT_EQ(fp16_to_fp32(0xC000), -2.0F);
+  EXPECT_EQ(fp32_to_fp16(65520.0F), 0x7C00);       // rounds to +inf
+  EXPECT_EQ(fp32_to_fp16(1.0F + 0x1p-11F), 0x3C00);  // tie: to even
+  EXPECT_EQ(fp32_to_fp16(1.0F + 3 * 0x1p-11F), 0x3C02);
+  EXPECT_EQ(fp32_to_fp16(0x1p-25F), 0);  // tie at the smallest subnormal: to even (0)
+}
+
+TEST(InferKernels, DotProductsMatchNaive) {
+  for (size_t n : {32UL, 64UL, 256UL, 4096UL}) {
+    const auto w = random_floats(n, 1);
+    const auto x = random_floats(n, 2);
+    double ref = 0;
+    for (size_t i = 0; i < n; ++i) ref += double{w[i]} * double{x[i]};
+    for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0}) {
+      // Weight in format t, from the same floats; the reference is the
+      // dequantised weight · the dequantised activation, in double.
+      std::vector<std::byte> wq(row_bytes(t, n)), xq(row_bytes(activation_type(t), n));
+      if (t == WeightType::kQ4_0) {
+        // Q4_0 rows: d = max/-8, q = round(w/d) + 8 clamped to 0..15.
+        for (size_t b = 0; b < n / 32; ++b) {
+          float amax = 0, mx = 0;
+          for (size_t j = 0; j < 32; ++j) {
+            if (std::fabs(w[b * 32 + j]) > amax) { amax = std::fabs(w[b * 32 + j]); mx = w[b * 32 + j]; }
+          }
+          const float d = mx / -8;
+          const uint16_t dh = fp32_to_fp16(d);
+          std::memcpy(wq.data() + b * 18, &dh, 2);
+          for (size_t j = 0; j < 16; ++j) {
+            auto q = [&](size_t k) {
+              return static_cast<uint8_t>(std::clamp(std::lround(w[b * 32 + k] / d) + 8, 0L, 15L));
+            };
+            wq[b * 18 + 2 + j] = static_cast<std::byte>(q(j) | (q(j + 16) << 4));
+          }
+        }
+      } else {
+        quantize_row(t, w.data(), n, wq.data());
+      }
+      quantize_row(activation_type(t), x.data(), n, xq.data());
+      std::vector<float> wd(n), xd(n);
+      dequantize_row(t, wq.data(), n, wd.data());
+      dequantize_row(activation_type(t), xq.data(), n, xd.data());
+      double deq = 0;
+      for (size_t i = 0; i < n; ++i) deq += double{wd[i]} * double{xd[i]};
+      const float got = dot_row(t, wq.data(), xq.data(), n);
+      EXPECT_NEAR(got, deq, 1e-5 * std::sqrt(static_cast<double>(n))) << "type " << int(t) << " n " << n;
+      // And the format's own error against the exact product is bounded.
+      const double bound = t == WeightType::kF32 ? 1e-4 : t == WeightType::kF16 ? 1e-2 : t == WeightType::kQ8_0 ? 0.1 : 1.0;
+      EXPECT_NEAR(got, ref, bound * std::sqrt(static_cast<double>(n) / 32)) << "type " << int(t) << " n " << n;
+    }
+  }
+}
+
+TEST(InferKernels, Q8ActivationQuantisationIsAmaxOver127) {
+  std::vector<float> x(32, 0.0F);
+  x[3] = -2.54F;
+  x[7] = 1.27F;
+  std::vector<std::byte> q(34);
+  quantize_row(WeightType::kQ8_0, x.data(), 32, q.data());
+  uint16_t dh;
+  std::memcpy(&dh, q.data(), 2);
+  EXPECT_NEAR(fp16_to_fp32(dh), 0.02F, 1e-5F);
+  EXPECT_EQ(static_cast<int8_t>(q[2 + 3]), -127);
+  EXPECT_EQ(static_cast<int8_t>(q[2 + 7]), 64);  // 63.5 rounds to even
+}
+
+TEST(InferKernels, RmsNormMatchesNaive) {
+  const auto x = random_floats(300, 3, 5.0F);
+  const auto w = random_floats(300, 4);
+  std::vector<float> out(300);
+  rms_norm(x.data(), w.data(), 1e-5F, 300, out.data());
+  double ss = 0;
+  for (float v : x) ss += double{v} * v;
+  const double scale = 1.0 / std::sqrt(ss / 300 + 1e-5);
+  for (size_t i = 0; i < 300; ++i) EXPECT_NEAR(out[i], x[i] * scale * w[i], 1e-5);
+}
+
+TEST(InferKernels, RopeRotatesThePairsTheStyleNames) {
+  const uint32_t d = 16;
+  for (RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    auto h = random_floats(d, 5);
+    const auto orig = h;
+    rope(h.data(), d, 7, 10000.0F, style);
+    for (uint32_t i = 0; i < d / 2; ++i) {
+      const uint32_t a = style == RopeStyle::kNormal ? 2 * i : i;
+      const uint32_t b = style == RopeStyle::kNormal ? 2 * i + 1 : i + d / 2;
+      const double th = 7.0 * std::pow(10000.0, -2.0 * i / d);
+      EXPECT_NEAR(h[a], orig[a] * std::cos(th) - orig[b] * std::sin(th), 1e-4);
+      EXPECT_NEAR(h[b], orig[a] * std::sin(th) + orig[b] * std::cos(th), 1e-4);
+    }
+  }
+  auto h = random_floats(d, 6);
+  const auto orig = h;
+  rope(h.data(), d, 0, 10000.0F, RopeStyle::kNormal);  // position 0: identity
+  EXPECT_EQ(h, orig);
+}
+
+TEST(InferKernels, SoftmaxAndSwiglu) {
+  std::vector<float> x = {1.0F, 2.0F, 3.0F, -1000.0F};
+  softmax(x.data(), x.size(), 0.5F);
+  const double e0 = std::exp(-1.0), e1 = std::exp(-0.5), s = e0 + e1 + 1.0;
+  EXPECT_NEAR(x[0], e0 / s, 1e-6);
+  EXPECT_NEAR(x[1], e1 / s, 1e-6);
+  EXPECT_NEAR(x[2], 1.0 / s, 1e-6);
+  EXPECT_EQ(x[3], 0.0F);
+  std::vector<float> g = {-2.0F, 0.0F, 3.0F}, u = {1.0F, 5.0F, 2.0F};
+  swiglu(g.data(), u.data(), 3);
+  EXPECT_NEAR(g[0], -2.0 / (1 + std::exp(2.0)), 1e-6);
+  EXPECT_EQ(g[1], 0.0F);
+  EXPECT_NEAR(g[2], 3.0 / (1 + std::exp(-3.0)) * 2, 1e-5);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(InferKernels, FourRowDotEqualsFourSingleRowDots) {
+  using namespace airs::infer;
+  const size_t n = 512;
+  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0}) {
+    const size_t stride = row_bytes(t, n);
+    std::vector<std::byte> w(4 * stride);
+    std::mt19937 g(9);
+    for (auto& b : w) b = static_cast<std::byte>(g());
+    // Sane block scales / floats: pin each format's scale bytes.
+    std::vector<float> src = random_floats(4 * n, 10);
+    if (t == WeightType::kF32 || t == WeightType::kF16) {
+      for (size_t r = 0; r < 4; ++r) quantize_row(t, src.data() + r * n, n, w.data() + r * stride);
+    } else {
+      const size_t bb = t == WeightType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
+      for (size_t b = 0; b < w.size() / bb; ++b) {
+        const uint16_t d = fp32_to_fp16(0.01F * static_cast<float>(1 + b % 7));
+        std::memcpy(w.data() + b * bb, &d, 2);
+      }
+    }
+    const auto x = random_floats(n, 11);
+    std::vector<std::byte> xq(row_bytes(activation_type(t), n));
+    quantize_row(activation_type(t), x.data(), n, xq.data());
+    float four[4];
+    dot_rows4(t, w.data(), stride, xq.data(), n, four);
+    for (size_t r = 0; r < 4; ++r) {
+      const float one = dot_row(t, w.data() + r * stride, xq.data(), n);
+      EXPECT_NEAR(four[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r;
+    }
+  }
+}
+
+}  // namespace
