@@ -154,10 +154,15 @@ Status Daemon::init() {
     pool::PoolOptions po;
     po.size_bytes = pool_target_;
     po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
+    po.allow_partial = true;
     auto pool = pool::Pool::create(std::move(backend), po);
     if (!pool) return std::move(pool).error();
     pool_ = std::move(pool).value();
     page_size_ = pool_->page_size();
+    if (pool_->counts().total_bytes() < pool_target_)
+      spdlog::warn("pool: started with {} of its {} (the kernel had no more free {} pages now: memory fragmented or in "
+                   "use); it grows toward its size as memory allows — status shows both",
+                   format_bytes(pool_->counts().total_bytes()), format_bytes(pool_target_), format_bytes(page_size_));
     pager::PagerOptions pgo;
     pgo.queue_depth = cfg_.models.queue_depth;
     pgo.prefetch_window = cfg_.models.prefetch_window;
@@ -609,16 +614,32 @@ dbus::Dict Daemon::status() {
     pool["model_bytes"] = sdbus::Variant(c.model_bytes());
     pool["kv_bytes"] = sdbus::Variant(c.kv_bytes());
     pool["free_pages"] = sdbus::Variant(c.free_pages);
+    pool["raised_pages"] = sdbus::Variant(pool_->raised_pages());
     pool["model_pages"] = sdbus::Variant(c.model_pages);
     pool["kv_pages"] = sdbus::Variant(c.kv_pages);
     // hugetlb pages are never swapped or reclaimed: pinned by construction.
-    pool["pinned"] = sdbus::Variant(true);
+    // shmem pages are pinned only where mlock worked: say so as it is.
+    const bool hugetlb = std::string_view(pool_->backend().name()) == "hugetlbfs";
+    std::vector<std::string> unpinned;
+    if (models_)
+      for (auto* m : models_->all())
+        if (auto st = models_->stats(*m); st && st->pin_failed) unpinned.push_back(m->name);
+    pool["pinned"] = sdbus::Variant(unpinned.empty());
+    pool["pinned_how"] = sdbus::Variant(
+        hugetlb ? std::string("hugetlb pages: never swapped or reclaimed")
+        : unpinned.empty()
+            ? std::string("shmem pages locked with mlock: unevictable")
+            : fmt::format("NOT all pinned: mlock failed for model(s) {} (RLIMIT_MEMLOCK? LimitMEMLOCK=infinity or "
+                          "CAP_IPC_LOCK): their pages may be swapped",
+                          fmt::join(unpinned, ", ")));
     if (auto kv = pool_->kernel_view()) {
       pool["kernel_hugepages_total"] = sdbus::Variant(kv->total);
       pool["kernel_hugepages_free"] = sdbus::Variant(kv->free);
       pool["kernel_hugepages_rsvd"] = sdbus::Variant(kv->reserved);
       pool["kernel_hugepages_surp"] = sdbus::Variant(kv->surplus);
       pool["files_pages"] = sdbus::Variant(kv->files_pages);
+      if (kv->shmem_bytes) pool["kernel_shmem_bytes"] = sdbus::Variant(*kv->shmem_bytes);
+      if (kv->mlocked_bytes) pool["kernel_mlocked_bytes"] = sdbus::Variant(*kv->mlocked_bytes);
     }
   }
   if (auto m = sys::read_meminfo()) s["mem_available"] = sdbus::Variant(m->count("MemAvailable") ? m->at("MemAvailable") : 0);

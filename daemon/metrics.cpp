@@ -10,22 +10,14 @@
 #include <fmt/format.h>
 
 #include "sys/fd.hpp"
+#include "util/text.hpp"
 
 namespace airs::daemon {
 namespace {
 
-std::string escape(const std::string& v) {
-  std::string o;
-  for (char c : v) {
-    if (c == '\\' || c == '"') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += c;
-  }
-  return o;
-}
+// Label values: names are checked where they enter the daemon; made
+// printable here again so a label can never carry a control character.
+std::string escape(const std::string& v) { return printable_name(v); }
 
 template <typename T>
 T num(const dbus::Dict& d, const char* k) {

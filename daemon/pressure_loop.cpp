@@ -119,6 +119,8 @@ Result<std::unique_ptr<PressureLoop>> PressureLoop::create(sys::EventLoop& loop,
                st.why, format_bytes(cfg.pressure.target_some_bytes), format_bytes(cfg.pressure.target_full_bytes),
                cfg.pressure.resize_pool ? "with" : "without", "nr_hugepages");
   spdlog::info("pressure: damon {}", p->damon_);
+  // A pool that started short grows toward its size once it has been quiet.
+  if (p->pool_below_target()) p->schedule(Clock::now() + cfg.pressure.grow_after);
   return p;
 }
 
@@ -163,7 +165,8 @@ void PressureLoop::evaluate() {
   const policy::Level before = governor_.level();
   governor_.tick(now);
   note_effective_level(before);
-  const auto d = governor_.decide(now, cfg_.resize_pool && pool_below_target());
+  // Below target: shrunk under pressure, or started with what the kernel had.
+  const auto d = governor_.decide(now, pool_below_target());
   last_decision_ = fmt::format("{}: {}", policy::to_string(d.kind), d.reason);
   switch (d.kind) {
     case policy::Decision::Kind::Evict:

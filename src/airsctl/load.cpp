@@ -13,6 +13,7 @@
 
 #include "airsctl/common.hpp"
 #include "airsctl/subcommands.hpp"
+#include "util/text.hpp"
 #include "sys/fd.hpp"
 
 namespace airs::cli {
@@ -65,7 +66,7 @@ void add_load(CLI::App& app, Globals& g) {
         if (tty) {
           const int width = 40;
           const int filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(res) / static_cast<double>(size));
-          fmt::print("\r{} [{}{}] {:>5.1f}%  {} / {}  {:.0f} MB/s   ", dbus::get<std::string>(*m, "name").value_or(""),
+          fmt::print("\r{} [{}{}] {:>5.1f}%  {} / {}  {:.0f} MB/s   ", printable_name(dbus::get<std::string>(*m, "name").value_or("")),
                      std::string(static_cast<size_t>(filled), '#'), std::string(static_cast<size_t>(width - filled), '.'),
                      100.0 * static_cast<double>(res) / static_cast<double>(size), bytes(res), bytes(size),
                      secs > 0 ? static_cast<double>(res) / 1e6 / secs : 0.0);
@@ -81,7 +82,7 @@ void add_load(CLI::App& app, Globals& g) {
         std::puts(j.dump().c_str());
       } else {
         fmt::print("{} {} ({}) as {}\n", dbus::get<std::string>(*m, "state").value_or("?"),
-                   dbus::get<std::string>(*m, "name").value_or("?"), bytes(dbus::get<uint64_t>(*m, "size").value_or(0)),
+                   printable_name(dbus::get<std::string>(*m, "name").value_or("?")), bytes(dbus::get<uint64_t>(*m, "size").value_or(0)),
                    std::string(path));
       }
       if (dbus::get<std::string>(*m, "state").value_or("") == "failed") throw CLI::RuntimeError(1);

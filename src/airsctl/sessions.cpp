@@ -4,6 +4,7 @@
 
 #include "airsctl/common.hpp"
 #include "airsctl/subcommands.hpp"
+#include "util/text.hpp"
 
 namespace airs::cli {
 
@@ -27,7 +28,7 @@ void add_sessions(CLI::App& app, Globals& g) {
         fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>7.1f}s\n",
                    std::string(dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{})),
                    dbus::get<std::string>(d, "owner").value_or(""), dbus::get<uint32_t>(d, "uid").value_or(0),
-                   dbus::get<std::string>(d, "priority").value_or(""), dbus::get<std::string>(d, "model").value_or(""),
+                   dbus::get<std::string>(d, "priority").value_or(""), printable_name(dbus::get<std::string>(d, "model").value_or("")),
                    dbus::get<uint32_t>(d, "blocks").value_or(0), dbus::get<uint32_t>(d, "shared_blocks").value_or(0),
                    dbus::get<uint32_t>(d, "tokens").value_or(0), dbus::get<double>(d, "idle_s").value_or(0));
       }

@@ -7,6 +7,7 @@
 
 #include "airsctl/common.hpp"
 #include "airsctl/subcommands.hpp"
+#include "util/text.hpp"
 
 namespace airs::cli {
 namespace {
@@ -31,10 +32,14 @@ void print_human(const dbus::Dict& s) {
              bytes(val<uint64_t>(pool, "model_bytes")), bytes(val<uint64_t>(pool, "kv_bytes")),
              bytes(val<uint64_t>(pool, "free_bytes")));
   if (auto numa = dbus::get<std::string>(pool, "numa")) fmt::print("  numa: {}\n", *numa);
-  if (pool.count("kernel_hugepages_total"))
-    fmt::print("  kernel: HugePages_Total {}  Free {}  Rsvd {}   pinned: {}\n",
-               val<uint64_t>(pool, "kernel_hugepages_total"), val<uint64_t>(pool, "kernel_hugepages_free"),
-               val<uint64_t>(pool, "kernel_hugepages_rsvd"), val<bool>(pool, "pinned") ? "yes (hugetlb, never swapped)" : "-");
+  if (val<std::string>(pool, "backend") == "hugetlbfs" && pool.count("kernel_hugepages_total"))
+    fmt::print("  kernel: HugePages_Total {}  Free {}  Rsvd {}\n", val<uint64_t>(pool, "kernel_hugepages_total"),
+               val<uint64_t>(pool, "kernel_hugepages_free"), val<uint64_t>(pool, "kernel_hugepages_rsvd"));
+  else if (pool.count("kernel_mlocked_bytes"))
+    fmt::print("  kernel: Shmem {}  Mlocked {}\n", bytes(val<uint64_t>(pool, "kernel_shmem_bytes")),
+               bytes(val<uint64_t>(pool, "kernel_mlocked_bytes")));
+  if (pool.count("pinned"))
+    fmt::print("  pinned: {} ({})\n", val<bool>(pool, "pinned") ? "yes" : "NO", val<std::string>(pool, "pinned_how"));
   auto models = val<std::vector<dbus::Dict>>(s, "models");
   fmt::print("\nMODELS ({})\n", models.size());
   if (!models.empty())
@@ -45,7 +50,7 @@ void print_human(const dbus::Dict& s) {
     // rounded up), so compare against the region, not the file.
     const uint64_t region = std::max<uint64_t>(1, val<uint64_t>(m, "region_bytes", size));
     const uint64_t res = val<uint64_t>(m, "resident_bytes");
-    fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}{}\n", val<std::string>(m, "name"), bytes(size),
+    fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}{}\n", printable_name(val<std::string>(m, "name")), bytes(size),
                percent(static_cast<double>(std::min(res, region)) / static_cast<double>(region)), val<std::string>(m, "state"),
                val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"), val<bool>(m, "pinned") ? "  pinned" : "");
   }

@@ -1,6 +1,7 @@
 #include "pool/pool.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "util/units.hpp"
 
@@ -63,13 +64,23 @@ Region::~Region() {
   pool_->forget(this);
 }
 
-Pool::Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages)
-    : backend_(std::move(backend)), reserve_(std::move(reserve)), reserve_held_(pages, true) {
+Pool::Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages, uint64_t raised)
+    : backend_(std::move(backend)), reserve_(std::move(reserve)), reserve_held_(pages, true), raised_(raised) {
   counts_.page_size = backend_->page_size();
   counts_.free_pages = pages;
 }
 
-Pool::~Pool() = default;
+Pool::~Pool() {
+  // The reserve's pages go back to the kernel's free huge pages; then what
+  // this pool added to nr_hugepages is taken back out, and nothing more.
+  reserve_.reset();
+  if (raised_ > 0 && !backend_->release_frees_memory()) {
+    auto r = backend_->adjust_kernel_pages(-static_cast<int64_t>(raised_));
+    if (!r || -*r < static_cast<int64_t>(raised_))
+      std::fprintf(stderr, "airs-memd: pool: could not give back all %llu huge pages it added to nr_hugepages%s\n",
+                   static_cast<unsigned long long>(raised_), r ? "" : (": " + r.error().message).c_str());
+  }
+}
 
 Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend, PoolOptions opts) {
   const uint64_t ps = backend->page_size();
@@ -88,7 +99,11 @@ Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend,
   auto undo_raise = [&] {
     if (raised > 0) (void)backend->adjust_kernel_pages(-raised);
   };
-  if (*avail < pages) {
+  uint64_t have_pages = pages;
+  if (*avail < pages && opts.allow_partial && *avail > 0) {
+    // A service starts with what it got and grows toward its size later.
+    have_pages = *avail;
+  } else if (*avail < pages) {
     const uint64_t have = *avail;
     undo_raise();
     return make_error(ENOMEM, "pool: need {} huge pages of {} ({}), the kernel has only {} free{}; {}", pages,
@@ -96,20 +111,21 @@ Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend,
                       opts.grow_nr_hugepages ? " even after raising nr_hugepages (memory fragmented?)" : "",
                       backend->advice(pages));
   }
-  auto fd = backend->create_file("airs-pool-reserve", pages * ps);
+  auto fd = backend->create_file("airs-pool-reserve", have_pages * ps);
   if (!fd) {
     undo_raise();
     return std::move(fd).error();
   }
   // The pre-touch: allocates and zeroes every page now, so first use later
   // is not slow and the pages are ours.
-  if (auto st = backend->populate(fd->get(), 0, pages * ps, "pool reserve"); !st) {
+  if (auto st = backend->populate(fd->get(), 0, have_pages * ps, "pool reserve"); !st) {
     fd->reset();  // frees whatever fallocate had allocated
     undo_raise();
     return make_error(ENOMEM, "pool: pre-touching {} huge pages failed ({}); {}", pages, st.error().message,
                       backend->advice(pages));
   }
-  return std::unique_ptr<Pool>(new Pool(std::move(backend), std::move(fd).value(), pages));
+  return std::unique_ptr<Pool>(
+      new Pool(std::move(backend), std::move(fd).value(), have_pages, static_cast<uint64_t>(std::max<int64_t>(0, raised))));
 }
 
 Error Pool::exhausted(const std::string& what, uint64_t need) const {
@@ -303,13 +319,17 @@ Result<uint64_t> Pool::shrink(uint64_t pages) {
   if (backend_->release_frees_memory()) return n;
   auto took = backend_->adjust_kernel_pages(-static_cast<int64_t>(n));
   if (!took) return std::move(took).error();
-  return static_cast<uint64_t>(-std::min<int64_t>(0, *took));
+  const auto given = static_cast<uint64_t>(-std::min<int64_t>(0, *took));
+  // Pages given back count against what we added first.
+  raised_ -= std::min(raised_, given);
+  return given;
 }
 
 Result<uint64_t> Pool::grow(uint64_t pages) {
   if (pages == 0) return uint64_t{0};
   auto added = backend_->adjust_kernel_pages(static_cast<int64_t>(pages));
   if (!added) return std::move(added).error();
+  if (!backend_->release_frees_memory()) raised_ += static_cast<uint64_t>(std::max<int64_t>(0, *added));
   auto avail = backend_->kernel_available_pages();
   if (!avail) return std::move(avail).error();
   const uint64_t want = std::min(pages, *avail);

@@ -76,6 +76,9 @@ class Region {
 struct PoolOptions {
   uint64_t size_bytes = 0;          // rounded up to the page size
   bool grow_nr_hugepages = false;   // may raise the kernel's pool at create
+  // Start with the pages the kernel can give now when that is fewer than
+  // size_bytes (at least one); the caller grows toward the size later.
+  bool allow_partial = false;
 };
 
 class Pool {
@@ -125,10 +128,14 @@ class Pool {
   // Ask the kernel for `pages` more and add what it gives to the reserve.
   // Returns how many were added (may be fewer: fragmentation).
   [[nodiscard]] Result<uint64_t> grow(uint64_t pages);
+  // Pages this pool added to the kernel's pool (nr_hugepages) and still
+  // holds: given back when the pool is destroyed, and only those (a
+  // boot-time reservation is not the daemon's to drop).
+  [[nodiscard]] uint64_t raised_pages() const { return raised_; }
 
  private:
   friend class Region;
-  Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages);
+  Pool(std::unique_ptr<PoolBackend> backend, sys::UniqueFd reserve, uint64_t pages, uint64_t raised);
   [[nodiscard]] Status take_from_reserve(uint64_t n);
   // Punches `n` held reserve pages: free ones (take_from_reserve) or ones
   // already charged to a model region (`owed`, claim).
@@ -147,6 +154,7 @@ class Pool {
   uint64_t owed_ = 0;               // charged to model regions, not yet handed over
   PoolCounts counts_;
   std::unordered_set<Region*> regions_;
+  uint64_t raised_ = 0;
 };
 
 }  // namespace airs::pool

@@ -136,7 +136,7 @@ TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
   // back), in as many blocks as it reported.
   auto s = run_process({airsctl_path(), "--bus", bus_->address(), "--json", "sessions"}, 30s);
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  const auto sessions = nlohmann::json::parse(s.out);
+  const auto sessions = nlohmann::json::parse(s.out).at("sessions");
   ASSERT_EQ(sessions.size(), 1U) << s.out;
   EXPECT_EQ(sessions[0]["tokens"].get<int>(), ja["prompt_tokens"].get<int>() + 15) << s.out;
   EXPECT_EQ(sessions[0]["blocks"].get<size_t>(), ja["kv_blocks"].size()) << s.out;
