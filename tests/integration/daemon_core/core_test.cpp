@@ -1,0 +1,195 @@
+// The cross-policy cases of the one eviction order, on the core itself:
+// KV against models, equal priorities across arenas, pinned models, and an
+// eviction while a fill is in flight.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "daemon/evictor.hpp"
+#include "daemon/kv_service.hpp"
+#include "daemon/models.hpp"
+#include "gguf/file_io.hpp"
+#include "gguf/writer.hpp"
+#include "pager/pager.hpp"
+#include "pool/pool.hpp"
+#include "pool/shmem_backend.hpp"
+#include "sys/event_loop.hpp"
+
+namespace airs::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+class Core : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("airs-core-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    evictor_.reset();
+    kv_.reset();
+    models_.reset();
+    pager_.reset();
+    pool_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void start(uint64_t pool_mib, std::vector<std::string> pinned = {}) {
+    auto loop = sys::EventLoop::create();
+    ASSERT_TRUE(loop) << loop.error().message;
+    loop_ = std::move(loop).value();
+    auto b = pool::ShmemBackend::create(pool::ShmemOptions{});
+    ASSERT_TRUE(b) << b.error().message;
+    auto p = pool::Pool::create(std::move(b).value(), {pool_mib * kMiB, false});
+    ASSERT_TRUE(p) << p.error().message;
+    pool_ = std::move(p).value();
+    pager::PagerOptions po;
+    auto pg = pager::Pager::create(*loop_, *pool_, po);
+    ASSERT_TRUE(pg) << pg.error().message;
+    pager_ = std::move(pg).value();
+    config::ModelsConfig mc;
+    mc.pinned = std::move(pinned);
+    Models::Hooks h;
+    h.make_room = [this](uint64_t bytes, const std::string& why) {
+      return evictor_->make_room(policy::Request::for_model_load(bytes), why);
+    };
+    h.dropped = [this](const ModelEntry& m, bool, const std::string&) {
+      dropped_.push_back(m.name);
+      kv_->close_model(m.id, "dropped");
+    };
+    models_ = std::make_unique<Models>(*pool_, *pager_, mc, false, std::move(h));
+    config::KvConfig kc;
+    kc.max_arena_bytes = 0;  // the pool
+    kv_ = std::make_unique<KvService>(*pool_, *models_, kc,
+                                      [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t,
+                                             const std::string&) { lost_[s.id] += blocks.size(); });
+    policy::Config pc;
+    evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
+    kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
+  }
+
+  // A llama-shaped model of about `mib` MiB.
+  ModelEntry* load(const std::string& name, uint64_t mib, uint64_t seed = 1) {
+    gguf::ModelSpec spec;
+    spec.name = name;
+    spec.seed = seed;
+    auto sized = gguf::spec_for_size(spec, mib * kMiB);
+    EXPECT_TRUE(sized) << sized.error().message;
+    auto plan = gguf::plan_model(*sized);
+    EXPECT_TRUE(plan);
+    const std::string path = (dir_ / (name + ".gguf")).string();
+    EXPECT_TRUE(gguf::write_model_file(*plan, path));
+    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    LoadRequest req;
+    req.gguf_fd = fd.get();
+    req.exempt = true;
+    auto m = models_->load(req);
+    last_error_ = m ? std::string() : m.error().message;
+    return m ? *m : nullptr;
+  }
+
+  // Runs the loop until the pager has nothing in flight for `m`.
+  void settle() {
+    for (int i = 0; i < 200; ++i) (void)loop_->run_once(std::chrono::milliseconds(5));
+  }
+
+  dbus::Caller caller(uid_t uid, const std::string& name) {
+    dbus::Caller c;
+    c.uid = uid;
+    c.name = name;
+    c.pid = ::getpid();
+    return c;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<sys::EventLoop> loop_;
+  std::unique_ptr<pool::Pool> pool_;
+  std::unique_ptr<pager::Pager> pager_;
+  std::unique_ptr<Models> models_;
+  std::unique_ptr<KvService> kv_;
+  std::unique_ptr<Evictor> evictor_;
+  std::vector<std::string> dropped_;
+  std::map<uint64_t, size_t> lost_;
+  std::string last_error_;
+};
+
+TEST_F(Core, AKvAllocationEvictsAnIdleModelButNeverAPinnedOne) {
+  start(32, {"pinned"});
+  ASSERT_NE(load("pinned", 12), nullptr) << last_error_;
+  ModelEntry* idle = load("idle", 12, 2);
+  ASSERT_NE(idle, nullptr) << last_error_;
+  settle();
+  const uint64_t idle_id = idle->id;
+  ModelEntry* pinned = models_->find_by_name("pinned");
+  auto s = kv_->create(*pinned, caller(0, ":1.1"), policy::Priority::Interactive);
+  ASSERT_TRUE(s) << s.error().message;
+  // More blocks than the free pool holds: the idle model goes, the pinned stays.
+  auto info = kv_->allocator().arena_geometry(s->session->arena);
+  ASSERT_TRUE(info);
+  const uint32_t want = static_cast<uint32_t>((pool_->counts().free_bytes() / info->chunk_bytes + 1) *
+                                              info->blocks_per_chunk);
+  auto blocks = kv_->allocate(*s->session, want);
+  ASSERT_TRUE(blocks) << blocks.error().message;
+  EXPECT_EQ(models_->find(idle_id), nullptr) << "the idle model was not evicted for the KV allocation";
+  EXPECT_NE(models_->find_by_name("pinned"), nullptr) << "a pinned model was evicted";
+  EXPECT_EQ(dropped_, std::vector<std::string>{"idle"});
+}
+
+TEST_F(Core, AModelLoadTakesCachedKvAndIdleModelsButNeverLiveSessionKv) {
+  start(32);
+  ModelEntry* a = load("a", 8);
+  ASSERT_NE(a, nullptr) << last_error_;
+  settle();
+  auto s = kv_->create(*a, caller(0, ":1.1"), policy::Priority::Background);
+  ASSERT_TRUE(s) << s.error().message;
+  auto geo = kv_->allocator().arena_geometry(s->session->arena);
+  ASSERT_TRUE(geo);
+  // A live background session holding most of the rest of the pool.
+  const uint32_t chunks = static_cast<uint32_t>(pool_->counts().free_bytes() / geo->chunk_bytes) - 1;
+  auto held = kv_->allocate(*s->session, chunks * geo->blocks_per_chunk);
+  ASSERT_TRUE(held) << held.error().message;
+  // A model that needs the session's memory: refused, and nothing was lost.
+  EXPECT_EQ(load("b", 12, 3), nullptr);
+  EXPECT_NE(last_error_.find("pool exhausted"), std::string::npos) << last_error_;
+  EXPECT_TRUE(lost_.empty()) << "a live session lost KV to a model load";
+  EXPECT_NE(models_->find_by_name("a"), nullptr) << "a model with a live session was evicted";
+}
+
+TEST_F(Core, EqualPrioritiesAcrossArenasNeverEvictEachOther) {
+  start(24);
+  ModelEntry* a = load("a", 4);
+  ASSERT_NE(a, nullptr) << last_error_;
+  settle();
+  auto s1 = kv_->create(*a, caller(1000, ":1.1"), policy::Priority::System);
+  auto s2 = kv_->create(*a, caller(1001, ":1.2"), policy::Priority::System);
+  ASSERT_TRUE(s1 && s2);
+  ASSERT_NE(s1->session->arena, s2->session->arena) << "two uids share an arena";
+  auto geo = kv_->allocator().arena_geometry(s1->session->arena);
+  const uint32_t all = static_cast<uint32_t>(pool_->counts().free_bytes() / geo->chunk_bytes) * geo->blocks_per_chunk;
+  auto held = kv_->allocate(*s1->session, all);
+  ASSERT_TRUE(held) << held.error().message;
+  auto r = kv_->allocate(*s2->session, geo->blocks_per_chunk);
+  EXPECT_FALSE(r) << "a system session took another uid's system KV";
+  EXPECT_TRUE(lost_.empty());
+}
+
+TEST_F(Core, AnEvictionWhileTheFillIsInFlightGivesEveryPageBack) {
+  start(32);
+  const uint64_t total = pool_->counts().total_pages();
+  ModelEntry* m = load("filling", 16);
+  ASSERT_NE(m, nullptr) << last_error_;
+  // Reads are queued (not yet reaped): drop it now.
+  ASSERT_TRUE(models_->unload(*m, false, false, "test"));
+  settle();
+  EXPECT_EQ(pool_->counts().free_pages, total) << "pages were lost to an eviction during the fill";
+  EXPECT_TRUE(models_->all().empty());
+}
+
+}  // namespace
+}  // namespace airs::daemon
