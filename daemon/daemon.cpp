@@ -648,6 +648,7 @@ dbus::Dict Daemon::status() {
   if (models_)
     for (auto* m : models_->all()) models.push_back(model_dict(*m));
   s["models"] = sdbus::Variant(models);
+  s["keep_alive_s"] = sdbus::Variant(static_cast<uint64_t>(cfg_.models.keep_alive.count()));
   if (kv_) s["kv"] = sdbus::Variant(kv_->stats());
   if (pressure_) s["pressure"] = sdbus::Variant(pressure_->status());
   return s;

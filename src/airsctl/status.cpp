@@ -41,7 +41,9 @@ void print_human(const dbus::Dict& s) {
   if (pool.count("pinned"))
     fmt::print("  pinned: {} ({})\n", val<bool>(pool, "pinned") ? "yes" : "NO", val<std::string>(pool, "pinned_how"));
   auto models = val<std::vector<dbus::Dict>>(s, "models");
-  fmt::print("\nMODELS ({})\n", models.size());
+  const uint64_t keep_alive = val<uint64_t>(s, "keep_alive_s");
+  fmt::print("\nMODELS ({})  keep-alive {}\n", models.size(),
+             keep_alive == 0 ? std::string("off") : fmt::format("{} s", keep_alive));
   if (!models.empty())
     fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}\n", "NAME", "SIZE", "RESIDENT", "STATE", "REFS", "CLIENTS");
   for (auto& m : models) {
@@ -52,7 +54,8 @@ void print_human(const dbus::Dict& s) {
     const uint64_t res = val<uint64_t>(m, "resident_bytes");
     fmt::print("  {:<24} {:>10} {:>9} {:<10} {:>5} {:>7}{}\n", printable_name(val<std::string>(m, "name")), bytes(size),
                percent(static_cast<double>(std::min(res, region)) / static_cast<double>(region)), val<std::string>(m, "state"),
-               val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"), val<bool>(m, "pinned") ? "  pinned" : "");
+               val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"),
+               std::string(val<bool>(m, "pinned") ? "  pinned" : "") + (val<bool>(m, "preloaded") ? "  preloaded" : ""));
   }
   auto kv = val<dbus::Dict>(s, "kv");
   if (!kv.empty()) {
@@ -63,6 +66,9 @@ void print_human(const dbus::Dict& s) {
   auto pr = val<dbus::Dict>(s, "pressure");
   if (!pr.empty()) {
     fmt::print("\nPRESSURE  level {}  source {}\n", val<std::string>(pr, "level", "none"), val<std::string>(pr, "source", "-"));
+    if (val<uint64_t>(pr, "floor_bytes") > 0)
+      fmt::print("  security floor {} (the pinned primary model: the pool never shrinks below it)\n",
+                 bytes(val<uint64_t>(pr, "floor_bytes")));
     if (pr.count("some_avg10"))
       fmt::print("  some avg10 {:.2f}  full avg10 {:.2f}  evictions {}  bytes evicted {}\n", val<double>(pr, "some_avg10"),
                  val<double>(pr, "full_avg10"), val<uint64_t>(pr, "evictions"), bytes(val<uint64_t>(pr, "evicted_bytes")));
