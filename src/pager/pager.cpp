@@ -56,9 +56,7 @@ struct Pager::Model {
   uint64_t unit = 0;
   std::unique_ptr<pool::Region> region;
   FillPlan plan;
-  sys::UniqueFd status_rw;
-  sys::UniqueFd status_ro;
-  sys::Mapping status_map;
+  sys::SealedMemfd status_page;  // written here, handed out read-only
   client::StatusPageWriter status;
   struct Waiter {
     ClientKey key;
@@ -185,17 +183,10 @@ Result<ModelId> Pager::load(ModelSpec spec) {
   std::vector<client::RankEntry> entries(ranks.size());
   for (uint32_t i = 0; i < ranks.size(); ++i) entries[i] = {ranks[i], m->plan.units_of_rank_index(i), 0, 0};
   const uint64_t sp_bytes = client::status_page_bytes(static_cast<uint32_t>(units), static_cast<uint32_t>(ranks.size()));
-  auto fd = sys::memfd_create_sealable("airs-status:" + spec.name, sp_bytes);
-  if (!fd) return std::move(fd).error();
-  auto map = sys::map_shared(fd->get(), sp_bytes, PROT_READ | PROT_WRITE, 0, "status page of '" + spec.name + "'");
-  if (!map) return std::move(map).error();
-  AIRS_TRY(sys::memfd_seal_readonly(fd->get()));
-  auto ro = sys::reopen(fd->get(), O_RDONLY);
-  if (!ro) return std::move(ro).error();
-  m->status_rw = std::move(fd).value();
-  m->status_ro = std::move(ro).value();
-  m->status_map = std::move(map).value();
-  m->status = client::StatusPageWriter(m->status_map.get(), sp_bytes);
+  auto page = sys::SealedMemfd::create("airs-status:" + spec.name, sp_bytes);
+  if (!page) return std::move(page).error();
+  m->status_page = std::move(page).value();
+  m->status = client::StatusPageWriter(m->status_page.bytes(), sp_bytes);
   m->status.init(unit, spec.file_size, static_cast<uint32_t>(units), entries.data(),
                  static_cast<uint32_t>(entries.size()));
   Model& ref = *m;
@@ -213,7 +204,7 @@ int Pager::region_fd(ModelId id) const {
 
 int Pager::status_fd(ModelId id) const {
   const Model* m = find(id);
-  return m ? m->status_ro.get() : -1;
+  return m ? m->status_page.read_only_fd() : -1;
 }
 
 uint64_t Pager::region_size(ModelId id) const {
