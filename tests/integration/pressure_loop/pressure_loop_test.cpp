@@ -278,7 +278,11 @@ TEST_F(PressureLoopTest, RealPressureEvictsInOrderKeepsActiveInteractiveAndGives
   const auto first_signal = obs_->evicted.front().at;
   const auto run_time = std::chrono::milliseconds(get_or<uint64_t>(p1, "max_eviction_us") / 1000);
   auto [rise, pages] = sampler.rise_at_hugepage_drops(first_signal - 1s, first_signal + 1s + run_time);
-  EXPECT_EQ(pages * 2 * kMiB, get_or<uint64_t>(p1, "returned_bytes")) << "HugePages_Total fell by " << pages;
+  // HugePages_Total is system-wide: another pool's daemon on the machine
+  // lowering nr_hugepages in the same seconds adds to the drop (seen: 113
+  // and 150 pages for our 87), so the drop must cover what the daemon says
+  // it returned, not equal it.
+  EXPECT_GE(pages * 2 * kMiB, get_or<uint64_t>(p1, "returned_bytes")) << "HugePages_Total fell by " << pages << " pages";
   auto [span_rise, when] = sampler.max_rise(200ms, first_signal - 1s, first_signal + 2s + run_time);
   // The kernel frees the pages just after HugePages_Total drops, and on a
   // busy machine other processes take part of them at once, so MemAvailable
