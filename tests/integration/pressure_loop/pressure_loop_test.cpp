@@ -234,7 +234,13 @@ TEST_F(PressureLoopTest, RealPressureEvictsInOrderKeepsActiveInteractiveAndGives
       },
       30s, keep_active);
   (*stress)->stop();
-  std::this_thread::sleep_for(200ms);
+  // The Evicted signal leaves during the run; the nr_hugepages write comes
+  // at its end. The daemon answers a call only after the run returned, so
+  // one round trip proves the pages went back before the sampler's window
+  // closes, however late the daemon was; then sampling goes on for the
+  // 250 ms the MemAvailable rise is looked for after the drop.
+  (void)obs_->pressure();
+  std::this_thread::sleep_for(300ms);
   sampler.stop();
   keep_active();
   ASSERT_TRUE(evicted_all) << "no eviction of the idle model within 30 s of pressure; daemon log:\n" << daemon_->log();
@@ -272,7 +278,11 @@ TEST_F(PressureLoopTest, RealPressureEvictsInOrderKeepsActiveInteractiveAndGives
   const auto first_signal = obs_->evicted.front().at;
   const auto run_time = std::chrono::milliseconds(get_or<uint64_t>(p1, "max_eviction_us") / 1000);
   auto [rise, pages] = sampler.rise_at_hugepage_drops(first_signal - 1s, first_signal + 1s + run_time);
-  EXPECT_EQ(pages * 2 * kMiB, get_or<uint64_t>(p1, "returned_bytes")) << "HugePages_Total fell by " << pages;
+  // HugePages_Total is system-wide: another pool's daemon on the machine
+  // lowering nr_hugepages in the same seconds adds to the drop (seen: 113
+  // and 150 pages for our 87), so the drop must cover what the daemon says
+  // it returned, not equal it.
+  EXPECT_GE(pages * 2 * kMiB, get_or<uint64_t>(p1, "returned_bytes")) << "HugePages_Total fell by " << pages << " pages";
   auto [span_rise, when] = sampler.max_rise(200ms, first_signal - 1s, first_signal + 2s + run_time);
   // The kernel frees the pages just after HugePages_Total drops, and on a
   // busy machine other processes take part of them at once, so MemAvailable
@@ -341,11 +351,14 @@ TEST_F(PressureLoopTest, PollingFallbackEvictsBackgroundUnderRealPressure) {
   const bool got = wait_for([&] { return !obs_->evicted.empty(); }, 30s, keep_active);
   (*stress)->stop();
   ASSERT_TRUE(got) << "the polling source never led to an eviction; log:\n" << daemon_->log();
+  // The first Evicted signal may arrive while the daemon is still in the
+  // run, publishing the rest of its notices; the reply to a call comes only
+  // after the run, so the notice counts are read after one round trip.
+  auto p1 = obs_->pressure();
   EXPECT_EQ(order_of(obs_->evicted).front(), bg.path);
   EXPECT_EQ(bg.notices(), bg.blocks.size());
   EXPECT_EQ(active.notices(), 0u);
   EXPECT_EQ(active.damaged(), 0u);
-  auto p1 = obs_->pressure();
   EXPECT_GE(get_or<uint64_t>(p1, "samples", 0) + get_or<uint64_t>(p1, "some_events"), 1u);
   EXPECT_GE(get_or<uint64_t>(p1, "returned_bytes"), get_or<uint64_t>(p1, "evicted_bytes"));
 }
