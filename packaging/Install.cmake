@@ -36,7 +36,7 @@ set(AIRS_DEB_VERSION ${PROJECT_VERSION}-1)   # CPACK_DEBIAN_PACKAGE_RELEASE 1
 set(AIRS_DEB_MAINTAINER "airs-memd maintainers <maintainers@users.noreply.a-seed-70fc2f03.example>")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${_airs_gz_dir}/changelog.Debian @ONLY)
 set(_airs_gz)
-foreach(src ${_airs_man}/airsctl.1 ${_airs_man}/airs-run.1 ${_airs_man}/libairs.3 ${_airs_man}/airs-memd.conf.5 ${_airs_man}/airs-memd.8
+foreach(src ${_airs_man}/airsctl.1 ${_airs_man}/airs-run.1 ${_airs_man}/airs-generate.1 ${_airs_man}/libairs.3 ${_airs_man}/airs-memd.conf.5 ${_airs_man}/airs-memd.8
             ${_airs_gz_dir}/changelog.Debian)
   get_filename_component(_name ${src} NAME)
   add_custom_command(OUTPUT ${_airs_gz_dir}/${_name}.gz
@@ -48,12 +48,12 @@ add_custom_target(airs-package-docs ALL DEPENDS ${_airs_gz})
 # Everything the packages hold: `cmake --build build --target airs-package`
 # before cpack (scripts/e2e.sh, tests/e2e).
 add_custom_target(airs-package)
-add_dependencies(airs-package airs-package-docs airs-memd airsctl airs airs-preload airs-demo airs-mkmodel)
+add_dependencies(airs-package airs-package-docs airs-memd airsctl airs airs-preload airs-demo airs-mkmodel airs-generate)
 
 # Component "Unspecified" (install rules without COMPONENT: the daemon,
 # airsctl, the tools, units, policy, configuration) is the airs-memd
 # package; "lib" is libairs0 and "dev" is libairs-dev (packaging/CPack.cmake).
-install(FILES ${_airs_gz_dir}/airsctl.1.gz ${_airs_gz_dir}/airs-run.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES ${_airs_gz_dir}/airsctl.1.gz ${_airs_gz_dir}/airs-run.1.gz ${_airs_gz_dir}/airs-generate.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES ${_airs_gz_dir}/airs-memd.conf.5.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man5)
 install(FILES ${_airs_gz_dir}/airs-memd.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 install(FILES ${_airs_gz_dir}/libairs.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
