@@ -488,6 +488,7 @@ dbus::Dict PressureLoop::status() {
   if (st.mem_available) d["source_mem_available"] = sdbus::Variant(*st.mem_available);
   d["some_events"] = sdbus::Variant(st.some_events);
   d["full_events"] = sdbus::Variant(st.full_events);
+  d["spurious_events"] = sdbus::Variant(st.spurious_events);
   d["level_changes"] = sdbus::Variant(st.level_changes);
   d["samples"] = sdbus::Variant(st.samples);
   d["source_errors"] = sdbus::Variant(st.read_errors);

@@ -102,6 +102,11 @@ Status PressureMonitor::start_triggers() {
   status_.why = fmt::format("psi triggers on {} ({}, {})", config_.psi_path, sys::describe(config_.mild),
                             sys::describe(config_.severe));
   read_psi_now(Clock::now());
+  armed_at_ = Clock::now();
+  if (status_.psi) {
+    armed_total_us_[idx(sys::PsiKind::Some)] = status_.psi->some.total_us;
+    armed_total_us_[idx(sys::PsiKind::Full)] = status_.psi->full.total_us;
+  }
   return {};
 }
 
@@ -170,7 +175,22 @@ void PressureMonitor::on_trigger(sys::PsiKind kind, uint32_t events) {
     }
     return;
   }
-  if ((events & EPOLLPRI) != 0) note_event(kind, now);
+  if ((events & EPOLLPRI) == 0) return;
+  const auto& sp = spec(kind);
+  if (now - armed_at_ < 2 * sp.window) {
+    // In the first two windows the kernel may fire on the first stall alone
+    // (see spurious_events): believe it only if the stall really reached the
+    // threshold since the triggers were armed. One read, first windows only.
+    if (auto r = sys::read_psi(config_.psi_path)) {
+      const uint64_t total = kind == sys::PsiKind::Full ? r->full.total_us : r->some.total_us;
+      const uint64_t grown = total - std::min(total, armed_total_us_[idx(kind)]);
+      if (grown < static_cast<uint64_t>(sp.threshold.count())) {
+        ++status_.spurious_events;
+        return;
+      }
+    }
+  }
+  note_event(kind, now);
 }
 
 void PressureMonitor::note_event(sys::PsiKind kind, Clock::time_point now) {

@@ -78,6 +78,12 @@ struct Snapshot {
   std::optional<uint64_t> mem_total;
   uint64_t some_events = 0;   // trigger events (or polled threshold crossings)
   uint64_t full_events = 0;
+  // Trigger events dropped as the kernel's spurious first firing: within the
+  // first window after the triggers were armed, the stall total had not
+  // grown by the threshold (kernels without "psi: Fix avg trigger being fired
+  // unexpectedly" fire a new unprivileged trigger on its first stall,
+  // whatever the threshold).
+  uint64_t spurious_events = 0;
   uint64_t level_changes = 0;
   uint64_t samples = 0;       // files read by the polling source
   uint64_t read_errors = 0;
@@ -134,6 +140,9 @@ class PressureMonitor {
   std::optional<sys::PeriodicTimer> poll_timer_;
   std::optional<sys::PeriodicTimer> hold_timer_;
   std::optional<Clock::time_point> last_event_[2];  // by PsiKind
+  // When the triggers were armed and the stall totals then (µs, by PsiKind).
+  Clock::time_point armed_at_{};
+  uint64_t armed_total_us_[2] = {0, 0};
   struct Sample {
     Clock::time_point at;
     uint64_t total_us[2];
