@@ -43,9 +43,15 @@ mount -t tmpfs -o mode=755,nosuid,nodev tmpfs $r/run
 mkdir -p $r/run/lock $r/run/user && chmod 1777 $r/run/lock
 mount --bind /scratch/tmp $r/tmp
 mount --bind /scratch/var-tmp $r/var/tmp
-mount -t cgroup2 -o nsdelegate cgroup2 $r/sys/fs/cgroup
-# As systemd does: the controllers available to child groups.
-for c in cpu io memory pids; do echo "+$c" > $r/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
+# cgroups laid out as on the host that runs the suite (hybrid): v2 at
+# /sys/fs/cgroup/unified with memory, cpu and pids for child groups (memory
+# pressure tests), v1 blkio at /sys/fs/cgroup/blkio (the client tests slow
+# the daemon's reads with its throttle; v2 io has no equivalent there).
+mount -t tmpfs -o mode=755,nosuid,nodev,noexec tmpfs $r/sys/fs/cgroup
+mkdir -p $r/sys/fs/cgroup/unified $r/sys/fs/cgroup/blkio
+mount -t cgroup -o blkio cgroup $r/sys/fs/cgroup/blkio
+mount -t cgroup2 -o nsdelegate cgroup2 $r/sys/fs/cgroup/unified
+for c in cpu memory pids; do echo "+$c" > $r/sys/fs/cgroup/unified/cgroup.subtree_control 2>/dev/null; done
 mount -t hugetlbfs -o mode=1770 hugetlbfs $r/dev/hugepages
 mount -t debugfs debugfs $r/sys/kernel/debug 2>/dev/null
 # The guest kernel's modules where modprobe looks for them.
