@@ -177,6 +177,8 @@ kroot=$kdir/root
 if [[ ! -f $kroot/.done || $kroot/.done -ot $kdeb ]]; then
   rm -rf "$kroot"; mkdir -p "$kroot"
   dpkg-deb -x "$kdeb" "$kroot"
+  # Merged /usr (trixie): the modules are under usr/lib; depmod looks in lib.
+  [[ -e $kroot/lib ]] || ln -s usr/lib "$kroot/lib"
   kver=$(ls "$kroot/lib/modules" | head -1)
   depmod -b "$kroot" "$kver"
   touch "$kroot/.done"
@@ -191,7 +193,8 @@ if [[ ! -f $initrd || $initrd -ot $0 || $initrd -ot $(dirname "$0")/guest-init.s
   t=$(stamp)
   ir=$kdir/initrd.d; rm -rf "$ir"; mkdir -p "$ir"/{bin,dev,proc,sys,mnt,newroot,lower,scratch,modules}
   bbx=$kdir/busybox.d; rm -rf "$bbx"; dpkg-deb -x "$bdeb" "$bbx"
-  cp "$bbx/bin/busybox" "$ir/bin/busybox"
+  bb=$bbx/bin/busybox; [[ -f $bb ]] || bb=$bbx/usr/bin/busybox  # merged /usr from trixie on
+  cp "$bb" "$ir/bin/busybox"
   # The modules the init needs, with their dependencies first (modules.dep).
   declare -A seen=()
   order=()
