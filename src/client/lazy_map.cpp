@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,8 +139,14 @@ Status FallbackServer::serve(uint64_t address) {
     }
     if (done < want) {
       // The file shrank or cannot be read: SIGBUS for the faulting thread,
-      // never a page of zeros.
+      // never a page of zeros. A kernel without UFFDIO_POISON (before 6.6)
+      // rejects it with EINVAL: then SIGBUS to this whole process (its
+      // default action ends it; a faulting thread never waits forever).
       auto r = sys::uffd_poison(uffd_, addr, unit_, unit_);
+      if (!r && r.error().code == EINVAL) {
+        ::kill(::getpid(), SIGBUS);
+        return {};
+      }
       if (!r) return std::move(r).error();
       return {};
     }

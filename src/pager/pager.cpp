@@ -476,8 +476,12 @@ bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) {
 }
 
 void Pager::poison_unit(Model& m, Client& c, uint32_t unit) {
-  auto r = sys::uffd_poison(c.uffd.get(), c.addr + uint64_t{unit} * m.unit, m.unit, m.unit);
+  auto r = sys::uffd_poison_or_sigbus(c.uffd.get(), c.pidfd.get(), c.addr + uint64_t{unit} * m.unit, m.unit, m.unit);
   if (!r) spdlog::warn("model '{}': client {}: {}", m.name, c.key, r.error().message);
+  else if (*r == sys::PoisonHow::Signalled)
+    spdlog::warn("model '{}': no UFFDIO_POISON in this kernel (before 6.6): SIGBUS sent to client {} (pid {}) "
+                 "as a whole",
+                 m.name, c.key, c.pid);
 }
 
 Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify, uint64_t addr,

@@ -1,6 +1,7 @@
 #include "sys/uffd.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -124,6 +125,21 @@ Result<RangeResult> uffd_poison(int uffd, uint64_t addr, uint64_t len, uint64_t 
     progress = rc == 0 ? static_cast<int64_t>(l) : p.updated;
     return rc;
   });
+}
+
+Result<PoisonHow> uffd_poison_or_sigbus(int uffd, int pidfd, uint64_t addr, uint64_t len, uint64_t step) {
+  auto r = uffd_poison(uffd, addr, len, step);
+  if (r) {
+    if (r->owner_gone) return make_error(ESRCH, "UFFDIO_POISON [{:#x}, +{}): the owner is gone", addr, len);
+    return PoisonHow::Poisoned;
+  }
+  // A kernel without UFFDIO_POISON rejects the unknown ioctl with EINVAL (the
+  // range itself is aligned: callers pass whole units).
+  if (r.error().code != EINVAL && r.error().code != ENOTTY) return std::move(r).error();
+  if (::syscall(SYS_pidfd_send_signal, pidfd, SIGBUS, nullptr, 0) != 0)
+    return make_error(errno, "no UFFDIO_POISON in this kernel, and SIGBUS to the client failed: {}",
+                      std::strerror(errno));
+  return PoisonHow::Signalled;
 }
 
 Status uffd_wake(int uffd, uint64_t addr, uint64_t len) {

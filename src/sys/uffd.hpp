@@ -81,6 +81,20 @@ struct RangeResult {
 // UFFDIO_POISON: faulting threads in the range get SIGBUS (BUS_ADRERR).
 [[nodiscard]] Result<RangeResult> uffd_poison(int uffd, uint64_t addr, uint64_t len, uint64_t step);
 
+// How a read error reached a client: UFFDIO_POISON (the faulting threads get
+// SIGBUS with BUS_ADRERR at the address, as from a real bad page), or, on a
+// kernel without it (before 6.6, e.g. Debian 12's 6.1: the ioctl is EINVAL),
+// a SIGBUS sent to the whole process through its pidfd (si_code SI_USER, no
+// address; the default action kills it, so it never waits forever and never
+// reads zeros; a SIGBUS handler runs in whichever thread the kernel picks).
+enum class PoisonHow { Poisoned, Signalled };
+
+// UFFDIO_POISON over the range; where the kernel lacks it, SIGBUS to the
+// registration's owner through `pidfd`. Errors: those of uffd_poison other
+// than a missing ioctl, and pidfd_send_signal's (ESRCH: the owner is gone).
+[[nodiscard]] Result<PoisonHow> uffd_poison_or_sigbus(int uffd, int pidfd, uint64_t addr, uint64_t len,
+                                                      uint64_t step);
+
 // UFFDIO_WAKE: wake threads blocked on faults in the range so they retry
 // (and raise the fault again if the page is still missing).
 [[nodiscard]] Status uffd_wake(int uffd, uint64_t addr, uint64_t len);

@@ -1,0 +1,329 @@
+#!/usr/bin/env bash
+# Boots a Debian kernel in a small VM and runs a ctest selection of a build
+# tree inside it, on that kernel, with this machine's own userland.
+#
+#   run-vm.sh --arch amd64 --suite bookworm --kernel linux-image-amd64 \
+#             --build BUILD_DIR [--label L] [--regex R] [--exclude R] [--name NAME]
+#             [--mem MiB] [--smp N] [--hugepages N] [--timeout SEC]
+#             [--ctest-timeout SEC] [--ctest-jobs N] [--hugepagesz SIZE]
+#             [--accel auto|kvm|tcg]   (or AIRS_VM_ACCEL; auto = kvm when native)
+#             [--tcg-exclude R]  tests not run when the guest runs under TCG
+#                                (those that race a client's start against a
+#                                timed load: TCG starts processes ~10x slower)
+#
+# What the guest is:
+# - the kernel (vmlinuz and its modules) of the given package, downloaded for
+#   the given Debian suite and architecture with `apt-get download` (a private
+#   apt configuration for a suite or architecture the host does not track:
+#   the host's apt state never changes), extracted, depmod'ed, cached under
+#   $AIRS_VM_CACHE (default /var/cache/airs-vm);
+# - a tiny initramfs (busybox-static of that architecture, the virtio, 9p,
+#   ext4 and overlay modules) that mounts this host's root read-only over
+#   virtio-9p with a scratch ext4 disk as an overlay on top (writes stay in
+#   the guest), /tmp and /var/tmp on that ext4 disk (as on a Debian 12
+#   machine), tmpfs on /run and /dev/shm, proc/sys/devtmpfs/devpts, cgroup2
+#   at /sys/fs/cgroup (memory, io, cpu and pids enabled for children),
+#   hugetlbfs at /dev/hugepages, the kernel's own modules at
+#   /lib/modules/$(uname -r), and a writable 9p share for the results only;
+# - no network device.
+# It chroots into that root, runs ctest in the build tree (same absolute path
+# as here), writes ctest's output and exit code to the results share, and
+# powers off. This script then prints the output and exits with ctest's code.
+#
+# Exit codes: ctest's (0 = all passed); 77 = skipped (no qemu for the
+# architecture, or no usable /dev/kvm for a native guest), with a "SKIP:" line
+# naming what is missing; 1 = the VM itself failed (download, boot, timeout).
+# Timings of each stage are printed as "vm-timing:" lines.
+set -euo pipefail
+
+arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name=""
+mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs=""
+while (($#)); do
+  case $1 in
+    --arch) arch=$2; shift 2 ;;
+    --accel) accel_opt=$2; accel_forced=yes; shift 2 ;;
+    --suite) suite=$2; shift 2 ;;
+    --kernel) kernel_pkg=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --label) label=$2; shift 2 ;;
+    --regex) regex=$2; shift 2 ;;
+    --exclude) exclude=$2; shift 2 ;;
+    --tcg-exclude) tcg_exclude=$2; shift 2 ;;
+    --name) name=$2; shift 2 ;;
+    --mem) mem_mib=$2; shift 2 ;;
+    --smp) smp=$2; shift 2 ;;
+    --hugepages) hugepages=$2; shift 2 ;;
+    --hugepagesz) hugepagesz=$2; shift 2 ;;
+    --timeout) vm_timeout=$2; shift 2 ;;
+    --ctest-timeout) ctest_timeout=$2; shift 2 ;;
+    --ctest-jobs) ctest_jobs=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run-vm.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -n $kernel_pkg && -n $build ]] || { echo "run-vm.sh: --kernel and --build are required" >&2; exit 2; }
+[[ -n $label || -n $regex ]] || label=integration
+build=$(cd "$build" && pwd -P)
+[[ $build != *[[:space:]]* ]] || { echo "run-vm.sh: the build path must not contain spaces" >&2; exit 2; }
+host_suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+suite=${suite:-$host_suite}
+name=${name:-$suite-$kernel_pkg-$arch}
+[[ -n $ctest_jobs ]] || ctest_jobs=$smp
+skip() { echo "SKIP: $name: $*"; exit 77; }
+stamp() { date +%s.%N; }
+took() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- what the host must have -------------------------------------------------
+case $arch in
+  amd64) qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86 console=ttyS0 ;;
+  arm64) qemu=qemu-system-aarch64 qemu_pkg=qemu-system-arm console=ttyAMA0 ;;
+  *) echo "run-vm.sh: unsupported --arch $arch (amd64, arm64)" >&2; exit 2 ;;
+esac
+host_arch=$(dpkg --print-architecture)
+command -v "$qemu" >/dev/null || skip "$qemu is not installed (apt-get install $qemu_pkg)"
+if [[ $accel_opt == auto ]]; then
+  if [[ $arch == "$host_arch" ]]; then accel_opt=kvm; else accel_opt=tcg; fi
+fi
+if [[ $accel_opt == kvm ]]; then
+  [[ -c /dev/kvm ]] || skip "no /dev/kvm: a native $arch guest needs KVM (enable virtualisation or nested KVM)"
+  { exec 9<>/dev/kvm; } 2>/dev/null || skip "/dev/kvm is not usable by $(id -un) (needs read-write access, group kvm)"
+  exec 9>&-
+  accel=(-accel kvm -cpu host)
+else
+  accel=(-accel tcg,thread=multi -cpu max)
+fi
+for tool in apt-get dpkg-deb depmod cpio mkfs.ext4 timeout; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed"
+done
+[[ $EUID -eq 0 ]] || skip "must run as root (the guest mounts the host root as root)"
+[[ -d $build/Testing || -f $build/CTestTestfile.cmake ]] || { echo "run-vm.sh: $build is not a ctest build tree" >&2; exit 2; }
+
+cache=${AIRS_VM_CACHE:-/var/cache/airs-vm}
+kdir=$cache/$suite-$kernel_pkg-$arch
+mkdir -p "$kdir"
+exec 8>"$kdir/.lock"
+flock 8  # one download/extract at a time per kernel; boots run in parallel
+
+# --- apt: the host's own for its suite and architectures, else private --------
+apt_private=()
+host_arches=" $host_arch $(dpkg --print-foreign-architectures | tr '\n' ' ') "
+if [[ $suite != "$host_suite" || $host_arches != *" $arch "* ]]; then
+  adir=$cache/apt-$suite-$arch
+  mkdir -p "$adir/lists/partial" "$adir/cache/archives/partial" "$adir/parts"
+  # The host's Debian sources with its suite name swapped (deb822 and
+  # one-line files alike); no host name is written anywhere but this cache.
+  {
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+      [[ -f $f ]] || continue
+      awk -v from="$host_suite" -v to="$suite" -v arch="$arch" '
+        $1 == "deb" { uri = ""; for (i = 2; i <= NF; ++i) if ($i !~ /^\[/ && $i !~ /\]$/ && $i !~ /=/) { uri = $i; s = $(i + 1); break }
+          if (uri ~ /debian/ && (s == from || index(s, from "-") == 1)) { sub("^" from, to, s); print "deb [arch=" arch "] " uri " " s " main" } }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+      [[ -f $f ]] || continue
+      awk -v from="$host_suite" -v to="$suite" -v arch="$arch" '
+        function flush() { if (uri ~ /debian/) { n = split(suites, s, " "); for (i = 1; i <= n; ++i)
+            if (s[i] == from || index(s[i], from "-") == 1) { x = s[i]; sub("^" from, to, x); print "deb [arch=" arch "] " uri " " x " main" } }
+          uri = ""; suites = "" }
+        /^[[:space:]]*$/ { flush(); next }
+        $1 == "URIs:" { uri = $2 } $1 == "Suites:" { $1 = ""; suites = $0 }
+        END { flush() }' "$f"
+    done
+  } | sort -u > "$adir/sources.list"
+  [[ -s $adir/sources.list ]] || { echo "run-vm.sh: found no Debian archive in the host's apt sources to derive $suite from" >&2; exit 1; }
+  apt_private=(-o Dir::Etc::SourceList="$adir/sources.list" -o Dir::Etc::SourceParts="$adir/parts"
+               -o Dir::State::Lists="$adir/lists" -o Dir::Cache="$adir/cache"
+               -o APT::Architecture="$arch" -o APT::Architectures="$arch" -o Dir::State::status=/dev/null
+               -o Debug::NoLocking=1)
+  # Lists older than a day are refreshed (a kernel update removes the old .deb).
+  if [[ -z $(find "$adir/lists" -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1) ]]; then
+    t=$(stamp)
+    apt-get "${apt_private[@]}" -qq update || { echo "run-vm.sh: apt-get update for $suite/$arch failed" >&2; exit 1; }
+    echo "vm-timing: $name apt lists for $suite/$arch $(took "$t") s"
+  fi
+fi
+apt_q() { apt-get "${apt_private[@]}" "$@"; }
+cache_q() { apt-cache "${apt_private[@]}" "$@"; }
+
+# Resolves a metapackage (linux-image-amd64) to the versioned image it pulls.
+resolve_image() {
+  local p=$1 dep
+  for _ in 1 2 3; do
+    dep=$(cache_q depends "$p:$arch" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+    [[ -n $dep ]] || break
+    p=${dep%%:*}
+  done
+  echo "$p"
+}
+
+download() {  # package -> path of its .deb in $kdir
+  local pkg=$1 deb
+  deb=$(find "$kdir" -maxdepth 1 -name "${pkg}_*_${arch}.deb" | head -1)
+  if [[ -z $deb ]]; then
+    (cd "$kdir" && apt_q download -qq "$pkg:$arch" 2>&1 | grep -v 'unsandboxed' >&2 || true)
+    deb=$(find "$kdir" -maxdepth 1 -name "${pkg}_*_${arch}.deb" | head -1)
+    [[ -n $deb ]] || { echo "run-vm.sh: could not download $pkg:$arch from $suite" >&2; exit 1; }
+  fi
+  echo "$deb"
+}
+
+# --- kernel and busybox ---------------------------------------------------------
+t=$(stamp)
+image_pkg=$(resolve_image "$kernel_pkg")
+kdeb=$(download "$image_pkg")
+bdeb=$(download busybox-static)
+echo "vm-timing: $name download $(took "$t") s ($(basename "$kdeb"))"
+kroot=$kdir/root
+if [[ ! -f $kroot/.done || $kroot/.done -ot $kdeb ]]; then
+  rm -rf "$kroot"; mkdir -p "$kroot"
+  dpkg-deb -x "$kdeb" "$kroot"
+  # Merged /usr (trixie): the modules are under usr/lib; depmod looks in lib.
+  [[ -e $kroot/lib ]] || ln -s usr/lib "$kroot/lib"
+  kver=$(ls "$kroot/lib/modules" | head -1)
+  depmod -b "$kroot" "$kver"
+  touch "$kroot/.done"
+fi
+kver=$(ls "$kroot/lib/modules" | head -1)
+vmlinuz=$(ls "$kroot"/boot/vmlinu[xz]-"$kver" | head -1)
+moddir=$kroot/lib/modules/$kver
+
+# --- initramfs (cached per kernel and busybox) ----------------------------------
+initrd=$kdir/initrd-$kver.cpio
+if [[ ! -f $initrd || $initrd -ot $0 || $initrd -ot $(dirname "$0")/guest-init.sh || $initrd -ot $bdeb ]]; then
+  t=$(stamp)
+  ir=$kdir/initrd.d; rm -rf "$ir"; mkdir -p "$ir"/{bin,dev,proc,sys,mnt,newroot,lower,scratch,modules}
+  bbx=$kdir/busybox.d; rm -rf "$bbx"; dpkg-deb -x "$bdeb" "$bbx"
+  bb=$bbx/bin/busybox; [[ -f $bb ]] || bb=$bbx/usr/bin/busybox  # merged /usr from trixie on
+  cp "$bb" "$ir/bin/busybox"
+  # The modules the init needs, with their dependencies first (modules.dep).
+  declare -A seen=()
+  order=()
+  add_mod() {
+    local m=$1 line path d
+    [[ -z ${seen[$m]:-} ]] || return 0
+    seen[$m]=1
+    line=$(grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$moddir/modules.dep" | head -1) || true
+    [[ -n $line ]] || return 0  # built in
+    path=${line%%:*}
+    for d in ${line#*:}; do add_mod "$(basename "${d%%.ko*}")"; done
+    order+=("$path")
+  }
+  for m in virtio_pci virtio_mmio virtio_blk 9pnet_virtio 9p ext4 overlay crc32c_generic crc32c-intel crc32c-arm64-ce; do
+    add_mod "$m"
+  done
+  : > "$ir/modules/load"
+  for p in "${order[@]}"; do
+    f=$(basename "$p")
+    case $f in
+      *.ko.xz) xz -dc "$moddir/$p" > "$ir/modules/${f%.xz}"; f=${f%.xz} ;;
+      *.ko.zst) zstd -qdc "$moddir/$p" > "$ir/modules/${f%.zst}"; f=${f%.zst} ;;
+      *.ko.gz) gzip -dc "$moddir/$p" > "$ir/modules/${f%.gz}"; f=${f%.gz} ;;
+      *) cp "$moddir/$p" "$ir/modules/$f" ;;
+    esac
+    echo "$f" >> "$ir/modules/load"
+  done
+  cp "$(dirname "$0")/guest-init.sh" "$ir/init"
+  chmod 755 "$ir/init" "$ir/bin/busybox"
+  (cd "$ir" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) > "$initrd.tmp"
+  mv "$initrd.tmp" "$initrd"
+  rm -rf "$ir" "$bbx"
+  echo "vm-timing: $name initramfs $(took "$t") s"
+fi
+flock -u 8
+
+# --- the job, the scratch disk, the boot ----------------------------------------
+results=$build/vm-results/$name
+rm -rf "$results"; mkdir -p "$results"
+write_job() {  # the ctest run for the accelerator in use ($accel_opt)
+  local selector=() ex=$exclude
+  if [[ $accel_opt == tcg* && -n $tcg_exclude ]]; then
+    ex=${ex:+$ex|}$tcg_exclude
+    echo "NOTE: $name: under TCG these tests are not run (timing races with a slowed guest): $tcg_exclude"
+  fi
+  [[ -z $label ]] || selector+=(-L "$label")
+  [[ -z $regex ]] || selector+=(-R "$regex")
+  [[ -z $ex ]] || selector+=(-E "$ex")
+  {
+    echo "#!/bin/sh"
+    echo "# Runs inside the guest, in the host's root (chroot), on kernel $kver."
+    echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb LANG=C.UTF-8"
+    echo "cd $build || exit 1"
+    printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q' "$build" "$ctest_timeout" "$ctest_jobs"
+    printf ' %q' "${selector[@]}"
+    echo " > $results/ctest.log 2>&1"
+    echo "echo \$? > $results/rc"
+  } > "$results/job.sh"
+  chmod 755 "$results/job.sh"
+}
+write_job
+
+# Huge pages: by default half the guest's memory in pages of the default
+# (or the given) huge page size; 2 MiB unless --hugepagesz says otherwise.
+if [[ -z $hugepages ]]; then
+  hp_kib=2048
+  [[ -z $hugepagesz ]] || hp_kib=$(( $(numfmt --from=iec "${hugepagesz^^}") / 1024 ))
+  hugepages=$(( mem_mib * 1024 / 2 / hp_kib ))
+fi
+scratch=$results/scratch.img
+truncate -s 16G "$scratch"
+mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$scratch"
+
+cmdline="console=$console panic=-1 oops=panic loglevel=4 psi=1 hugepages=$hugepages"
+[[ -z $hugepagesz ]] || cmdline="hugepagesz=$hugepagesz default_hugepagesz=$hugepagesz $cmdline"
+cmdline="$cmdline airs.job=$results/job.sh airs.results=$results airs.kver=$kver"
+case $arch in
+  amd64) machine=(-M q35) ;;
+  arm64) machine=(-M virt) ;;
+esac
+echo "==> $name: booting $kver ($(basename "$vmlinuz")), ${mem_mib} MiB, $smp CPUs, $hugepages huge pages, $accel_opt; $(grep "^ctest" "$results/job.sh")"
+boot() {  # accel args... ; runs qemu under timeout, in the background
+  timeout -k 10 "$vm_timeout" "$qemu" "${machine[@]}" "$@" -m "$mem_mib" -smp "$smp" \
+    -nographic -no-reboot -nodefaults -serial "file:$results/console.log" -monitor none \
+    -kernel "$vmlinuz" -initrd "$initrd" -append "$cmdline" -nic none \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs local,path="$moddir",mount_tag=modules,security_model=none,readonly=on \
+    -virtfs local,path="$results",mount_tag=results,security_model=none \
+    -drive file="$scratch",if=none,id=scratch,format=raw,cache=unsafe,discard=unmap \
+    -device virtio-blk-pci,drive=scratch \
+    </dev/null > "$results/qemu.log" 2>&1 &
+  qpid=$!
+}
+t=$(stamp)
+set +e
+boot "${accel[@]}"
+# Nested KVM can hang in the kernel's first 64-bit code (seen on a
+# Firecracker host: no console output, one vCPU spinning). With --accel
+# auto, a KVM guest that has not reached its init in 60 s is stopped and
+# the boot is redone under TCG (slower, same kernel), loudly.
+if [[ $accel_opt == kvm && ${AIRS_VM_ACCEL:-auto} == auto && $accel_forced == no ]]; then
+  for _ in $(seq 60); do
+    [[ -f $results/booted ]] || ! kill -0 "$qpid" 2>/dev/null && break
+    sleep 1
+  done
+  if [[ ! -f $results/booted ]] && kill -0 "$qpid" 2>/dev/null; then
+    echo "WARNING: $name: the KVM guest did not reach its init in 60 s (nested KVM hang?); booting again under TCG"
+    kill "$qpid"; wait "$qpid"
+    rm -f "$results/console.log"
+    accel=(-accel tcg,thread=multi -cpu max); accel_opt=tcg-fallback
+    write_job
+    boot "${accel[@]}"
+  fi
+fi
+wait "$qpid"
+qrc=$?
+set -e
+rm -f "$scratch"
+total=$(took "$t")
+if [[ -f $results/ctest.log ]]; then cat "$results/ctest.log"; fi
+[[ ! -f $results/timing ]] || while read -r k v; do echo "vm-timing: $name $k $v s"; done < "$results/timing"
+echo "vm-timing: $name boot+tests+poweroff $total s"
+if [[ ! -s $results/rc ]]; then
+  if ((qrc == 124 || qrc == 137)); then echo "FAIL: $name: the VM did not finish within ${vm_timeout} s"; fi
+  echo "FAIL: $name: no result from the guest (qemu exit $qrc); last console lines ($results/console.log):"
+  tail -40 "$results/console.log" 2>/dev/null || true
+  cat "$results/qemu.log" 2>/dev/null || true
+  exit 1
+fi
+rc=$(cat "$results/rc")
+echo "==> $name: ctest exit $rc (kernel $kver, accel $accel_opt; console log $results/console.log)"
+exit "$rc"
