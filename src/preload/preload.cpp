@@ -139,7 +139,15 @@ class InsideGuard {
   bool prev_;
 };
 
-constexpr uintptr_t kSmallPage = 4096;
+// The kernel's base page (4 KiB on x86-64, 16 KiB on the Pi 5's kernel_2712):
+// mmap/munmap lengths round up to it.
+uintptr_t base_page() {
+  static const uintptr_t page = [] {
+    const long v = ::sysconf(_SC_PAGESIZE);
+    return v > 0 ? static_cast<uintptr_t>(v) : uintptr_t{4096};
+  }();
+  return page;
+}
 constexpr size_t kMaxModels = 16;
 constexpr size_t kMaxFragments = 32;
 
@@ -249,7 +257,7 @@ void* try_attach(void* addr, size_t len, int prot, int flags, int fd, off_t off)
       if (a.model != nullptr) continue;
       a.model = m;
       a.base = reinterpret_cast<uintptr_t>(data);
-      a.span = (len + kSmallPage - 1) & ~(kSmallPage - 1);
+      a.span = (len + base_page() - 1) & ~(base_page() - 1);
       a.live[0] = Range{a.base, a.base + a.span};
       a.n_live = 1;
       g_n_models.fetch_add(1);
@@ -347,7 +355,7 @@ AIRS_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, of
 AIRS_EXPORT int munmap(void* addr, size_t len) noexcept {
   if (t_inside || g_n_models.load() == 0) return call_real_munmap(addr, len);
   const auto b = reinterpret_cast<uintptr_t>(addr);
-  const uintptr_t e = b + ((len + kSmallPage - 1) & ~(kSmallPage - 1));
+  const uintptr_t e = b + ((len + base_page() - 1) & ~(base_page() - 1));
   airs_model* to_close = nullptr;
   uintptr_t ours_b = 0;
   uintptr_t ours_e = 0;
