@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.hpp"
@@ -10,6 +12,8 @@
 
 namespace airs::daemon {
 namespace {
+constexpr std::ptrdiff_t kMaxPendingPerCaller = 4;
+constexpr size_t kMaxPending = 256;
 // Takes ownership of a dup of a received fd (sdbus::UnixFd closes its own).
 sys::UniqueFd take(const sdbus::UnixFd& fd) { return sys::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3)); }
 
@@ -80,7 +84,15 @@ void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict opt
     auto r = open_for(c, gguf_fd.get(), false, !wait);
     if (r) return result.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
     if (r.error().code != EAGAIN) return result.returnError(bus_error(r.error()));
-    // Not resident yet: answer once it is (the proof fd is checked again then).
+    // Not resident yet: answer once it is (the proof fd is checked again
+    // then). Each waiting Open holds a dup of its proof fd: bounded per
+    // connection and per model, so waiting cannot exhaust the daemon's fds.
+    const auto mine = std::count_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.caller == c.name; });
+    if (mine >= kMaxPendingPerCaller || pending_.size() >= kMaxPending)
+      return result.returnError(sdbus::Error(
+          dbus::kErrQuotaExceeded, fmt::format("Open on model '{}': {} Opens of this client already wait for it to be "
+                                               "resident (at most {} per client, {} in all)",
+                                               entry().name, mine, kMaxPendingPerCaller, kMaxPending)));
     pending_.push_back(Pending{std::move(result), c.name, take(gguf_fd)});
   } catch (const sdbus::Error& e) {
     result.returnError(e);
@@ -102,6 +114,10 @@ void ModelObject::complete_pending() {
       p.reply.returnError(bus_error(r.error()));
     }
   }
+}
+
+void ModelObject::forget_caller(const std::string& caller) {
+  std::erase_if(pending_, [&](const Pending& p) { return p.caller == caller; });
 }
 
 void ModelObject::fail_pending(const std::string& why) {

@@ -27,6 +27,8 @@ class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Mode
   void complete_pending();
   // The model is gone: every waiting Open gets NotFound with `why`.
   void fail_pending(const std::string& why);
+  // `caller` left the bus: its waiting Opens (and their proof fds) go.
+  void forget_caller(const std::string& caller);
 
  private:
   struct Pending {

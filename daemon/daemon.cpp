@@ -546,6 +546,7 @@ void Daemon::on_name_owner_changed(sdbus::Message& sig) {
     }
   }
   if (models_) models_->drop_caller(name);
+  for (auto& [id, obj] : model_objects_) obj->forget_caller(name);
   if (auto it = fds_by_caller_.find(name); it != fds_by_caller_.end()) {
     auto& used = fds_by_uid_[it->second.first];
     used -= std::min(used, it->second.second);
