@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 
 #include <csignal>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -38,6 +39,9 @@ Daemon::~Daemon() {
   // The pager may still finish reads while it drains: nothing above it may
   // hear about them any more.
   if (pager_) pager_->set_state_listener({});
+  // Clients outlive us: their mappings keep the pages they map (a clean
+  // exit must not hand a resident client zeros; a restart can re-adopt).
+  if (pool_) pool_->leave_regions_in_place();
   // Bus objects first: they refer to the state below.
   session_objects_.clear();
   retired_sessions_.clear();
@@ -426,7 +430,7 @@ std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict>
   auto* m = models_->find_by_path(model_path);
   if (m == nullptr) dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + model_path + " is loaded");
   check_fd_quota(caller, 3);
-  auto r = kv_->create(*m, caller, *prio);
+  auto r = kv_->create(*m, caller, *prio, is_admin(caller));
   if (!r) {
     fds_returned(caller, 3);
     dbus::throw_error(r.error());
@@ -453,15 +457,23 @@ uint32_t Daemon::fds_held_by_uid(uid_t uid) {
   if (models_) models_->add_inodes(ours);
   if (kv_) kv_->add_inodes(ours, notices);
   uint32_t total = 0;
+  std::set<pid_t> counted;  // a process with two connections holds its fds once
   for (auto& [name, c] : fds_by_caller_) {
     if (c.first != uid) continue;
     const dbus::Caller* who = ids_.find(name);
+    if (who != nullptr && counted.contains(who->pid)) {
+      c.second = 0;
+      continue;
+    }
     auto n = who != nullptr ? sys::count_fds_referring_to(who->pid, ours) : Result<uint32_t>(make_error(ESRCH, "gone"));
     // A held notice page counts twice: itself and its session's eventfd.
     auto k = who != nullptr ? sys::count_fds_referring_to(who->pid, notices) : Result<uint32_t>(make_error(ESRCH, "gone"));
     // Unreadable (another uid under a sandbox without CAP_SYS_PTRACE):
     // keep counting what was handed out.
-    if (n && k) c.second = *n + 2 * *k;
+    if (n && k) {
+      c.second = *n + 2 * *k;
+      counted.insert(who->pid);
+    }
     total += c.second;
   }
   return total;

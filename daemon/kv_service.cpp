@@ -54,7 +54,8 @@ void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) 
   std::memcpy(a.map.bytes() + a.geo.block_offset(dst), a.map.bytes() + a.geo.block_offset(src), a.geo.block_bytes);
 }
 
-Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority) {
+Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority,
+                                         bool admin) {
   if (!model.meta.geometry)
     return make_error(EINVAL, "model '{}' has no llama-like KV geometry (block_count, head counts) in its metadata",
                       model.name);
@@ -106,6 +107,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   s->model = model.id;
   s->model_name = model.name;
   s->priority = priority;
+  s->admin = admin;
   s->arena = *aid;
   auto fail = [&](const Error& e) {
     (void)alloc_.close(*sid, Clock::now());
@@ -171,8 +173,10 @@ void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
 Status KvService::make_room(KvSession& s, uint64_t bytes) {
   // Across arenas and models, by the same rule as inside the arena.
   if (!make_room_) return make_error(ENOMEM, "no room maker");
-  return make_room_(policy::Request::for_kv_allocation(s.priority, s.id, bytes),
-                    fmt::format("KV allocation of session {}", s.path));
+  auto req = policy::Request::for_kv_allocation(s.priority, s.id, bytes);
+  // A user's KV may not push out models other users loaded; an admin's may.
+  req.include_models = s.admin;
+  return make_room_(req, fmt::format("KV allocation of session {}", s.path));
 }
 
 Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {

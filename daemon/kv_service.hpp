@@ -36,6 +36,7 @@ struct KvSession {
   uint64_t model = 0;
   std::string model_name;
   policy::Priority priority = policy::Priority::Background;
+  bool admin = false;  // an admin's allocations may push out idle models; others' only KV
   kv::ArenaId arena = 0;
   sys::SealedMemfd notice_page;  // we write, the client reads (read-only fd)
   client::NoticeWriter notices;
@@ -61,7 +62,8 @@ class KvService final : public kv::ChunkOps {
   KvService(pool::Pool& pool, Models& models, const config::KvConfig& cfg, EvictedFn on_evicted);
   ~KvService() override;
 
-  Result<CreatedSession> create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority);
+  Result<CreatedSession> create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority,
+                                bool admin = false);
   // The caller's session at `path`; AccessDenied for another connection's.
   Result<KvSession*> get(const std::string& path, const dbus::Caller& caller);
 

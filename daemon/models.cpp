@@ -126,7 +126,9 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   for (auto& [mid, m] : models_)
     if (m->name == e->name) e->name = e->name.substr(0, kMaxNameBytes - 12) + "-" + std::to_string(e->id);
   e->object_path = std::string(dbus::kModelPathPrefix) + std::to_string(e->id);
-  e->pinned = pinned_.contains(e->name);
+  // Pins are the admin's: only a load by an admin (or models.preload) takes
+  // a configured pinned name's pin, so nobody can squat it.
+  e->pinned = req.exempt && pinned_.contains(e->name);
   e->last_used = Clock::now();
 
   if (pool_.counts().free_bytes() < region && hooks_.make_room)
@@ -225,8 +227,8 @@ Status Models::unload(ModelEntry& m, bool force, bool in_use, const std::string&
     if (in_use) return make_error(EBUSY, "model '{}' has open KV sessions (use force to unload anyway)", m.name);
   }
   if (hooks_.dropped) hooks_.dropped(m, force, reason);
-  for (auto& [caller, keys] : m.clients)
-    for (auto key : keys) pager_.detach(m.pager_id, key);
+  // The pager revokes the region and wakes every client still attached
+  // (their blocked faults then end in SIGBUS), then detaches them.
   const uint64_t id = m.id;
   const std::string name = m.name;
   const uint32_t refs = m.refcount();

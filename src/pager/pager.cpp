@@ -663,14 +663,19 @@ Status Pager::unload(ModelId id) {
   if (m == nullptr) return make_error(ENOENT, "unload: no model {}", id);
   m->draining = true;
   drain(*m);
-  std::vector<ClientKey> keys;
-  for (auto& [key, c] : m->clients) keys.push_back(key);
-  for (ClientKey k : keys) drop_client(id, k, "model unloaded");
   // Tell readers first (libairs waits see it), then revoke every mapping:
   // after the truncation an access is SIGBUS, and no page can come back.
   m->status.reset(client::ModelLoadState::Unloaded);
   publish(*m);
   Status revoked = sys::truncate_to_zero(m->region->fd(), "model '" + m->name + "' region");
+  // Threads blocked in a fault of a lazy client (waiting for a unit that
+  // will never be read now) retry once woken: past the new end, SIGBUS.
+  std::vector<ClientKey> keys;
+  for (auto& [key, c] : m->clients) {
+    (void)sys::uffd_wake(c->uffd.get(), c->addr, c->len);
+    keys.push_back(key);
+  }
+  for (ClientKey k : keys) drop_client(id, k, "model unloaded");
   models_.erase(id);  // the region's destructor returns the pages
   pump();
   return revoked;

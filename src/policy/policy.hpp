@@ -22,7 +22,9 @@
 //     the levels P outranks (interactive: background, system and idle
 //     interactive; system: background; background: none — background
 //     sessions never evict each other), never its own session, then idle
-//     models. The same rule holds inside an arena and across arenas.
+//     models (the daemon allows that last step for admins' sessions only: a
+//     user's KV never pushes out models other users loaded). The same rule
+//     holds inside an arena and across arenas.
 //   - A model load takes cached prefix blocks, then idle models; never the
 //     KV of a live session (a session is a user at work; a load is not more
 //     important than it). Non-admin loads are bounded by the caller's quota

@@ -50,7 +50,9 @@ Region::~Region() {
   // Punch before closing: clients may still map the file, and only the
   // punch frees pages other mappers hold. Then the reserve takes them back.
   const bool model = kind_ == PageKind::Model;
-  const uint64_t charged = model ? (map_.valid() ? pages_ : 0) : charged_;
+  // At exit (leave_regions_in_place) nothing is punched: clients keep
+  // their mappings' bytes; the pool's own counts no longer matter.
+  const uint64_t charged = pool_->leave_in_place_ ? 0 : model ? (map_.valid() ? pages_ : 0) : charged_;
   if (charged > 0) (void)pool_->backend_->release(fd_.get(), 0, size_, name_);
   map_.reset();
   pool_->backend_->forget_file(fd_.get());

@@ -132,6 +132,10 @@ class Pool {
   // holds: given back when the pool is destroyed, and only those (a
   // boot-time reservation is not the daemon's to drop).
   [[nodiscard]] uint64_t raised_pages() const { return raised_; }
+  // The daemon is exiting: regions destroyed from now on keep their pages,
+  // so every client mapping stays valid (byte for byte what it was) until
+  // the client unmaps; the kernel frees the pages then. Never zeros.
+  void leave_regions_in_place() { leave_in_place_ = true; }
 
  private:
   friend class Region;
@@ -155,6 +159,7 @@ class Pool {
   PoolCounts counts_;
   std::unordered_set<Region*> regions_;
   uint64_t raised_ = 0;
+  bool leave_in_place_ = false;
 };
 
 }  // namespace airs::pool

@@ -112,6 +112,8 @@ Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page
   if (!fd)
     return make_error(errno, "memfd_create(MFD_HUGETLB, {}) for {}: {} (kernel without hugetlbfs, or no pages of that size)",
                       format_bytes(page_size), name, std::strerror(errno));
+  // 0777 by default: a read-only fd could be reopened writable through /proc.
+  if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "fchmod 0600 of {}: {}", name, std::strerror(errno));
   return fd;
 }
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +52,8 @@ uint64_t eventfd_drain(int efd) {
 Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return make_error(errno, "memfd_create({}): {}", name, std::strerror(errno));
+  // 0777 by default; the seals keep it read-only for others anyway.
+  if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "memfd {}: fchmod 0600: {}", name, std::strerror(errno));
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
     return make_error(errno, "memfd {}: ftruncate {}: {}", name, size, std::strerror(errno));
   return fd;

@@ -12,6 +12,9 @@ namespace airs::sys {
 Result<UniqueFd> create_shmem_file(const std::string& name) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
   if (!fd) return make_error(errno, "memfd_create for {}: {}", name, std::strerror(errno));
+  // memfd inodes are created 0777: anyone handed an O_RDONLY fd could reopen
+  // it writable through /proc/self/fd. Only the daemon may write.
+  if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "fchmod 0600 of {}: {}", name, std::strerror(errno));
   return fd;
 }
 

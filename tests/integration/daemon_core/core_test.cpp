@@ -127,7 +127,7 @@ TEST_F(Core, AKvAllocationEvictsAnIdleModelButNeverAPinnedOne) {
   settle();
   const uint64_t idle_id = idle->id;
   ModelEntry* pinned = models_->find_by_name("pinned");
-  auto s = kv_->create(*pinned, caller(0, ":1.1"), policy::Priority::Interactive);
+  auto s = kv_->create(*pinned, caller(0, ":1.1"), policy::Priority::Interactive, true);
   ASSERT_TRUE(s) << s.error().message;
   // More blocks than the free pool holds: the idle model goes, the pinned stays.
   auto info = kv_->allocator().arena_geometry(s->session->arena);

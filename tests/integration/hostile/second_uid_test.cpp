@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -235,6 +237,82 @@ TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
+TEST_F(Hostile2, WaitingOpensAreBoundedPerClient) {
+  // Paced so the model stays loading while the Opens wait.
+  if (!start(64, "[models]\nwarmup_rate = \"4M\"\n")) return;
+  auto m = model("m.gguf", "slow", 24 * kMiB);
+  const std::string obj = load(m);
+  auto r = as_user(kNobody, [&] {
+    // One connection (one client), six Opens in flight at once.
+    auto c = connect();
+    c->enterEventLoopAsync();
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> got;
+    for (int i = 0; i < 6; ++i) {
+      p->callMethodAsync("Open").onInterface(kModelIf).withTimeout(60s)
+          .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+          .uponReplyInvoke([&](const sdbus::Error* e, sdbus::UnixFd, uint64_t, sdbus::UnixFd, Dict) {
+            std::lock_guard lk(mu);
+            got.push_back(e == nullptr ? std::string("ok") : e->getName());
+            cv.notify_all();
+          });
+    }
+    {
+      std::unique_lock lk(mu);
+      cv.wait_for(lk, 60s, [&] { return got.size() == 6; });
+    }
+    c->leaveEventLoop();
+    int ok = 0, quota = 0;
+    for (auto& g : got) {
+      ok += g == "ok";
+      quota += g == "org.aios.Airs1.Error.QuotaExceeded";
+    }
+    return std::to_string(ok) + " ok, " + std::to_string(quota) + " quota";
+  });
+  EXPECT_EQ(r, "4 ok, 2 quota");
+}
+
+// The region fd a user gets cannot be turned writable: not by reopening it
+// through /proc (memfds are created 0777; the daemon makes them 0600).
+class ReadOnlyRegion : public Hostile2, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ReadOnlyRegion, CannotBeReopenedWritable) {
+  if (!start(64, "[models]\nmode = \"" + GetParam() + "\"\n")) return;
+  auto m = model("m.gguf", "ro", 16 * kMiB);
+  const std::string obj = load(m);
+  auto r = as_user(kNobody, [&] {
+    auto c = connect();
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    Dict info;
+    Dict opts;
+    if (GetParam() == "cooperative") opts["wait"] = sdbus::Variant(false);
+    p->callMethod("Open").onInterface(kModelIf).withTimeout(60s)
+        .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), opts)
+        .storeResultsTo(region, size, status, info);
+    std::string out;
+    for (const auto* fd : {&region, &status}) {
+      const std::string path = "/proc/self/fd/" + std::to_string(fd->get());
+      const int w = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      out += w >= 0 ? "REOPENED-WRITABLE " : "refused ";
+      if (w >= 0) ::close(w);
+    }
+    return out;
+  });
+  EXPECT_EQ(r, "refused refused ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReadOnlyRegion, ::testing::Values("full", "small-pages", "cooperative"),
+                         [](const auto& i) {
+                           std::string n = i.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 // ---- 3. quotas and loads that cannot fit ----
 
 TEST_F(Hostile2, AFloodOfModelsStopsAtTheQuotaAndEvictsNobodyElses) {
@@ -364,6 +442,26 @@ TEST_P(ForcedUnload, EveryHolderGetsSigbusNeverZeros) {
   // The pool has every page back, and the daemon serves on.
   auto st = dbus_->status();
   EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), 0u) << st["pool"].dump();
+}
+
+// A clean daemon exit (SIGTERM: an upgrade, a restart) is not an unload:
+// every holder keeps its mapping, byte for byte, until it unmaps.
+TEST_P(ForcedUnload, ACleanDaemonExitLeavesEveryHolderItsBytes) {
+  const std::string kind = GetParam();
+  const std::string mode = kind == "plain" ? "full" : kind;
+  if (!start(64, "[models]\nmode = \"" + mode + "\"\n")) return;
+  auto m = model("m.gguf", "kept", 16 * kMiB);
+  std::vector<std::string> args = {"--order", "seq", "--hold", "--recheck"};
+  if (kind == "plain") args.insert(args.end(), {"--uid", std::to_string(kNobody)});
+  Child c(client(m, args));
+  ASSERT_TRUE(c.expect_line("opened", 30s)) << c.transcript();
+  ASSERT_TRUE(c.expect_line("holding", 30s)) << c.transcript();
+  EXPECT_EQ(daemon_->stop(), 0) << daemon_->log();
+  c.send("go");
+  EXPECT_TRUE(c.expect_line("reverified", 30s)) << "a holder lost its bytes when the daemon exited\n" << c.transcript();
+  EXPECT_EQ(c.transcript().find("mismatch"), std::string::npos) << c.transcript();
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+  daemon_.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Holders, ForcedUnload, ::testing::Values("full", "small-pages", "cooperative", "plain"),
