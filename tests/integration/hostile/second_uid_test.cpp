@@ -83,6 +83,14 @@ std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
   return out;
 }
 
+// "small-pages" → "small_pages": a mode as a gtest parameter name.
+std::string mode_name(const ::testing::TestParamInfo<std::string>& i) {
+  std::string n = i.param;
+  for (auto& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
 class Hostile2 : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -306,12 +314,7 @@ TEST_P(ReadOnlyRegion, CannotBeReopenedWritable) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReadOnlyRegion, ::testing::Values("full", "small-pages", "cooperative"),
-                         [](const auto& i) {
-                           std::string n = i.param;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         mode_name);
 
 // ---- 3. quotas and loads that cannot fit ----
 
@@ -465,12 +468,7 @@ TEST_P(ForcedUnload, ACleanDaemonExitLeavesEveryHolderItsBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Holders, ForcedUnload, ::testing::Values("full", "small-pages", "cooperative", "plain"),
-                         [](const auto& i) {
-                           std::string n = i.param;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         mode_name);
 
 // ---- 5. fds, options and names ----
 
