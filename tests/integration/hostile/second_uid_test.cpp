@@ -83,6 +83,32 @@ std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
   return out;
 }
 
+// Model.Open of `obj` on connection `c`, proving access with an fd of
+// `proof` (opened here, read-only). Throws sdbus::Error.
+struct Opened {
+  sdbus::UnixFd region, status;
+  uint64_t size = 0;
+  Dict info;
+};
+Opened open_model(sdbus::IConnection& c, const std::string& obj, const std::string& proof, const Dict& opts = {}) {
+  auto p = sdbus::createProxy(c, "org.aios.Airs1", obj);
+  Opened o;
+  p->callMethod("Open").onInterface(kModelIf).withTimeout(60s)
+      .withArguments(sdbus::UnixFd(::open(proof.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), opts)
+      .storeResultsTo(o.region, o.size, o.status, o.info);
+  return o;
+}
+
+// Manager.LoadModel of `path` on connection `c`. Throws sdbus::Error.
+std::string load_model(sdbus::IConnection& c, const std::string& path) {
+  auto mgr = sdbus::createProxy(c, "org.aios.Airs1", "/org/aios/Airs1");
+  sdbus::ObjectPath obj;
+  mgr->callMethod("LoadModel").onInterface(kManagerIf)
+      .withArguments(sdbus::UnixFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+      .storeResultsTo(obj);
+  return obj;
+}
+
 // "small-pages" → "small_pages": a mode as a gtest parameter name.
 std::string mode_name(const ::testing::TestParamInfo<std::string>& i) {
   std::string n = i.param;
@@ -166,14 +192,7 @@ TEST_F(Hostile2, AnotherUidCannotOpenAModelItCannotRead) {
   EXPECT_EQ(as_user(kNobody, [&] { return std::to_string(::open(secret.path.c_str(), O_RDONLY)); }), "-1");
   // Open with an fd of a file it can read: not the model's file.
   auto r = as_user(kNobody, [&] {
-    auto c = connect();
-    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
-    sdbus::UnixFd region, status;
-    uint64_t size = 0;
-    Dict info;
-    p->callMethod("Open").onInterface(kModelIf)
-        .withArguments(sdbus::UnixFd(::open(mine.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-        .storeResultsTo(region, size, status, info);
+    (void)open_model(*connect(), obj, mine.path);
     return std::string("opened");
   });
   EXPECT_EQ(r.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << r;
@@ -291,18 +310,11 @@ TEST_P(ReadOnlyRegion, CannotBeReopenedWritable) {
   auto m = model("m.gguf", "ro", 16 * kMiB);
   const std::string obj = load(m);
   auto r = as_user(kNobody, [&] {
-    auto c = connect();
-    auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
-    sdbus::UnixFd region, status;
-    uint64_t size = 0;
-    Dict info;
     Dict opts;
     if (GetParam() == "cooperative") opts["wait"] = sdbus::Variant(false);
-    p->callMethod("Open").onInterface(kModelIf).withTimeout(60s)
-        .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), opts)
-        .storeResultsTo(region, size, status, info);
+    auto o = open_model(*connect(), obj, m.path, opts);
     std::string out;
-    for (const auto* fd : {&region, &status}) {
+    for (const auto* fd : {&o.region, &o.status}) {
       const std::string path = "/proc/self/fd/" + std::to_string(fd->get());
       const int w = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
       out += w >= 0 ? "REOPENED-WRITABLE " : "refused ";
@@ -331,14 +343,10 @@ TEST_F(Hostile2, AFloodOfModelsStopsAtTheQuotaAndEvictsNobodyElses) {
   }
   auto r = as_user(kNobody, [&] {
     auto c = connect();
-    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
     std::string out;
     for (const auto& f : files) {
       try {
-        sdbus::ObjectPath path;
-        mgr->callMethod("LoadModel").onInterface(kManagerIf)
-            .withArguments(sdbus::UnixFd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-            .storeResultsTo(path);
+        (void)load_model(*c, f.path);
         out += "ok ";
       } catch (const sdbus::Error& e) {
         out += e.getName() + " ";
@@ -365,12 +373,7 @@ TEST_F(Hostile2, PoolShareBoundsWhatAnotherUidCanPushOut) {
   auto big = model("big.gguf", "big", 40 * kMiB, 0644, 4);
   ASSERT_GT(big.size(), 64 * kMiB - round_up_pages(roots.size())) << "the test model fits without an eviction";
   auto r = as_user(kNobody, [&] {
-    auto c = connect();
-    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
-    sdbus::ObjectPath path;
-    mgr->callMethod("LoadModel").onInterface(kManagerIf)
-        .withArguments(sdbus::UnixFd(::open(big.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-        .storeResultsTo(path);
+    (void)load_model(*connect(), big.path);
     return std::string("loaded");
   });
   EXPECT_EQ(r.rfind("org.aios.Airs1.Error.QuotaExceeded", 0), 0u) << r << "\n" << daemon_->log();
@@ -389,12 +392,7 @@ TEST_F(Hostile2, AnImpossibleLoadFailsBeforeEvictingAnything) {
   ASSERT_GT(huge.size(), 56 * kMiB);
   for (uid_t who : {uid_t{0}, kNobody}) {
     auto r = as_user(who, [&] {
-      auto c = connect();
-      auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
-      sdbus::ObjectPath path;
-      mgr->callMethod("LoadModel").onInterface(kManagerIf)
-          .withArguments(sdbus::UnixFd(::open(huge.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-          .storeResultsTo(path);
+      (void)load_model(*connect(), huge.path);
       return std::string("loaded");
     });
     EXPECT_EQ(r.rfind(who == 0 ? "org.aios.Airs1.Error.PoolExhausted" : "org.aios.Airs1.Error.QuotaExceeded", 0), 0u)
@@ -484,16 +482,11 @@ TEST_F(Hostile2, OpenReleaseCyclesHitTheFdQuotaWhileTheFdsAreKept) {
     std::vector<sdbus::UnixFd> kept;
     std::string out;
     for (int i = 0; i < 6; ++i) {
-      sdbus::UnixFd region, status;
-      uint64_t size = 0;
-      Dict info;
       try {
-        p->callMethod("Open").onInterface(kModelIf)
-            .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-            .storeResultsTo(region, size, status, info);
+        auto o = open_model(*c, obj, m.path);
         p->callMethod("Release").onInterface(kModelIf);
-        kept.push_back(region);  // a dup each: the client keeps what it was given
-        kept.push_back(status);
+        kept.push_back(o.region);  // a dup each: the client keeps what it was given
+        kept.push_back(o.status);
         out += "ok ";
       } catch (const sdbus::Error& e) {
         out += e.getName() + " ";
@@ -502,12 +495,7 @@ TEST_F(Hostile2, OpenReleaseCyclesHitTheFdQuotaWhileTheFdsAreKept) {
     // Closing them gives the quota back.
     kept.clear();
     try {
-      sdbus::UnixFd region, status;
-      uint64_t size = 0;
-      Dict info;
-      p->callMethod("Open").onInterface(kModelIf)
-          .withArguments(sdbus::UnixFd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
-          .storeResultsTo(region, size, status, info);
+      (void)open_model(*c, obj, m.path);
       out += "reopened";
     } catch (const sdbus::Error& e) {
       out += "after-close " + e.getName();
