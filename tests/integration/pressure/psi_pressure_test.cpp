@@ -86,14 +86,19 @@ TEST(PsiPressure, TriggersFireUnderMemcgPressureAndDecay) {
   ASSERT_TRUE(stress);
   const auto t0 = Clock::now();
   ASSERT_TRUE(stress->start().ok());
-  // Fires within the window (2 s) of the stall starting; the limit leaves
-  // room for a loaded machine and the printout shows the real latency.
-  ASSERT_TRUE(r.run_until([&] { return (*m)->level() != Level::None; }, 6s))
-      << "no PSI event within 6 s of memcg pressure in " << stress->cgroup();
+  // A trigger fires at most once per window. Kernels without "psi: Fix avg
+  // trigger being fired unexpectedly" (this 6.18 among them) may spend the
+  // first window's event on the first stall, below the threshold; the
+  // monitor drops that one (spurious_events), so the real event can come a
+  // window later: within three windows of the stall starting. The printout
+  // shows the real latency.
+  ASSERT_TRUE(r.run_until([&] { return (*m)->level() != Level::None; }, 8s))
+      << "no PSI event within 8 s of memcg pressure in " << stress->cgroup();
   const auto fired = r.changes.front().second;
   std::printf("PSI trigger (%s) fired %lld ms after the stressor started (window 2000 ms)\n", to_string(r.changes.front().first),
               static_cast<long long>(ms_between(t0, fired)));
-  EXPECT_LE(ms_between(t0, fired), 4000) << "slower than two windows";
+  EXPECT_LE(ms_between(t0, fired), 6000) << "slower than three windows (spurious first events dropped: "
+                                          << (*m)->status().spurious_events << ")";
   // A level above None says only that one trigger's event was processed,
   // usually the "full" one: the kernel wakes the two trigger fds one after
   // the other, the loop can return from epoll_wait between the two
