@@ -124,7 +124,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   }
   if (e->name.empty()) e->name = "model-" + std::to_string(e->id);
   for (auto& [mid, m] : models_)
-    if (m->name == e->name) e->name = e->name.substr(0, kMaxNameBytes - 12) + "-" + std::to_string(e->id);
+    if (m->name == e->name) e->name = printable_name(e->name, kMaxNameBytes - 12) + "-" + std::to_string(e->id);
   e->object_path = std::string(dbus::kModelPathPrefix) + std::to_string(e->id);
   // Pins are the admin's: only a load by an admin (or models.preload) takes
   // a configured pinned name's pin, so nobody can squat it.
