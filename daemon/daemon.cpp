@@ -1,8 +1,10 @@
 #include "daemon/daemon.hpp"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <set>
@@ -12,6 +14,7 @@
 #include "daemon/bus_manager.hpp"
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
+#include "daemon/content_hasher.hpp"
 #include "daemon/evictor.hpp"
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
@@ -189,6 +192,16 @@ Status Daemon::init() {
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
+    if (!cfg_.daemon.state_dir.empty()) {
+      if (::mkdir(cfg_.daemon.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
+        return make_error(errno, "daemon.state_dir {}: {}", cfg_.daemon.state_dir, std::strerror(errno));
+      models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
+    }
+    auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
+      on_content_id(model_id, std::move(id));
+    });
+    if (!hasher) return std::move(hasher).error();
+    hasher_ = std::move(hasher).value();
     kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
                                       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
                                              const std::string& reason) {
@@ -276,6 +289,13 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   if (m == nullptr) return;  // still being loaded (the listener runs inside Pager::load for tiny files)
   auto it = model_objects_.find(m->id);
   if (state == client::ModelLoadState::Resident) {
+    if (!m->content_id && !hasher_->pending(m->id)) {
+      // The filled region holds the file's bytes: hash them there.
+      if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))
+        hasher_->submit(m->id, std::move(fd), m->file.size);
+      else
+        spdlog::warn("model '{}': no content id: dup of its region: {}", m->name, std::strerror(errno));
+    }
     if (auto st = models_->stats(*m))
       spdlog::info("model '{}' fully resident: {} read at {:.0f} MB/s{}", m->name, format_bytes(st->bytes_read),
                    st->read_mb_per_s, st->direct_io ? " (O_DIRECT)" : "");
@@ -292,7 +312,19 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   }
 }
 
+void Daemon::on_content_id(uint64_t model_id, Result<gguf::ContentId> id) {
+  ModelEntry* m = models_->find(model_id);
+  if (m == nullptr) return;
+  if (!id) {
+    spdlog::warn("model '{}': content id not found: {}", m->name, id.error().message);
+    return;
+  }
+  spdlog::info("model '{}': content id {}", m->name, id->hex());
+  models_->content_id_found(*m, *id);
+}
+
 void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason) {
+  if (hasher_) hasher_->cancel(m.id);
   for (auto& path : kv_->close_model(m.id, "model '" + m.name + "' unloaded: " + reason)) {
     if (auto it = session_objects_.find(path); it != session_objects_.end()) {
       retired_sessions_.push_back(std::move(it->second));
@@ -359,6 +391,7 @@ dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
   d["sessions"] = sdbus::Variant(kv_->sessions_on(m.id));
   d["preloaded"] = sdbus::Variant(std::find(preloaded_.begin(), preloaded_.end(), m.name) != preloaded_.end());
   d["state"] = sdbus::Variant(model_state(m));
+  d["content_id"] = sdbus::Variant(m.content_id ? m.content_id->hex() : std::string());
   d["refcount"] = sdbus::Variant(m.refcount());
   uint32_t clients = 0;
   for (auto& [k, v] : m.clients) clients += static_cast<uint32_t>(v.size());

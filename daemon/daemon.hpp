@@ -29,6 +29,7 @@ class SessionObject;
 class KvService;
 class PressureLoop;
 class Evictor;
+class ContentHasher;
 struct KvSession;
 
 struct Options {
@@ -129,6 +130,8 @@ class Daemon {
   std::map<uint64_t, std::unique_ptr<ModelObject>> model_objects_;
   std::unique_ptr<KvService> kv_;
   std::unique_ptr<Evictor> evictor_;
+  std::unique_ptr<ContentHasher> hasher_;
+  void on_content_id(uint64_t model_id, Result<gguf::ContentId> id);
   std::unique_ptr<PressureLoop> pressure_;
   std::map<std::string, std::unique_ptr<SessionObject>> session_objects_;
   std::vector<std::unique_ptr<SessionObject>> retired_sessions_;

@@ -46,12 +46,14 @@ int main(int argc, char** argv) {
   std::string dropin_dir;
   std::string bus;
   std::string log_level;
+  std::string state_dir;
   bool check_config = false;
   app.add_option("-c,--config", config_path, "Configuration file")->capture_default_str();
   app.add_option("--config-dir", dropin_dir, "Drop-in directory (default: <config>.d)");
   app.add_option("--bus", bus, "D-Bus to serve on: system, session, or an address (overrides daemon.bus)");
   app.add_option("--log-level", log_level, "trace, debug, info, warning, error (overrides daemon.log_level)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "error"}));
+  app.add_option("--state-dir", state_dir, "Directory for what outlives the daemon (overrides daemon.state_dir)");
   app.add_flag("--check-config", check_config, "Validate the configuration, print the effective one, and exit");
   app.set_version_flag("--version", std::string("airs-memd ") + AIRS_VERSION);
   // Exit status (airs-memd(8)): 0 stopped cleanly or --check-config,
@@ -73,6 +75,13 @@ int main(int argc, char** argv) {
   if (!cfg) {
     std::fprintf(stderr, "airs-memd: configuration: %s\n", cfg.error().message.c_str());
     return 2;
+  }
+  if (app.count("--state-dir") > 0) {
+    cfg->daemon.state_dir = state_dir;
+    if (auto st = airs::config::validate(*cfg); !st) {
+      std::fprintf(stderr, "airs-memd: --state-dir: %s\n", st.error().message.c_str());
+      return 2;
+    }
   }
   // The host-dependent checks (NUMA nodes, pool size against MemTotal,
   // preload files) run for --check-config and at start alike.

@@ -111,6 +111,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   auto e = std::make_unique<ModelEntry>();
   e->id = next_id_++;
   e->file = *id;
+  if (::fstat(req.gguf_fd, &e->file_stat) == 0) e->content_id = content_ids_.lookup(e->file_stat);
   e->region_bytes = region;
   e->meta = std::move(parsed).value();
   e->owner_uid = req.uid;
@@ -148,6 +149,12 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   auto* raw = e.get();
   models_.emplace(e->id, std::move(e));
   return raw;
+}
+
+void Models::content_id_found(ModelEntry& m, const gguf::ContentId& id) {
+  m.content_id = id;
+  if (auto st = content_ids_.store(m.file_stat, id); !st)
+    spdlog::warn("model '{}': content id {} not remembered: {}", m.name, id.hex(), st.error().message);
 }
 
 Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait) {

@@ -15,6 +15,7 @@
 // thread only.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -28,6 +29,7 @@
 
 #include "config/config.hpp"
 #include "dbus/identity.hpp"
+#include "gguf/content_id.hpp"
 #include "gguf/gguf.hpp"
 #include "pager/pager.hpp"
 #include "pool/pool.hpp"
@@ -45,6 +47,11 @@ struct ModelEntry {
   std::string name;  // valid (util/text.hpp is_valid_name): safe to print
   std::string object_path;
   sys::FileId file;  // the GGUF's identity
+  struct stat file_stat {};  // as loaded: the content-id cache's key
+  // The model by content (gguf/content_id.hpp): from the cache when the file
+  // is unchanged since it was hashed, else found once the region is filled
+  // (Daemon's ContentHasher). Unset until then.
+  std::optional<gguf::ContentId> content_id;
   uint64_t region_bytes = 0;
   gguf::File meta;   // tensors, geometry (for KV and `airsctl read`)
   uid_t owner_uid = 0;       // charged to this uid (the first loader)
@@ -96,6 +103,12 @@ class Models {
   // and clients wait per layer on the status page.
   Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks);
 
+  // Where content ids are remembered (default: nowhere, every load misses).
+  void set_content_ids(gguf::ContentIdCache cache) { content_ids_ = std::move(cache); }
+  // `m`'s file hashed to `id` (it was unchanged since its load): kept in the
+  // entry and the cache.
+  void content_id_found(ModelEntry& m, const gguf::ContentId& id);
+
   // Returns the model already loaded from the same file, or parses the GGUF
   // and reserves a new region. For a caller that is not exempt, the uid's
   // quota (models.max_models_per_uid, max_pool_bytes_per_uid) is checked
@@ -141,6 +154,7 @@ class Models {
   uint32_t max_models_per_uid_;
   config::PoolShare max_pool_share_;
   Hooks hooks_;
+  gguf::ContentIdCache content_ids_{""};
   std::map<uint64_t, std::unique_ptr<ModelEntry>> models_;
   uint64_t next_id_ = 1;
   uint64_t next_client_ = 1;

@@ -316,6 +316,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_duration("metrics_interval", c.daemon.metrics_interval));
     AIRS_TRY(s.get("admin_group", c.daemon.admin_group));
     AIRS_TRY(s.get("trusted_group", c.daemon.trusted_group));
+    AIRS_TRY(s.get("state_dir", c.daemon.state_dir));
     AIRS_TRY(s.finish());
   }
   {
@@ -407,6 +408,9 @@ Status validate(const Config& c) {
                         std::pair{"daemon.trusted_group", &c.daemon.trusted_group}})
     if (!plausible_group(*g))
       return make_error(EINVAL, "{} = '{}' is not a group name (empty = root only)", key, *g);
+  if (!c.daemon.state_dir.empty() && c.daemon.state_dir.front() != '/')
+    return make_error(EINVAL, "daemon.state_dir: '{}' is not an absolute path (empty = keep nothing)",
+                      c.daemon.state_dir);
   if (c.pool.profile == ProfileChoice::Custom && !c.pool.size)
     return make_error(EINVAL, "pool.profile = \"custom\" needs pool.size");
   if (c.pool.size && *c.pool.size == 0 && c.pool.profile != ProfileChoice::Gb2)
@@ -574,9 +578,9 @@ std::string to_toml(const Config& c) {
   std::string out;
   out += fmt::format(
       "[daemon]\nbus = \"{}\"\nlog_level = \"{}\"\nmetrics_file = \"{}\"\nmetrics_interval = {}\nadmin_group = \"{}\"\n"
-      "trusted_group = \"{}\"\n\n",
+      "trusted_group = \"{}\"\nstate_dir = {}\n\n",
       c.daemon.bus, c.daemon.log_level, c.daemon.metrics_file, us(c.daemon.metrics_interval), c.daemon.admin_group,
-      c.daemon.trusted_group);
+      c.daemon.trusted_group, quote(c.daemon.state_dir));
   std::string nodes = "[";
   for (size_t i = 0; i < c.pool.numa_nodes.size(); ++i) nodes += fmt::format("{}{}", i ? ", " : "", c.pool.numa_nodes[i]);
   nodes += "]";

@@ -130,6 +130,9 @@ DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& 
   std::ofstream(dir_ + "/airs-memd.conf") << config_toml;
   std::vector<std::string> argv = {airs_memd_path(), "--config", dir_ + "/airs-memd.conf", "--bus", bus_address,
                                    "--log-level", "debug"};
+  // Each daemon keeps its state in its own directory unless the test chose
+  // one (a restart that must find the state again names it).
+  if (config_toml.find("state_dir") == std::string::npos) argv.insert(argv.end(), {"--state-dir", dir_ + "/state"});
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = ::fork();
   if (pid_ == 0) {

@@ -260,6 +260,7 @@ TEST(Config, MachineCheckNamesAMissingPreloadFile) {
 TEST(Config, NewKeysParseWithDefaults) {
   config::Config d;
   EXPECT_EQ(d.daemon.trusted_group, "airs");
+  EXPECT_EQ(d.daemon.state_dir, "/var/lib/airs");
   EXPECT_EQ(d.models.max_models_per_uid, 8u);
   EXPECT_EQ(d.models.max_pool_bytes_per_uid, (config::PoolShare{0, 50}));
   EXPECT_EQ(d.models.keep_alive, 0s);
@@ -267,6 +268,7 @@ TEST(Config, NewKeysParseWithDefaults) {
   auto c = config::parse(R"(
 [daemon]
 trusted_group = ""
+state_dir = ""
 [models]
 max_models_per_uid = 0
 max_pool_bytes_per_uid = "1G"
@@ -276,6 +278,7 @@ preload = ["/srv/models/phi-2.gguf"]
                          "x.conf");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->daemon.trusted_group, "");
+  EXPECT_EQ(c->daemon.state_dir, "");
   EXPECT_EQ(c->models.max_models_per_uid, 0u);
   EXPECT_EQ(c->models.max_pool_bytes_per_uid, (config::PoolShare{kGiB, 0}));
   EXPECT_EQ(c->models.keep_alive, 600s);
@@ -322,6 +325,7 @@ TEST(Config, NewKeysRejectBadValues) {
            {"[models]\npreload = [\"\"]\n", "models.preload: '' is not an absolute path"},
            {"[models]\npreload = [\"/a.gguf\", \"/a.gguf\"]\n", "models.preload: '/a.gguf' is listed twice"},
            {"[daemon]\ntrusted_group = \"my group\"\n", "daemon.trusted_group = 'my group' is not a group name"},
+           {"[daemon]\nstate_dir = \"var/lib/airs\"\n", "daemon.state_dir: 'var/lib/airs' is not an absolute path"},
        }) {
     auto c = config::parse(text, "x.conf");
     ASSERT_TRUE(c) << c.error().message;
