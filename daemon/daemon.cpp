@@ -16,6 +16,7 @@
 #include "daemon/bus_session.hpp"
 #include "daemon/content_hasher.hpp"
 #include "daemon/evictor.hpp"
+#include "daemon/kept_models.hpp"
 #include "daemon/kv_service.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pressure_loop.hpp"
@@ -158,8 +159,17 @@ Status Daemon::init() {
       if (!b) return std::move(b).error();
       backend = std::move(b).value();
     }
+    // Regions an earlier daemon filled, handed back by the service manager:
+    // their pages are in use, so the reserve is made without them.
+    if (!cfg_.daemon.state_dir.empty())
+      if (auto st = sys::make_dir(cfg_.daemon.state_dir, 0700); !st)
+        return make_error(st.error().code, "daemon.state_dir: {}", st.error().message);
+    kept_ = std::make_unique<KeptModels>(cfg_.daemon.state_dir);
+    auto kept = kept_->collect();
+    uint64_t kept_bytes = 0;
+    for (const auto& k : kept) kept_bytes += k.region_bytes;
     pool::PoolOptions po;
-    po.size_bytes = pool_target_;
+    po.size_bytes = pool_target_ > kept_bytes ? pool_target_ - kept_bytes : backend->page_size();
     po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
     po.allow_partial = true;
     auto pool = pool::Pool::create(std::move(backend), po);
@@ -192,11 +202,8 @@ Status Daemon::init() {
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
-    if (!cfg_.daemon.state_dir.empty()) {
-      if (::mkdir(cfg_.daemon.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
-        return make_error(errno, "daemon.state_dir {}: {}", cfg_.daemon.state_dir, std::strerror(errno));
+    if (!cfg_.daemon.state_dir.empty())
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
-    }
     auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
       on_content_id(model_id, std::move(id));
     });
@@ -223,6 +230,7 @@ Status Daemon::init() {
     auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
     if (!pl) return std::move(pl).error();
     pressure_ = std::move(pl).value();
+    adopt_kept(std::move(kept));
     // --- end pressure loop ---
     spdlog::info("pool: {} in {} pages of {} ({}), pinned: hugetlb pages are never swapped or reclaimed",
                  format_bytes(pool_->counts().total_bytes()), pool_->counts().total_pages(), format_bytes(page_size_),
@@ -251,7 +259,13 @@ Status Daemon::init() {
   }
 
   AIRS_TRY(connect_bus());
-  if (models_) preload_models();
+  if (models_) {
+    // Models adopted from the previous daemon get their bus objects now.
+    for (auto* m : models_->all())
+      if (!model_objects_.contains(m->id))
+        model_objects_.emplace(m->id, std::make_unique<ModelObject>(*bus_, *this, m->id, m->object_path));
+    preload_models();
+  }
   return {};
 }
 
@@ -289,6 +303,7 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   if (m == nullptr) return;  // still being loaded (the listener runs inside Pager::load for tiny files)
   auto it = model_objects_.find(m->id);
   if (state == client::ModelLoadState::Resident) {
+    if (m->content_id) kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
     if (!m->content_id && !hasher_->pending(m->id)) {
       // The filled region holds the file's bytes: hash them there.
       if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))
@@ -312,6 +327,30 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   }
 }
 
+void Daemon::adopt_kept(std::vector<KeptModel> kept) {
+  for (auto& k : kept) {
+    auto region = pool_->adopt_model_region(k.name, std::move(k.region));
+    if (!region) {
+      kept_->drop(k.key, region.error().message);
+      continue;
+    }
+    AdoptRequest req;
+    req.load.gguf_fd = k.gguf.get();
+    req.load.name = k.name;
+    req.load.uid = k.owner_uid;
+    req.load.exempt = k.owner_exempt;
+    req.region = std::move(region).value();
+    req.content_id = k.content_id;
+    auto m = models_->adopt(std::move(req));
+    if (!m) {
+      kept_->drop(k.key, m.error().message);
+      continue;
+    }
+    (*m)->kept_as = k.key;
+    if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
+  }
+}
+
 void Daemon::on_content_id(uint64_t model_id, Result<gguf::ContentId> id) {
   ModelEntry* m = models_->find(model_id);
   if (m == nullptr) return;
@@ -321,10 +360,12 @@ void Daemon::on_content_id(uint64_t model_id, Result<gguf::ContentId> id) {
   }
   spdlog::info("model '{}': content id {}", m->name, id->hex());
   models_->content_id_found(*m, *id);
+  kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
 }
 
 void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason) {
   if (hasher_) hasher_->cancel(m.id);
+  if (kept_) kept_->forget(m);
   for (auto& path : kv_->close_model(m.id, "model '" + m.name + "' unloaded: " + reason)) {
     if (auto it = session_objects_.find(path); it != session_objects_.end()) {
       retired_sessions_.push_back(std::move(it->second));
@@ -391,6 +432,7 @@ dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
   d["sessions"] = sdbus::Variant(kv_->sessions_on(m.id));
   d["preloaded"] = sdbus::Variant(std::find(preloaded_.begin(), preloaded_.end(), m.name) != preloaded_.end());
   d["state"] = sdbus::Variant(model_state(m));
+  d["adopted"] = sdbus::Variant(m.adopted);
   d["content_id"] = sdbus::Variant(m.content_id ? m.content_id->hex() : std::string());
   d["refcount"] = sdbus::Variant(m.refcount());
   uint32_t clients = 0;

@@ -30,6 +30,7 @@ class KvService;
 class PressureLoop;
 class Evictor;
 class ContentHasher;
+class KeptModels;
 struct KvSession;
 
 struct Options {
@@ -131,6 +132,8 @@ class Daemon {
   std::unique_ptr<KvService> kv_;
   std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<ContentHasher> hasher_;
+  std::unique_ptr<KeptModels> kept_;
+  void adopt_kept(std::vector<struct KeptModel> kept);
   void on_content_id(uint64_t model_id, Result<gguf::ContentId> id);
   std::unique_ptr<PressureLoop> pressure_;
   std::map<std::string, std::unique_ptr<SessionObject>> session_objects_;

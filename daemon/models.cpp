@@ -108,12 +108,36 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   auto parsed = gguf::parse(*src);
   if (!parsed) return make_error(parsed.error().code, "LoadModel: {}", parsed.error().message);
 
+  auto e = new_entry(*id, req.gguf_fd, std::move(parsed).value(), req);
+  e->content_id = content_ids_.lookup(e->file_stat);
+
+  if (pool_.counts().free_bytes() < region && hooks_.make_room)
+    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), "load of model '" + e->name + "'"));
+
+  pager::ModelSpec spec;
+  spec.name = e->name;
+  spec.gguf = std::move(dup).value();
+  spec.file_size = id->size;
+  spec.extents = extents_of(e->meta);
+  auto pid = pager_.load(std::move(spec));
+  if (!pid) return std::move(pid).error();
+  e->pager_id = *pid;
+  spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}", e->name, req.uid,
+               format_bytes(id->size), e->meta.tensors.size(), e->meta.n_layers, e->object_path,
+               e->pinned ? ", pinned" : "");
+  auto* raw = e.get();
+  models_.emplace(e->id, std::move(e));
+  return raw;
+}
+
+std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta,
+                                              const LoadRequest& req) {
   auto e = std::make_unique<ModelEntry>();
   e->id = next_id_++;
-  e->file = *id;
-  if (::fstat(req.gguf_fd, &e->file_stat) == 0) e->content_id = content_ids_.lookup(e->file_stat);
-  e->region_bytes = region;
-  e->meta = std::move(parsed).value();
+  e->file = file;
+  if (auto st = sys::stat_of(gguf_fd, "gguf_fd")) e->file_stat = *st;
+  e->region_bytes = round_up(file.size, pool_.page_size()).value_or(UINT64_MAX);
+  e->meta = std::move(meta);
   e->owner_uid = req.uid;
   e->owner_exempt = req.exempt;
   e->name = req.name;
@@ -131,21 +155,33 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   // a configured pinned name's pin, so nobody can squat it.
   e->pinned = req.exempt && pinned_.contains(e->name);
   e->last_used = Clock::now();
+  return e;
+}
 
-  if (pool_.counts().free_bytes() < region && hooks_.make_room)
-    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), "load of model '" + e->name + "'"));
-
+Result<ModelEntry*> Models::adopt(AdoptRequest req) {
+  auto id = sys::readable_file_identity(req.load.gguf_fd, "kept model's file");
+  if (!id) return std::move(id).error();
+  auto parse_fd = dup_fd(req.load.gguf_fd);
+  if (!parse_fd) return std::move(parse_fd).error();
+  auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the kept model's GGUF");
+  if (!src) return std::move(src).error();
+  auto parsed = gguf::parse(*src);
+  if (!parsed) return std::move(parsed).error();
+  auto dup = dup_fd(req.load.gguf_fd);
+  if (!dup) return std::move(dup).error();
+  auto e = new_entry(*id, req.load.gguf_fd, std::move(parsed).value(), req.load);
+  e->content_id = req.content_id;
   pager::ModelSpec spec;
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
-  auto pid = pager_.load(std::move(spec));
+  auto pid = pager_.adopt(std::move(spec), std::move(req.region));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
-  spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}", e->name, req.uid,
-               format_bytes(id->size), e->meta.tensors.size(), e->meta.n_layers, e->object_path,
-               e->pinned ? ", pinned" : "");
+  e->adopted = true;
+  spdlog::info("model '{}' (uid {}) adopted from the previous daemon: {} resident, nothing read, as {}{}", e->name,
+               e->owner_uid, format_bytes(id->size), e->object_path, e->pinned ? ", pinned" : "");
   auto* raw = e.get();
   models_.emplace(e->id, std::move(e));
   return raw;

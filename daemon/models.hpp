@@ -48,6 +48,7 @@ struct ModelEntry {
   std::string object_path;
   sys::FileId file;  // the GGUF's identity
   struct stat file_stat {};  // as loaded: the content-id cache's key
+  std::string kept_as;       // its name in the service manager's fd store, once kept (kept_models.hpp)
   // The model by content (gguf/content_id.hpp): from the cache when the file
   // is unchanged since it was hashed, else found once the region is filled
   // (Daemon's ContentHasher). Unset until then.
@@ -60,6 +61,7 @@ struct ModelEntry {
   std::map<std::string, std::vector<pager::ClientKey>> clients;  // bus unique name → attached mappings
   Clock::time_point last_used{};
   bool pinned = false;
+  bool adopted = false;  // its filled region came from the previous daemon (nothing was read)
   [[nodiscard]] uint32_t refcount() const {
     uint32_t n = 0;
     for (auto& [k, v] : refs) n += v;
@@ -80,6 +82,14 @@ struct LoadRequest {
   std::string name;         // requested name (valid) or empty: general.name
   uid_t uid = 0;
   bool exempt = false;      // admin or the daemon: no per-uid quota
+};
+
+// A filled region kept across a restart (the service manager's fd store),
+// checked by the caller: same file (stat identity) and same content.
+struct AdoptRequest {
+  LoadRequest load;  // gguf_fd: the file reopened by its path; the name and owner as before
+  std::unique_ptr<pool::Region> region;
+  gguf::ContentId content_id;
 };
 
 struct Charge {
@@ -116,6 +126,9 @@ class Models {
   // malformed file, EDQUOT quota, ENOMEM/ENOSPC the pool cannot hold it
   // (nothing was evicted for it then).
   Result<ModelEntry*> load(const LoadRequest& req);
+  // The model of a kept region, Resident at once (nothing is read). Errors:
+  // the file's (EINVAL, EBADMSG...) or the pager's.
+  Result<ModelEntry*> adopt(AdoptRequest req);
 
   // Takes a reference for `caller` after checking `proof_fd` is the model's
   // file opened for reading. `lazy`: a writable region fd for a userfaultfd
@@ -148,6 +161,7 @@ class Models {
 
  private:
   Status check_quota(const LoadRequest& req, uint64_t region_bytes) const;
+  std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta, const LoadRequest& req);
   pool::Pool& pool_;
   pager::Pager& pager_;
   std::set<std::string> pinned_;

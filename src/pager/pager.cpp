@@ -143,26 +143,44 @@ Pager::Model* Pager::find(ModelId id) const {
   return it == models_.end() ? nullptr : it->second.get();
 }
 
-Result<ModelId> Pager::load(ModelSpec spec) {
+namespace {
+
+Status check_spec(const ModelSpec& spec, uint64_t unit) {
   if (spec.file_size == 0) return make_error(EINVAL, "model '{}': empty file", spec.name);
   if (!spec.gguf) return make_error(EBADF, "model '{}': no file descriptor", spec.name);
   for (const Extent& e : spec.extents)
     if (e.offset > spec.file_size || e.length > spec.file_size - e.offset)
       return make_error(EINVAL, "model '{}': extent [{}, +{}) lies past the end of the {}-byte file", spec.name,
                         e.offset, e.length, spec.file_size);
-  const uint64_t unit = pool_.page_size();
-  const uint64_t units = pool::pages_for(spec.file_size, unit);
-  if (units > UINT32_MAX) return make_error(EFBIG, "model '{}': too large", spec.name);
+  if (pool::pages_for(spec.file_size, unit) > UINT32_MAX) return make_error(EFBIG, "model '{}': too large", spec.name);
+  return {};
+}
 
+}  // namespace
+
+Result<ModelId> Pager::load(ModelSpec spec) {
+  AIRS_TRY(check_spec(spec, pool_.page_size()));
   auto region = pool_.create_model_region(spec.name, spec.file_size);
   if (!region) return std::move(region).error();
+  return install(std::move(spec), std::move(region).value(), false);
+}
 
+Result<ModelId> Pager::adopt(ModelSpec spec, std::unique_ptr<pool::Region> region) {
+  AIRS_TRY(check_spec(spec, pool_.page_size()));
+  if (!region || region->size() < spec.file_size)
+    return make_error(EINVAL, "model '{}': the kept region does not hold the file", spec.name);
+  return install(std::move(spec), std::move(region), true);
+}
+
+Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled) {
+  const uint64_t unit = pool_.page_size();
+  const uint64_t units = pool::pages_for(spec.file_size, unit);
   const ModelId id = next_id_++;
   auto m = std::make_unique<Model>(id, spec.name, FillPlan(rank_units(spec.extents, spec.file_size, unit),
                                                            opts_.prefetch_window));
   m->file_size = spec.file_size;
   m->unit = unit;
-  m->region = std::move(region).value();
+  m->region = std::move(region);
   // O_DIRECT where the file system allows: reads go straight into the huge
   // pages without polluting the page cache with a second copy.
   if (opts_.direct_io != DirectIo::Off) {
@@ -191,10 +209,29 @@ Result<ModelId> Pager::load(ModelSpec spec) {
                  static_cast<uint32_t>(entries.size()));
   Model& ref = *m;
   models_.emplace(id, std::move(m));
+  if (filled) {
+    // Every byte is there already (an earlier daemon filled it): ready as
+    // it is, nothing is read.
+    ref.fill_start = Clock::now();
+    for (uint32_t u = 0; u < units; ++u) {
+      ref.plan.set_state(u, UnitState::Ready);
+      ref.status.set_ready(u, ref.plan.rank_index(u));
+    }
+    publish(ref);
+    check_resident(ref);
+    spdlog::info("model '{}': {} in {} units of {}, adopted filled", ref.name, format_bytes(ref.file_size), units,
+                 format_bytes(unit));
+    return id;
+  }
   start_fill(ref);
   spdlog::info("model '{}': {} in {} units of {}, {} reads", ref.name, format_bytes(ref.file_size), units,
                format_bytes(unit), ref.gguf_direct ? "O_DIRECT" : "buffered");
   return id;
+}
+
+int Pager::gguf_fd(ModelId id) const {
+  auto* m = find(id);
+  return m != nullptr ? m->gguf.get() : -1;
 }
 
 int Pager::region_fd(ModelId id) const {

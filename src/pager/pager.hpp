@@ -122,12 +122,19 @@ class Pager {
   // nothing behind), creates the status page and starts the warm-up.
   // Errors: EINVAL for an empty file or extents past it, pool errors.
   [[nodiscard]] Result<ModelId> load(ModelSpec spec);
+  // A region that already holds every byte of the file (an earlier daemon
+  // filled it; the caller checked its content): the model is Resident at
+  // once and nothing is read. Errors: EINVAL for a region smaller than the
+  // file, status page errors.
+  [[nodiscard]] Result<ModelId> adopt(ModelSpec spec, std::unique_ptr<pool::Region> region);
 
   // The region file (O_RDWR: lazy clients need a writable fd to register)
   // and the status page (O_RDONLY). Owned by the pager; dup to hand out.
   // -1 for unknown models.
   [[nodiscard]] int region_fd(ModelId id) const;
   [[nodiscard]] int status_fd(ModelId id) const;
+  // The model's GGUF (the fd its spec gave; read-only). -1 for unknown models.
+  [[nodiscard]] int gguf_fd(ModelId id) const;
   [[nodiscard]] uint64_t region_size(ModelId id) const;
 
   // A client mapped [addr, addr+length) of the region PROT_READ MAP_SHARED,
@@ -188,6 +195,7 @@ class Pager {
   void start_fill(Model& m);
   void publish(Model& m);
   void check_resident(Model& m);
+  Result<ModelId> install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled);
 
   sys::EventLoop& loop_;
   pool::Pool& pool_;

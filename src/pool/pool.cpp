@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "sys/files.hpp"
 #include "util/units.hpp"
 
 namespace airs::pool {
@@ -206,6 +207,31 @@ Result<std::unique_ptr<Region>> Pool::create_model_region(const std::string& nam
   if (!fd) return std::move(fd).error();
   auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Model));
   AIRS_TRY(reserve_region(*r));
+  return r;
+}
+
+Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name, sys::UniqueFd fd) {
+  const uint64_t ps = counts_.page_size;
+  auto sr = sys::stat_of(fd.get(), "model '" + name + "': the kept region");
+  if (!sr) return std::move(sr).error();
+  const struct stat& st = *sr;
+  const auto size = static_cast<uint64_t>(st.st_size);
+  // A hugetlbfs file's block is its huge page; a memfd's is the base page.
+  const auto blk = static_cast<uint64_t>(st.st_blksize);
+  const bool same_kind = backend_->hands_over_per_unit() ? blk < ps : blk == ps;
+  if (!S_ISREG(st.st_mode) || size == 0 || size % ps != 0 || !same_kind)
+    return make_error(EINVAL, "model '{}': the kept region is not a file of whole {} pages ({} bytes, block size {})",
+                      name, format_bytes(ps), size, static_cast<uint64_t>(st.st_blksize));
+  const uint64_t pages = size / ps;
+  auto m = backend_->map_region(fd.get(), size, "model '" + name + "'");
+  if (!m) return std::move(m).error();
+  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd), size, pages, PageKind::Model));
+  r->map_ = std::move(m).value();
+  if (backend_->hands_over_per_unit()) {
+    r->claimed_.assign(pages, true);
+    r->claimed_count_ = pages;
+  }
+  counts_.model_pages += pages;
   return r;
 }
 

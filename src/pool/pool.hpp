@@ -103,6 +103,13 @@ class Pool {
   // PTEs go; their next access faults again) and returns its pages to the
   // reserve. No-op if not reserved.
   [[nodiscard]] Status release_region(Region& r);
+  // A model region that outlived an earlier daemon (the service manager's
+  // fd store kept `fd`): its pages are already allocated and filled, so
+  // they join the pool as model pages (the pool's total grows by them; its
+  // reserve was sized without them) and are handed over whole. Errors:
+  // EINVAL when `fd` is not a file of this backend's page size, ENOMEM if
+  // the kernel would not map it.
+  [[nodiscard]] Result<std::unique_ptr<Region>> adopt_model_region(const std::string& name, sys::UniqueFd fd);
   // Re-reserve a released model region (same errors as create_model_region).
   [[nodiscard]] Status reserve_region(Region& r);
   // Before page `page` of a reserved model region is first written: on a

@@ -34,6 +34,42 @@ Status truncate_to_zero(int fd, const std::string& what) {
   return {};
 }
 
+Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd) return make_error(errno, "{}: {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      ::unlink(tmp.c_str());
+      return make_error(e, "{}: {}", tmp, std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return make_error(e, "{}: {}", path, std::strerror(e));
+  }
+  return {};
+}
+
+Status make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) == 0) return {};
+  struct stat st {};
+  if (errno == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return {};
+  return make_error(errno == 0 ? EEXIST : errno, "{}: {}", path, std::strerror(errno == 0 ? EEXIST : errno));
+}
+
+Result<struct stat> stat_of(int fd, const std::string& what) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "{}: fstat: {}", what, std::strerror(errno));
+  return st;
+}
+
 Result<std::pair<dev_t, ino_t>> inode_of(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(errno, "fstat fd {}: {}", fd, std::strerror(errno));

@@ -4,11 +4,13 @@
 // process still holds of ours.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "util/result.hpp"
@@ -32,6 +34,16 @@ struct FileId {
 // ftruncate(fd, 0): every mapping of the file in every process gets SIGBUS
 // on its next access (hugetlbfs and shmem alike), and the pages are freed.
 [[nodiscard]] Status truncate_to_zero(int fd, const std::string& what);
+
+// Replaces `path` with `data` atomically: a temporary file beside it
+// (mode `mode`, O_NOFOLLOW), written, fsynced and renamed over it. A reader
+// sees the old contents or the new, never a part.
+[[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode);
+// mkdir `path` with `mode` unless it exists (as a directory).
+[[nodiscard]] Status make_dir(const std::string& path, mode_t mode);
+
+// fstat(fd), naming `what` in the error.
+[[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 // The (device, inode) of `fd` for an InodeSet.
