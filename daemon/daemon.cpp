@@ -270,11 +270,15 @@ Status Daemon::init() {
 }
 
 void Daemon::write_metrics() {
-  std::vector<std::pair<std::string, pager::ModelStats>> ms;
+  MetricsSnapshot snap;
+  if (pool_) snap.pool = pool_->counts();
+  if (auto m = sys::read_meminfo(); m && m->count("MemAvailable")) snap.mem_available = m->at("MemAvailable");
   if (models_)
     for (auto* m : models_->all())
-      if (auto st = models_->stats(*m)) ms.emplace_back(m->name, std::move(*st));
-  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(status(), ms)); !r) {
+      if (auto st = models_->stats(*m)) snap.models.push_back({m->name, m->file.size, m->refcount(), std::move(*st)});
+  if (kv_) snap.kv = kv_->totals();
+  if (pressure_) snap.pressure = pressure_->metrics();
+  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(snap)); !r) {
     // Once per failure streak would be nicer; a warning per interval is
     // still readable and says exactly what to fix.
     spdlog::warn("{}", r.error().message);

@@ -97,6 +97,7 @@ class KvService final : public kv::ChunkOps {
   Result<uint64_t> execute(const policy::Action& a);  // bytes freed
 
   [[nodiscard]] dbus::Dict stats() const;
+  [[nodiscard]] kv::KvStats totals() const { return alloc_.total_stats(); }
   [[nodiscard]] std::vector<dbus::Dict> list() const;
   [[nodiscard]] const KvSession* find_id(kv::SessionId id) const;
   // The allocator's view of the session at `path` (for bus properties).

@@ -467,6 +467,20 @@ dbus::Dict PressureLoop::to_dict(const EvictionReport& r) {
 
 // ---- status -----------------------------------------------------------------
 
+PressureLoop::Metrics PressureLoop::metrics() {
+  monitor_->refresh();
+  const auto& st = monitor_->status();
+  Metrics m;
+  m.level = governor_.level();
+  if (st.psi) {
+    m.some_avg10 = st.psi->some.avg10;
+    m.full_avg10 = st.psi->full.avg10;
+  }
+  m.evictions = counters_.evictions;
+  m.evicted_bytes = counters_.evicted_bytes;
+  return m;
+}
+
 dbus::Dict PressureLoop::status() {
   monitor_->refresh();
   const auto now = Clock::now();

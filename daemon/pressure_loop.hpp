@@ -98,6 +98,15 @@ class PressureLoop {
   // The "pressure" dict of status (refreshes PSI averages at most once per
   // trigger window).
   [[nodiscard]] dbus::Dict status();
+  // What the metrics export, typed.
+  struct Metrics {
+    policy::Level level = policy::Level::None;
+    double some_avg10 = 0;
+    double full_avg10 = 0;
+    uint64_t evictions = 0;
+    uint64_t evicted_bytes = 0;
+  };
+  [[nodiscard]] Metrics metrics();
   [[nodiscard]] policy::Level level() const { return governor_.level(); }
   // The seed's security floor: giving pages back never shrinks the pool below
   // `bytes` (the pinned primary model's footprint), so it can always be

@@ -114,17 +114,27 @@ Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend,
                       opts.grow_nr_hugepages ? " even after raising nr_hugepages (memory fragmented?)" : "",
                       backend->advice(pages));
   }
-  auto fd = backend->create_file("airs-pool-reserve", have_pages * ps);
-  if (!fd) {
-    undo_raise();
-    return std::move(fd).error();
-  }
   // The pre-touch: allocates and zeroes every page now, so first use later
-  // is not slow and the pages are ours.
-  if (auto st = backend->populate(fd->get(), 0, have_pages * ps, "pool reserve"); !st) {
+  // is not slow and the pages are ours. Another process may take free pages
+  // between the count above and this (another daemon starting): a partial
+  // start then tries again with what is free now, a few times.
+  Result<sys::UniqueFd> fd = make_error(ENOMEM, "pool: no attempt");
+  for (int attempt = 0;; ++attempt) {
+    fd = backend->create_file("airs-pool-reserve", have_pages * ps);
+    if (!fd) {
+      undo_raise();
+      return std::move(fd).error();
+    }
+    auto st = backend->populate(fd->get(), 0, have_pages * ps, "pool reserve");
+    if (st) break;
     fd->reset();  // frees whatever fallocate had allocated
+    auto now = backend->kernel_available_pages();
+    if (opts.allow_partial && attempt < 3 && now && *now > 0 && *now < have_pages) {
+      have_pages = *now;
+      continue;
+    }
     undo_raise();
-    return make_error(ENOMEM, "pool: pre-touching {} huge pages failed ({}); {}", pages, st.error().message,
+    return make_error(ENOMEM, "pool: pre-touching {} huge pages failed ({}); {}", have_pages, st.error().message,
                       backend->advice(pages));
   }
   return std::unique_ptr<Pool>(
