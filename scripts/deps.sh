@@ -16,6 +16,7 @@ packages=(
   systemd-container bc
   groff-base python3          # tests/unit/man: render and check the man pages
   lintian                     # tests/e2e/packages.sh: the .debs pass lintian
+  jq linux-perf               # bench/llama reads airsctl --json; profiling the pager (perf)
 )
 if [[ "${1:-}" == "--run-only" ]]; then
   packages=(dbus-daemon dbus-bin util-linux procps)

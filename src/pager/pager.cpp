@@ -71,6 +71,9 @@ struct Pager::Model {
   uint32_t in_flight = 0;
   uint32_t populates_in_flight = 0;
   std::vector<uint8_t> populated;  // per unit, since the last (re)fill started
+  // Units that became READY during the current reap, not yet mapped into
+  // the clients (map_ready maps them as runs: one CONTINUE per run and client).
+  std::vector<uint32_t> newly_ready;
   uint64_t bytes_read = 0;
   Clock::time_point fill_start{};
   Clock::time_point fill_end{};
@@ -257,6 +260,7 @@ std::vector<ModelId> Pager::models() const {
 
 void Pager::start_fill(Model& m) {
   m.plan.reset();
+  m.newly_ready.clear();
   // A fill starts on a fresh or punched region: nothing is allocated.
   m.populated.assign(m.plan.unit_count(), kNotPopulated);
   m.state = client::ModelLoadState::Loading;
@@ -395,6 +399,7 @@ void Pager::submit_read(size_t slot) {
 
 void Pager::on_ring() {
   ring_->reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
+  map_ready();
   pump();
 }
 
@@ -434,7 +439,8 @@ void Pager::on_completion(uint64_t user_data, int32_t res) {
     // it, and locks it. A pin failure leaves correct bytes that could be
     // swapped: worth a warning, not a failed unit.
     const uint64_t off = uint64_t{unit} * m->unit;
-    if (auto st = pool_.backend().pin(m->region->fd(), m->region->data(), off, m->unit, "model '" + m->name + "'");
+    if (auto st = pool_.backend().pin(m->region->fd(), m->region->data(), off, m->unit, r.done,
+                                      "model '" + m->name + "'");
         !st) {
       if (!m->pin_warned) spdlog::warn("model '{}': {}", m->name, st.error().message);
       m->pin_warned = true;
@@ -451,20 +457,45 @@ void Pager::on_completion(uint64_t user_data, int32_t res) {
 void Pager::unit_ready(Model& m, uint32_t unit) {
   m.plan.set_state(unit, UnitState::Ready);
   m.status.set_ready(unit, m.plan.rank_index(unit));
-  publish(m);
-  const auto now = Clock::now();
-  std::vector<ClientKey> gone;
-  // Map it into every client now (≈1.6 µs each) to save their future faults.
-  for (auto& [key, c] : m.clients)
-    if (!continue_unit(m, *c, unit)) gone.push_back(key);
-  if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
-    for (const auto& w : it->second)
-      m.wait_latency.add(static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(now - w.since).count()));
-    m.waiting.erase(it);
+  m.newly_ready.push_back(unit);
+}
+
+// After a reap: publish the units that completed in it and map them into
+// every client (saving their future faults), one range CONTINUE per run of
+// adjacent units and client instead of one per unit (a reap at queue depth
+// 16 often completes neighbours together). Waiters wake with the CONTINUE.
+// Runs before check_resident, so no client is told "resident" (and may
+// unregister) before its last units are mapped.
+void Pager::map_ready() {
+  for (auto& [id, mp] : models_) {
+    Model& m = *mp;
+    if (m.newly_ready.empty()) continue;
+    std::vector<uint32_t> units = std::move(m.newly_ready);
+    m.newly_ready.clear();
+    std::sort(units.begin(), units.end());
+    publish(m);
+    const auto now = Clock::now();
+    std::vector<ClientKey> gone;
+    for (size_t i = 0; i < units.size();) {
+      size_t e = i + 1;
+      while (e < units.size() && units[e] == units[e - 1] + 1) ++e;
+      for (auto& [key, c] : m.clients)
+        if (std::find(gone.begin(), gone.end(), key) == gone.end() &&
+            !continue_range(m, *c, units[i], static_cast<uint32_t>(e - i)))
+          gone.push_back(key);
+      i = e;
+    }
+    for (uint32_t unit : units) {
+      if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
+        for (const auto& w : it->second)
+          m.wait_latency.add(static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::microseconds>(now - w.since).count()));
+        m.waiting.erase(it);
+      }
+    }
+    for (ClientKey k : gone) drop_client(m.id, k, "gone");
+    check_resident(m);
   }
-  for (ClientKey k : gone) drop_client(m.id, k, "gone");
-  check_resident(m);
 }
 
 void Pager::unit_failed(Model& m, uint32_t unit, int err) {
@@ -496,9 +527,12 @@ void Pager::check_resident(Model& m) {
   if (state_listener_) state_listener_(m.id, client::ModelLoadState::Resident);
 }
 
-bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) {
-  const uint64_t addr = c.addr + uint64_t{unit} * m.unit;
-  auto r = sys::uffd_continue(c.uffd.get(), addr, m.unit, m.unit);
+bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) { return continue_range(m, c, unit, 1); }
+
+bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count) {
+  const uint64_t addr = c.addr + uint64_t{first} * m.unit;
+  const uint64_t len = uint64_t{count} * m.unit;
+  auto r = sys::uffd_continue(c.uffd.get(), addr, len, m.unit);
   if (!r) {
     // ENOENT/EINVAL: the client unmapped or unregistered the range; it no
     // longer takes our answers.
@@ -508,7 +542,7 @@ bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) {
   if (r->owner_gone) return false;
   // Already mapped (a duplicate fault, or two threads): a thread may still
   // sleep on the fault, so wake the range; harmless if none does.
-  if (r->already_mapped_bytes > 0) (void)sys::uffd_wake(c.uffd.get(), addr, m.unit);
+  if (r->already_mapped_bytes > 0) (void)sys::uffd_wake(c.uffd.get(), addr, len);
   return true;
 }
 
@@ -662,9 +696,12 @@ void Pager::drain(Model& m) {
     auto st = ring_->wait_and_reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
     if (!st) {
       spdlog::error("pager: {}", st.error().message);
-      return;
+      break;
     }
   }
+  // Units that completed meanwhile are mapped now, before a punch could
+  // take their pages (a CONTINUE after it would find none).
+  map_ready();
 }
 
 Status Pager::evict(ModelId id) {

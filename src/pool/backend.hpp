@@ -66,13 +66,14 @@ class PoolBackend {
   [[nodiscard]] virtual Result<int64_t> adjust_kernel_pages(int64_t delta) = 0;
   // How to get `needed` more pages, for error messages.
   [[nodiscard]] virtual std::string advice(uint64_t needed) = 0;
-  // A model region's unit [offset, +len) holds its final bytes (written
-  // through `map`, the daemon's mapping from map_region): make every page of
-  // it present and pinned, so a range UFFDIO_CONTINUE finds all of them and
-  // they cannot be swapped. Hugetlbfs: nothing to do (one huge page, pinned by
-  // nature). Thread: the pool's.
+  // A model region's unit [offset, +len) holds its final bytes, the first
+  // `written` of them written through `map` (the daemon's mapping from
+  // map_region; the rest, past the end of the file, untouched): make every
+  // page of it present and pinned, so a range UFFDIO_CONTINUE finds all of
+  // them and they cannot be swapped. Hugetlbfs: nothing to do (one huge page,
+  // pinned by nature). Thread: the pool's.
   [[nodiscard]] virtual Status pin(int /*fd*/, std::byte* /*map*/, uint64_t /*offset*/, uint64_t /*len*/,
-                                   const std::string& /*what*/) {
+                                   uint64_t /*written*/, const std::string& /*what*/) {
     return {};
   }
   // The pool is done with file `fd` (called before it is closed): drop any

@@ -3,6 +3,8 @@
 #include <linux/userfaultfd.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
 #include "sys/shmem.hpp"
@@ -89,16 +91,29 @@ Result<sys::Mapping> ShmemBackend::map_region(int fd, uint64_t len, const std::s
   auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
   if (!m) return std::move(m).error();
   AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes, what));
+  locked_on_fault_.erase(m->bytes());
+  // A failure is not fatal here: pin() then locks unit by unit and reports
+  // the limit once a unit is filled (the model's pin_failed).
+  if (sys::lock_range_on_fault(m->bytes(), len, what)) locked_on_fault_.insert(m->bytes());
   return std::move(m).value();
 }
 
-Status ShmemBackend::pin(int fd, std::byte* map, uint64_t offset, uint64_t len, const std::string& what) {
-  {
+Status ShmemBackend::pin(int fd, std::byte* map, uint64_t offset, uint64_t len, uint64_t written,
+                         const std::string& what) {
+  const bool on_fault = locked_on_fault_.contains(map);
+  // The page holding the last written byte is present (the write reached
+  // it); from the next page on nothing was touched.
+  const uint64_t present = std::min(len, *round_up(std::min(written, len), sys::base_page_size()));
+  if (on_fault && present == len) return {};
+  if (present < len) {
     auto policy = sys::ScopedThreadPolicy::apply(opts_.numa_policy, opts_.numa_nodes);
     if (!policy) return make_error(policy.error().code, "{}: {}", what, policy.error().message);
-    AIRS_TRY(sys::allocate_range(fd, offset, len, what));
+    AIRS_TRY(sys::allocate_range(fd, offset + present, len - present, what));
   }
-  return sys::lock_range(map + offset, len, what);
+  // Locked on fault: only the pages allocated just now, which no fault
+  // brought into the mapping, need a lock (and with it their mapping).
+  const uint64_t from = on_fault ? present : 0;
+  return sys::lock_range(map + offset + from, len - from, what);
 }
 
 void ShmemBackend::forget_file(int fd) {

@@ -6,10 +6,14 @@
 // Pinning: mlock works on mappings, so the backend keeps its own whole-file
 // MAP_SHARED mapping of every file it populates (the reserve, KV arenas) and
 // locks the populated ranges in it; release unlocks and punches. Model
-// regions are not locked at map time (locking would allocate every page
-// before it is filled); the pager calls pin() on each unit once its bytes are
-// complete, which locks it in the daemon's region mapping. Needs CAP_IPC_LOCK
-// or RLIMIT_MEMLOCK ≥ the pool (systemd: LimitMEMLOCK=infinity).
+// regions are locked at map time with MLOCK_ONFAULT (a plain mlock would
+// allocate every page before it is filled): each page is locked as the read
+// (or the populate ahead of it) faults it into the daemon's mapping, so a
+// completed unit needs no work of its own (before, each one took a fallocate
+// and an mlock on the event loop, re-walking the 512 pages its read had just
+// written). Where the on-fault lock fails (RLIMIT_MEMLOCK), pin() locks each
+// unit as before and reports the error. Needs CAP_IPC_LOCK or RLIMIT_MEMLOCK
+// ≥ the pool (systemd: LimitMEMLOCK=infinity).
 //
 // There is no kernel pool to resize: punched pages go straight back to
 // MemAvailable, adjust_kernel_pages changes nothing and reports 0.
@@ -17,6 +21,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,7 +52,8 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   // munlock + punch hole (frees the shmem pages, zaps every mapper's PTEs).
   [[nodiscard]] Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
-  // MAP_SHARED, NUMA policy applied, nothing populated or locked.
+  // MAP_SHARED, NUMA policy applied, nothing populated; locked on fault
+  // where the limit allows (else pin() locks unit by unit).
   [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) override;
   // MemAvailable / unit.
   [[nodiscard]] Result<uint64_t> kernel_available_pages() override;
@@ -56,9 +62,11 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] Result<KernelView> kernel_view() override;
   [[nodiscard]] Result<int64_t> adjust_kernel_pages(int64_t delta) override;
   [[nodiscard]] std::string advice(uint64_t needed) override;
-  // fallocate the unit (the tail past EOF too, so CONTINUE finds every page)
-  // and mlock it in `map`.
-  [[nodiscard]] Status pin(int fd, std::byte* map, uint64_t offset, uint64_t len, const std::string& what) override;
+  // fallocate the pages the read did not write (the tail past EOF, so
+  // CONTINUE finds every page) and mlock what the on-fault lock of `map` does
+  // not already hold: nothing for a fully written unit of a locked mapping.
+  [[nodiscard]] Status pin(int fd, std::byte* map, uint64_t offset, uint64_t len, uint64_t written,
+                           const std::string& what) override;
   void forget_file(int fd) override;
   [[nodiscard]] bool release_frees_memory() const override { return true; }
   // Handing the whole region over at once cost ~0.5 ms per 2 MiB unit
@@ -72,6 +80,9 @@ class ShmemBackend final : public PoolBackend {
   ShmemOptions opts_;
   uint64_t unit_ = 0;
   std::map<uint64_t, sys::Mapping> maps_;  // by inode
+  // Base addresses of the region mappings map_region locked on fault (each
+  // entry is replaced when a new mapping is made at the same address).
+  std::set<const std::byte*> locked_on_fault_;
 };
 
 }  // namespace airs::pool

@@ -24,10 +24,9 @@ uint64_t memlock_limit() {
   return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<uint64_t>(rl.rlim_cur);
 }
 
-Status lock_range(void* addr, uint64_t len, const std::string& what) {
-  if (len == 0) return {};
-  if (::mlock(addr, len) == 0) return {};
-  const int err = errno;
+namespace {
+
+Status lock_error(int err, uint64_t len, const std::string& what) {
   if (err == EPERM || err == EAGAIN || err == ENOMEM) {
     const uint64_t lim = memlock_limit();
     return make_error(err,
@@ -37,6 +36,20 @@ Status lock_range(void* addr, uint64_t len, const std::string& what) {
                       len, what, std::strerror(err), lim == UINT64_MAX ? std::string("unlimited") : std::to_string(lim));
   }
   return make_error(err, "mlock of {} bytes of {}: {}", len, what, std::strerror(err));
+}
+
+}  // namespace
+
+Status lock_range(void* addr, uint64_t len, const std::string& what) {
+  if (len == 0) return {};
+  if (::mlock(addr, len) == 0) return {};
+  return lock_error(errno, len, what);
+}
+
+Status lock_range_on_fault(void* addr, uint64_t len, const std::string& what) {
+  if (len == 0) return {};
+  if (::mlock2(addr, len, MLOCK_ONFAULT) == 0) return {};
+  return lock_error(errno, len, what);
 }
 
 Status unlock_range(void* addr, uint64_t len, const std::string& what) {

@@ -21,6 +21,12 @@ namespace airs::sys {
 // as long as this mapping exists. Errors name RLIMIT_MEMLOCK and the fix
 // (LimitMEMLOCK=infinity or CAP_IPC_LOCK).
 [[nodiscard]] Status lock_range(void* addr, uint64_t len, const std::string& what);
+// mlock2(addr, len, MLOCK_ONFAULT): nothing is populated; every page that
+// is faulted into the range from now on (a write through it, an O_DIRECT
+// read's page pinning, MADV_POPULATE_WRITE) is locked as it is mapped, with
+// no further call. The limit is charged for the whole range at once. Same
+// errors as lock_range.
+[[nodiscard]] Status lock_range_on_fault(void* addr, uint64_t len, const std::string& what);
 // munlock(addr, len).
 [[nodiscard]] Status unlock_range(void* addr, uint64_t len, const std::string& what);
 

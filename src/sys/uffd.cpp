@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -89,9 +90,12 @@ Result<RangeResult> range_loop(const char* what, uint64_t addr, uint64_t len, ui
     }
     if (err == EAGAIN || err == EINTR) continue;
     if (err == EEXIST) {
-      // The page at `pos` is already mapped for this owner: skip it.
-      out.already_mapped_bytes += step;
-      pos += step;
+      // The page at `pos` is already mapped for this owner: skip the rest of
+      // its step (counted from `addr`: after a partial run `pos` may lie
+      // inside one, and a whole step from there would skip part of the next).
+      const uint64_t next = std::min(end, addr + ((pos - addr) / step + 1) * step);
+      out.already_mapped_bytes += next - pos;
+      pos = next;
       continue;
     }
     if (err == ESRCH) {
