@@ -10,6 +10,10 @@
 // scaled by both block scales). The loops are written with independent
 // accumulators so the compiler vectorises them; the hot ones are cloned for
 // x86-64-v3 (AVX2/FMA) and picked at load time where the CPU has it.
+// Q8_0 and Q4_0 rows also have AVX-512 VNNI/VBMI kernels (two or four
+// blocks per 512-bit register, vpdpbusd), picked at run time when the CPU
+// has avx512f/bw/vl/vnni/vbmi; they sum in a different order than the AVX2
+// ones, so results agree to float rounding, not bit for bit.
 //
 // Block formats (ggml, little-endian):
 //   Q8_0: 34 bytes per 32 values: f16 d | int8 q[32];          v = d * q
