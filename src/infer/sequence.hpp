@@ -10,7 +10,9 @@
 //    computing them; the rest is computed.
 //  - A block is allocated when the first position in it is written; when it
 //    becomes full it is committed under chain_hash(parent, its token ids).
-//  - set_length() is called after every token so the service's length is
+//  - The prompt is computed in batches (Engine::forward_batch) that end at
+//    block boundaries; decode runs one token per step.
+//  - set_length() is called after every step so the service's length is
 //    the number of positions whose K/V are in the table.
 //  - Only the last, partly filled block is ever written, and it is always
 //    one this sequence allocated and has not committed; a block that was
@@ -112,7 +114,9 @@ class Sequence {
 
  private:
   Status ensure_block(uint32_t pos);
-  Status step(int32_t token, float* logits);
+  // Appends `batch` (1..Engine::kMaxBatch tokens) in one forward_batch;
+  // logits (if non-null) after its last token.
+  Status step(std::span<const int32_t> batch, float* logits);
   Status commit_if_full(uint32_t index);
   Status recompute(uint32_t index, bool tail);
 
