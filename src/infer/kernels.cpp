@@ -130,6 +130,47 @@ AIRS_HOT float dot_q4_0_impl(const std::byte* w, const std::byte* x, size_t n) n
 }
 
 
+// The 6-bit scale and min of sub-block s of a Q4_K block (see kernels.hpp).
+inline void q4k_scale_min(const uint8_t* sc, uint32_t s, int32_t* scale, int32_t* min) noexcept {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+// Q4_K row against Q8_K activation blocks: the sums inside a super block
+// are exact integers, scaled once per block as ggml does.
+AIRS_HOT float dot_q4_k_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes, x += kQ8KBytes) {
+    float dx;
+    std::memcpy(&dx, x, 4);
+    const auto* scales = reinterpret_cast<const uint8_t*>(w + 4);
+    const auto* qs = reinterpret_cast<const uint8_t*>(w + 16);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 4);
+    int32_t sum_q = 0, sum_m = 0;
+    for (uint32_t c = 0; c < 4; ++c, qs += 32) {
+      for (uint32_t half = 0; half < 2; ++half, qx += 32) {
+        int32_t dot = 0, xs = 0;
+        for (size_t j = 0; j < 32; ++j) {
+          const int32_t q = half == 0 ? qs[j] & 15 : qs[j] >> 4;
+          dot += q * int32_t{qx[j]};
+          xs += int32_t{qx[j]};
+        }
+        int32_t sc = 0, m = 0;
+        q4k_scale_min(scales, 2 * c + half, &sc, &m);
+        sum_q += sc * dot;
+        sum_m += m * xs;
+      }
+    }
+    s += h2f(load_u16(w)) * dx * static_cast<float>(sum_q) - h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m);
+  }
+  return s;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // AVX2 versions of the block dots, the way ggml's x86 path computes them:
 // |w| ·u8 sign(x, w) pairs summed to i32, converted, scaled by d_w · d_x
@@ -388,6 +429,7 @@ bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
     case 1: *out = WeightType::kF16; return true;
     case 2: *out = WeightType::kQ4_0; return true;
     case 8: *out = WeightType::kQ8_0; return true;
+    case 12: *out = WeightType::kQ4_K; return true;
     default: return false;
   }
 }
@@ -398,12 +440,16 @@ size_t row_bytes(WeightType t, size_t n) noexcept {
     case WeightType::kF16: return n * 2;
     case WeightType::kQ8_0: return n / kQBlock * kQ8Bytes;
     case WeightType::kQ4_0: return n / kQBlock * kQ4Bytes;
+    case WeightType::kQ4_K: return n / kQKBlock * kQ4KBytes;
+    case WeightType::kQ8_K: return n / kQKBlock * kQ8KBytes;
   }
   return 0;
 }
 
 WeightType activation_type(WeightType t) noexcept {
-  return t == WeightType::kQ4_0 ? WeightType::kQ8_0 : t;
+  if (t == WeightType::kQ4_0) return WeightType::kQ8_0;
+  if (t == WeightType::kQ4_K) return WeightType::kQ8_K;
+  return t;
 }
 
 float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
@@ -438,7 +484,7 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
       }
       return;
     case WeightType::kQ8_0:
-    case WeightType::kQ4_0:
+    case WeightType::kQ4_0:  // not an activation format: written as its activation (Q8_0)
       for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
         float amax = 0.0F;
         for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -448,6 +494,29 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
         std::memcpy(out, &dh, 2);
         auto* q = reinterpret_cast<int8_t*>(out + 2);
         for (size_t j = 0; j < kQBlock; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      }
+      return;
+    case WeightType::kQ4_K:  // not an activation format: written as its activation (Q8_K)
+    case WeightType::kQ8_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, x += kQKBlock, out += kQ8KBytes) {
+        float amax = 0.0F, mx = 0.0F;
+        for (size_t j = 0; j < kQKBlock; ++j) {
+          if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            mx = x[j];
+          }
+        }
+        auto* q = reinterpret_cast<int8_t*>(out + 4);
+        if (amax == 0.0F) {
+          std::memset(out, 0, kQ8KBytes);
+          continue;
+        }
+        const float iscale = -127.0F / mx;
+        for (size_t j = 0; j < kQKBlock; ++j) {
+          q[j] = static_cast<int8_t>(std::min(127.0F, std::nearbyint(iscale * x[j])));
+        }
+        const float d = 1.0F / iscale;
+        std::memcpy(out, &d, 4);
       }
       return;
   }
@@ -482,6 +551,10 @@ float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) n
       if (kAvx2) return dot_q4_0_avx2(w, x, n);
 #endif
       return dot_q4_0_impl(w, x, n);
+    case WeightType::kQ4_K:
+      return dot_q4_k_impl(w, x, n);
+    case WeightType::kQ8_K:  // activation only: never a weight
+      return 0.0F;
   }
   return 0.0F;
 }
@@ -508,6 +581,31 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
         for (size_t j = 0; j < kQBlock / 2; ++j) {
           out[j] = d * static_cast<float>((qs[j] & 15) - 8);
           out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    case WeightType::kQ8_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ8KBytes, out += kQKBlock) {
+        float d;
+        std::memcpy(&d, w, 4);
+        const auto* q = reinterpret_cast<const int8_t*>(w + 4);
+        for (size_t j = 0; j < kQKBlock; ++j) out[j] = d * static_cast<float>(q[j]);
+      }
+      return;
+    case WeightType::kQ4_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes) {
+        const float d = h2f(load_u16(w));
+        const float dmin = h2f(load_u16(w + 2));
+        const auto* scales = reinterpret_cast<const uint8_t*>(w + 4);
+        const auto* qs = reinterpret_cast<const uint8_t*>(w + 16);
+        for (uint32_t c = 0; c < 4; ++c, qs += 32) {
+          int32_t sc0 = 0, m0 = 0, sc1 = 0, m1 = 0;
+          q4k_scale_min(scales, 2 * c, &sc0, &m0);
+          q4k_scale_min(scales, 2 * c + 1, &sc1, &m1);
+          const float d0 = d * static_cast<float>(sc0), mn0 = dmin * static_cast<float>(m0);
+          const float d1 = d * static_cast<float>(sc1), mn1 = dmin * static_cast<float>(m1);
+          for (size_t j = 0; j < 32; ++j) *out++ = d0 * static_cast<float>(qs[j] & 15) - mn0;
+          for (size_t j = 0; j < 32; ++j) *out++ = d1 * static_cast<float>(qs[j] >> 4) - mn1;
         }
       }
       return;
