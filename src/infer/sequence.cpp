@@ -26,6 +26,16 @@ Result<std::vector<uint32_t>> PrivateKv::allocate(uint32_t n) {
   return out;
 }
 
+Status PrivateKv::free(std::span<const uint32_t> ids) {
+  for (uint32_t id : ids) {
+    if (id >= blocks_.size()) return make_error(EINVAL, "kv: free of unknown block {}", id);
+    const bool published =
+        std::any_of(by_hash_.begin(), by_hash_.end(), [&](const auto& e) { return e.second == id; });
+    if (!published) blocks_[id].reset();
+  }
+  return {};
+}
+
 std::byte* PrivateKv::block_ptr(uint32_t id) {
   return id < blocks_.size() ? blocks_[id].get() : nullptr;
 }
@@ -226,6 +236,20 @@ Status Sequence::recompute(uint32_t index, bool tail) {
   if (!tail) return {};
   AIRS_TRY(kv_.set_length(end));
   return commit_if_full(index);
+}
+
+Status Sequence::truncate(uint32_t n) {
+  if (n == 0 || n > size()) return make_error(EINVAL, "sequence: truncate to {} of {} tokens", n, size());
+  const uint32_t keep = (n + tpb_ - 1) / tpb_;
+  if (keep < ids_.size()) {
+    AIRS_TRY(kv_.free(std::span(ids_).subspan(keep)));
+    ids_.resize(keep);
+    ptrs_.resize(keep);
+    committed_.resize(keep);
+  }
+  tokens_.resize(n);
+  if (hashes_.size() > n / tpb_) hashes_.resize(n / tpb_);
+  return kv_.set_length(n);
 }
 
 Result<uint32_t> Sequence::recover() {

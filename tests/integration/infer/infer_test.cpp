@@ -2,6 +2,7 @@
 // real daemon on a private bus: the same tokens as on private memory, with
 // and without a matched prefix, after forced eviction + recompute, and two
 // processes sharing one system prompt's blocks.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,8 +11,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "airs/airs.h"
 #include "daemon_fixture.hpp"
 #include "harness.hpp"
+#include "infer/airs_backend.hpp"
+#include "infer/engine.hpp"
+#include "infer/sampler.hpp"
+#include "infer/sequence.hpp"
+#include "infer_model.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -162,4 +169,121 @@ TEST_F(InferIntegration, ForcedEvictionIsRecomputedWithIdenticalTokens) {
   EXPECT_EQ(g.wait(30s).exit_code, 0) << g.err();
 }
 
+// Every K/V row of positions [0, n) of two sequences, compared byte for
+// byte; returns how many rows differ.
+size_t differing_rows(const airs::infer::KvLayout& L, airs::infer::KvBackend& ka, const airs::infer::Sequence& a,
+                      airs::infer::KvBackend& kb, const airs::infer::Sequence& b, uint32_t n) {
+  size_t bad = 0;
+  const size_t row = size_t{L.head_dim} * L.elem_bytes();
+  for (uint32_t p = 0; p < n; ++p) {
+    const std::byte* x = ka.block_ptr(a.block_ids()[p / L.tokens_per_block]);
+    const std::byte* y = kb.block_ptr(b.block_ids()[p / L.tokens_per_block]);
+    for (uint32_t l = 0; l < L.n_layer; ++l) {
+      for (uint32_t kv = 0; kv < 2; ++kv) {
+        for (uint32_t h = 0; h < L.n_head_kv; ++h) {
+          const size_t off = L.offset(l, kv, h, p % L.tokens_per_block);
+          if (std::memcmp(x + off, y + off, row) != 0) ++bad;
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+std::vector<int32_t> greedy(airs::infer::Sequence& s, std::span<const float> logits, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(airs::infer::argmax(logits));
+    auto l = s.append(out.back());
+    EXPECT_TRUE(l.ok()) << l.error().message;
+    if (!l.ok()) break;
+    logits = *l;
+  }
+  return out;
+}
+
+// Two sessions of the daemon share a prompt's blocks; the second rewinds
+// into a shared block and continues differently. Its first write there is
+// copy-on-write (PrepareWrite): the first session's bytes do not change,
+// both sessions' K/V equal byte for byte those of private runs of their own
+// token sequences, and both outputs are those of the private runs.
+TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
+  using namespace airs::infer;
+  if (!start()) return;
+  auto lm = airs::test::load_model_file(model_);
+  airs_client* client = nullptr;
+  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
+  airs_model* am = nullptr;
+  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  airs_session *sa = nullptr, *sb = nullptr;
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sa), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
+  airs_kv_geometry geo{};
+  ASSERT_EQ(airs_session_geometry(sa, &geo), 0);
+  const uint64_t per_token = kv_layout_for(lm->model.config, 1, KvElem::kF16).bytes_per_token();
+  const auto tpb = static_cast<uint32_t>(geo.block_bytes / per_token);
+  ASSERT_GE(tpb, 4U);
+  const KvLayout layout = kv_layout_for(lm->model.config, tpb, KvElem::kF16);
+  ThreadPool pool(1);
+  Engine engine(lm->model, layout, pool);
+  {
+    AirsKv ka(sa), kb(sb);
+    std::vector<int32_t> prompt = {1};
+    for (uint32_t i = 1; i < 3 * tpb + 3; ++i) prompt.push_back(static_cast<int32_t>(3 + (i * 53) % 500));
+    Sequence a(engine, ka);
+    auto la = a.prefill(prompt);
+    ASSERT_TRUE(la.ok()) << la.error().message;
+    const auto ta = greedy(a, *la, 4);
+    // Bytes of the first session's blocks before the second one runs.
+    std::vector<std::vector<std::byte>> before;
+    for (uint32_t id : a.block_ids()) {
+      const std::byte* p = ka.block_ptr(id);
+      before.emplace_back(p, p + layout.block_bytes());
+    }
+
+    Sequence b(engine, kb);
+    auto lb = b.prefill(prompt);
+    ASSERT_TRUE(lb.ok()) << lb.error().message;
+    ASSERT_EQ(b.matched_tokens(), 3 * tpb);
+    ASSERT_TRUE(std::equal(b.block_ids().begin(), b.block_ids().begin() + 3, a.block_ids().begin()));
+    // Back into shared block 2, then a different continuation that runs
+    // past its end.
+    const uint32_t m = 2 * tpb + tpb / 2;
+    ASSERT_TRUE(b.truncate(m).ok());
+    std::vector<int32_t> diverge;
+    for (uint32_t i = 0; i < tpb; ++i) diverge.push_back(static_cast<int32_t>(7 + (i * 31) % 400));
+    lb = b.prefill(diverge);
+    ASSERT_TRUE(lb.ok()) << lb.error().message;
+    const auto tb = greedy(b, *lb, 4);
+    EXPECT_TRUE(std::equal(b.block_ids().begin(), b.block_ids().begin() + 2, a.block_ids().begin()));
+    EXPECT_NE(b.block_ids()[2], a.block_ids()[2]) << "the write went into the shared block";
+    for (size_t i = 0; i < before.size(); ++i) {
+      EXPECT_EQ(std::memcmp(ka.block_ptr(a.block_ids()[i]), before[i].data(), before[i].size()), 0)
+          << "block " << i << " of the first session changed";
+    }
+
+    // Private references of both token sequences.
+    PrivateKv pa_kv(layout.block_bytes()), pb_kv(layout.block_bytes());
+    Sequence pa(engine, pa_kv), pb(engine, pb_kv);
+    auto lpa = pa.prefill(prompt);
+    ASSERT_TRUE(lpa.ok());
+    EXPECT_EQ(greedy(pa, *lpa, 4), ta);
+    std::vector<int32_t> b_tokens(prompt.begin(), prompt.begin() + m);
+    b_tokens.insert(b_tokens.end(), diverge.begin(), diverge.end());
+    auto lpb = pb.prefill(b_tokens);
+    ASSERT_TRUE(lpb.ok());
+    EXPECT_EQ(greedy(pb, *lpb, 4), tb);
+    EXPECT_NE(ta, tb);
+    ASSERT_EQ(a.size(), pa.size());
+    ASSERT_EQ(b.size(), pb.size());
+    EXPECT_EQ(differing_rows(layout, ka, a, pa_kv, pa, a.size()), 0U);
+    EXPECT_EQ(differing_rows(layout, kb, b, pb_kv, pb, b.size()), 0U);
+  }
+  airs_session_close(sb);
+  airs_session_close(sa);
+  airs_model_close(am);
+  airs_disconnect(client);
+}
+
 }  // namespace
+
