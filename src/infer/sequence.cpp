@@ -253,25 +253,42 @@ Status Sequence::truncate(uint32_t n) {
 }
 
 Result<uint32_t> Sequence::recover() {
-  auto lost = kv_.read_notices();
-  std::vector<bool> hit(ids_.size(), false);
-  if (!lost) {
-    if (lost.error().code != EOVERFLOW) return std::move(lost).error();
-    hit.assign(ids_.size(), true);
-  } else {
-    for (uint32_t id : *lost) {
-      for (size_t i = 0; i < ids_.size(); ++i) hit[i] = hit[i] || ids_[i] == id;
-    }
-  }
+  // Blocks recomputed by this call. The service can take blocks again while
+  // they are being recomputed (pressure goes on): then the calls of this
+  // pass fail or the next notices name them, and the pass is repeated.
+  std::vector<bool> redone(ids_.size(), false);
   uint32_t n = 0;
-  for (uint32_t i = 0; i < hit.size(); ++i) {
-    if (!hit[i]) continue;
-    const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
-    AIRS_TRY(recompute(i, tail));
-    ++n;
+  for (int attempt = 0;; ++attempt) {
+    auto lost = kv_.read_notices();
+    std::vector<bool> hit(ids_.size(), false);
+    if (!lost) {
+      if (lost.error().code != EOVERFLOW) return std::move(lost).error();
+      hit.assign(ids_.size(), true);
+    } else {
+      for (uint32_t id : *lost) {
+        for (size_t i = 0; i < ids_.size(); ++i) hit[i] = hit[i] || ids_[i] == id;
+      }
+    }
+    // A block recomputed in this call at or after a block lost now may have
+    // read that block while it was being taken: recompute it too.
+    const auto first = static_cast<size_t>(std::find(hit.begin(), hit.end(), true) - hit.begin());
+    for (size_t i = first; i < hit.size(); ++i) hit[i] = hit[i] || redone[i];
+    Status st;
+    bool any = false;
+    for (uint32_t i = 0; i < hit.size() && st; ++i) {
+      if (!hit[i]) continue;
+      const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
+      st = recompute(i, tail);
+      if (!st) break;
+      redone[i] = true;
+      any = true;
+      ++n;
+    }
+    if (st && any) st = kv_.set_length(size());
+    if (st) return n;
+    // Refused because blocks went meanwhile: their notices come; repeat.
+    if (attempt == 3 || !kv_.wait_notice(1000)) return std::move(st).error();
   }
-  if (n > 0) AIRS_TRY(kv_.set_length(size()));
-  return n;
 }
 
 }  // namespace airs::infer

@@ -23,7 +23,9 @@
 //    blocks are valid or recomputed first, later ones do not depend on the
 //    lost block's storage). Notices are checked again after every step:
 //    a step that ran while one of its blocks was taken is repaired and run
-//    again, so its logits never come from lost K/V. Lost blocks that form the table's tail (the
+//    again, so its logits never come from lost K/V. Blocks taken again while
+//    recover() recomputes (pressure goes on) are recomputed again, with
+//    every block recomputed after them in the same call. Lost blocks that form the table's tail (the
 //    service evicts from the tail) are committed again when full; a block
 //    lost in the middle stays private (see recompute()).
 #pragma once
