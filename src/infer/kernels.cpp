@@ -328,7 +328,19 @@ AIRS_VNNI inline __m512 scales_f32(__m512i raw, __m512i idx) {
   return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx, raw)));
 }
 
-AIRS_VNNI inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+// R rows' float accumulators, zeroed; finish() sums each row's lanes into
+// out[r] and adds tail(r), the row's last blocks (fewer than one step).
+template <size_t R>
+struct VnniRows {
+  __m512 acc[R];
+  AIRS_VNNI VnniRows() noexcept {
+    for (auto& a : acc) a = _mm512_setzero_ps();
+  }
+  template <typename Tail>
+  AIRS_VNNI void finish(float* out, Tail tail) const noexcept {
+    for (size_t r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + tail(r);
+  }
+};
 
 // Q8_0 x Q8_0, two blocks per step: lanes 0-7 hold block 2k, 8-15 block
 // 2k+1. |w| (as u8) . (x with w's sign) is the signed product, exact.
@@ -336,8 +348,7 @@ template <size_t R>
 AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
   const __m512i iq = load_idx(kPerm.q8_quants);
   const __m512i is = load_idx(kPerm.q8_scales);
-  __m512 acc[R];
-  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  VnniRows<R> rows;
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
@@ -353,13 +364,12 @@ AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte
       const __m512i qw = _mm512_permutex2var_epi8(wa, iq, _mm512_maskz_loadu_epi8(0xF, wb + 64));
       const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
+      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
     }
   }
-  for (size_t r = 0; r < R; ++r) {
-    out[r] = hsum512(acc[r]);
-    if (b < nb) out[r] += dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock);
-  }
+  rows.finish(out, [&](size_t r) {
+    return b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+  });
 }
 
 // Q4_0 x Q8_0, four blocks per step. The 64 nibble bytes of four blocks
@@ -375,8 +385,7 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
   const __m512i lo_mask = _mm512_set1_epi8(15);
   const __m512i eights = _mm512_set1_epi8(8);
   const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512 acc[R];
-  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  VnniRows<R> rows;
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
@@ -401,13 +410,12 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
       const __m512i lo = _mm512_and_si512(q, lo_mask);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo_mask);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi);
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
+      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
     }
   }
-  for (size_t r = 0; r < R; ++r) {
-    out[r] = hsum512(acc[r]);
-    if (b < nb) out[r] += dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock);
-  }
+  rows.finish(out, [&](size_t r) {
+    return b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+  });
 }
 
 #pragma GCC diagnostic pop
