@@ -2,8 +2,9 @@
 # One command from a fresh Debian 12 / Raspberry Pi OS machine to a running
 # airs-memd: install packages, build, reserve huge pages, generate a demo GGUF
 # model, start the daemon (on the system bus when one runs, else on a private
-# bus started here), run a demo client that loads the model lazily and opens
-# a KV session, and show `airsctl status`.
+# bus started here), run airs-generate, the inference client, which maps the
+# model lazily through the daemon and keeps its KV cache in a daemon session,
+# and show `airsctl status` and `airsctl sessions`.
 #
 # The daemon keeps running afterwards; the script prints how to talk to it
 # (ready-to-paste lines: with them a plain `airsctl status` reaches it) and
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 # Only what the demo runs (scripts/test.sh builds everything else).
-cmake --build build -j"$(nproc)" --target airs-memd airsctl airs airs-demo airs-mkmodel
+cmake --build build -j"$(nproc)" --target airs-memd airsctl airs airs-generate airs-mkmodel
 
 state=/run/airs-demo
 mkdir -p "$state"
@@ -52,14 +53,19 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-# A demo model (llama-shaped, deterministic weights) and a demo client that
-# maps it lazily, checks every tensor against the file, opens a KV session
-# and holds both for a minute so `airsctl status` shows them.
-[[ -s "$state/demo.gguf" ]] || build/src/gguf/airs-mkmodel --out "$state/demo.gguf" --size 256M --seed 7
-build/src/client/airs-demo --bus "$bus" --hold 60 "$state/demo.gguf" >"$state/demo.log" 2>&1 &
+# A demo model (llama-shaped, deterministic random weights in Q4_K, Q8_0,
+# Q4_0 and F16 tensors, a llama vocabulary) and a real inference client:
+# airs-generate maps it lazily through the daemon, keeps the keys and values
+# of attention in blocks of a daemon KV session, generates a few tokens
+# (random weights: the text is noise) and holds the session for a minute so
+# `airsctl status` and `airsctl sessions` show it with its blocks.
+[[ -s "$state/demo-llama.gguf" ]] ||
+  build/src/gguf/airs-mkmodel --llama --out "$state/demo-llama.gguf" --size 256M --seed 7
+sleep 60 | build/src/infer/airs-generate "$state/demo-llama.gguf" --bus "$bus" -p "Once upon a time" -n 16 \
+  --threads "$(nproc)" --json --hold >"$state/demo.log" 2>&1 &
 demo_pid=$!
-for _ in $(seq 300); do
-  grep -q "holding the model" "$state/demo.log" && break
+for _ in $(seq 1200); do
+  grep -qs '"token_ids"' "$state/demo.log" && break
   if ! kill -0 "$demo_pid" 2>/dev/null; then cat "$state/demo.log"; exit 1; fi
   sleep 0.1
 done
@@ -67,6 +73,8 @@ cat "$state/demo.log"
 
 echo
 build/src/airsctl/airsctl --bus "$bus" status
+echo
+build/src/airsctl/airsctl --bus "$bus" sessions
 echo
 echo "airs-memd is running (pid $(cat "$state/airs-memd.pid"), log $state/airs-memd.log)."
 echo "Talk to it from this shell (paste):"
@@ -76,7 +84,7 @@ if [[ $bus != system ]]; then
   echo "  export DBUS_SYSTEM_BUS_ADDRESS='$bus'"
 fi
 echo "  export PATH=\"$PWD/build/src/airsctl:\$PATH\""
-echo "  airsctl status"
+echo "  airsctl status; airsctl sessions"
 as=${SUDO_USER:+sudo }  # the pid files are root's
 if [[ $bus != system ]]; then
   echo "Stop it:  ${as}kill \$(cat $state/airs-memd.pid) \$(cat $state/dbus.pid)"

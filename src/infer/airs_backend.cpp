@@ -18,6 +18,11 @@ Result<std::vector<uint32_t>> AirsKv::allocate(uint32_t n) {
   return ids;
 }
 
+Status AirsKv::free(std::span<const uint32_t> ids) {
+  if (const int rc = airs_session_free(s_, ids.data(), ids.size()); rc < 0) return airs_error(rc, "free");
+  return {};
+}
+
 std::byte* AirsKv::block_ptr(uint32_t id) { return static_cast<std::byte*>(airs_session_block_ptr(s_, id)); }
 
 Status AirsKv::commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) {

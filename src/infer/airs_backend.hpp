@@ -13,6 +13,7 @@ class AirsKv final : public KvBackend {
   // `session` stays owned by the caller and must outlive this object.
   explicit AirsKv(airs_session* session) : s_(session) {}
   Result<std::vector<uint32_t>> allocate(uint32_t n) override;
+  Status free(std::span<const uint32_t> ids) override;
   std::byte* block_ptr(uint32_t id) override;
   Status commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) override;
   Result<std::vector<uint32_t>> match_prefix(std::span<const uint64_t> hashes) override;

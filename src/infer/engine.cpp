@@ -13,64 +13,80 @@ KvLayout kv_layout_for(const ModelConfig& m, uint32_t tokens_per_block, KvElem e
 Engine::Engine(const Model& model, const KvLayout& layout, ThreadPool& pool)
     : model_(model), layout_(layout), pool_(pool) {
   const ModelConfig& c = model_.config;
-  x_.resize(c.n_embd);
-  xb_.resize(std::max(c.n_embd, c.n_head * c.head_dim));
-  q_.resize(size_t{c.n_head} * c.head_dim);
-  k_.resize(size_t{c.n_head_kv} * c.head_dim);
-  v_.resize(size_t{c.n_head_kv} * c.head_dim);
-  att_.resize(size_t{c.n_head} * c.head_dim);
-  gate_.resize(c.n_ff);
-  up_.resize(c.n_ff);
-  act_.resize(row_bytes(WeightType::kF32, std::max<size_t>(c.n_ff, size_t{c.n_head} * c.head_dim + c.n_embd)));
-  q16_.resize(q_.size());
+  constexpr size_t B = kMaxBatch;
+  q_w_ = size_t{c.n_head} * c.head_dim;
+  kv_w_ = size_t{c.n_head_kv} * c.head_dim;
+  xb_w_ = std::max<size_t>(c.n_embd, q_w_);
+  x_.resize(B * c.n_embd);
+  xb_.resize(B * xb_w_);
+  q_.resize(B * q_w_);
+  k_.resize(B * kv_w_);
+  v_.resize(B * kv_w_);
+  att_.resize(B * q_w_);
+  gate_.resize(B * c.n_ff);
+  up_.resize(B * c.n_ff);
+  act_stride_ = row_bytes(WeightType::kF32, std::max<size_t>(c.n_ff, q_w_ + c.n_embd));
+  act_.resize(B * act_stride_);
+  q16_.resize(q_w_);
 }
 
-void Engine::matvec(const Matrix& w, const float* x, float* out) {
+void Engine::matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb, float* out, size_t out_stride) {
   const WeightType at = activation_type(w.type);
-  quantize_row(at, x, w.cols, act_.data());
+  for (size_t b = 0; b < nb; ++b) quantize_row(at, x + b * x_stride, w.cols, act_.data() + b * act_stride_);
   const std::byte* act = act_.data();
-  pool_.parallel_for(w.rows, 16, [&](size_t b, size_t e) {
-    size_t r = b;
-    for (; r + 4 <= e; r += 4) dot_rows4(w.type, w.data + r * w.row_stride, w.row_stride, act, w.cols, out + r);
-    for (; r < e; ++r) out[r] = dot_row(w.type, w.data + r * w.row_stride, act, w.cols);
+  const size_t as = act_stride_;
+  pool_.parallel_for(w.rows, 16, [&](size_t rb, size_t re) {
+    size_t r = rb;
+    for (; r + 4 <= re; r += 4) {
+      for (size_t b = 0; b < nb; ++b) {
+        dot_rows4(w.type, w.data + r * w.row_stride, w.row_stride, act + b * as, w.cols, out + b * out_stride + r);
+      }
+    }
+    for (; r < re; ++r) {
+      for (size_t b = 0; b < nb; ++b) {
+        out[b * out_stride + r] = dot_row(w.type, w.data + r * w.row_stride, act + b * as, w.cols);
+      }
+    }
   });
 }
 
-void Engine::attention(uint32_t layer, uint32_t pos, std::span<std::byte* const> blocks) {
+void Engine::attention(uint32_t layer, uint32_t pos, size_t t, std::span<std::byte* const> blocks) {
   const ModelConfig& c = model_.config;
   const KvLayout& L = layout_;
   const uint32_t n_pos = pos + 1;
   const uint32_t group = c.n_head / c.n_head_kv;
   const size_t hd = c.head_dim;
   const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+  const float* qt = q_.data() + t * q_w_;
+  float* att = att_.data() + t * q_w_;
   scores_.resize(size_t{c.n_head} * n_pos);
   if (L.elem == KvElem::kF16) {
-    for (size_t i = 0; i < q_.size(); ++i) q16_[i] = fp32_to_fp16(q_[i]);
+    for (size_t i = 0; i < q_w_; ++i) q16_[i] = fp32_to_fp16(qt[i]);
   }
   pool_.parallel_for(c.n_head, 1, [&](size_t hb, size_t he) {
     for (size_t h = hb; h < he; ++h) {
       const auto kvh = static_cast<uint32_t>(h / group);
       float* s = scores_.data() + h * n_pos;
-      const float* q = q_.data() + h * hd;
-      for (uint32_t t = 0; t < n_pos; ++t) {
+      const float* q = qt + h * hd;
+      for (uint32_t p = 0; p < n_pos; ++p) {
         const std::byte* row =
-            blocks[t / L.tokens_per_block] + L.offset(layer, 0, kvh, t % L.tokens_per_block);
+            blocks[p / L.tokens_per_block] + L.offset(layer, 0, kvh, p % L.tokens_per_block);
         if (L.elem == KvElem::kF32) {
-          s[t] = dot_f32(q, reinterpret_cast<const float*>(row), hd);
+          s[p] = dot_f32(q, reinterpret_cast<const float*>(row), hd);
         } else {
-          s[t] = dot_row(WeightType::kF16, reinterpret_cast<const std::byte*>(q16_.data() + h * hd), row, hd);
+          s[p] = dot_row(WeightType::kF16, reinterpret_cast<const std::byte*>(q16_.data() + h * hd), row, hd);
         }
       }
       softmax(s, n_pos, scale);
-      float* out = att_.data() + h * hd;
+      float* out = att + h * hd;
       std::fill(out, out + hd, 0.0F);
-      for (uint32_t t = 0; t < n_pos; ++t) {
+      for (uint32_t p = 0; p < n_pos; ++p) {
         const std::byte* row =
-            blocks[t / L.tokens_per_block] + L.offset(layer, 1, kvh, t % L.tokens_per_block);
+            blocks[p / L.tokens_per_block] + L.offset(layer, 1, kvh, p % L.tokens_per_block);
         if (L.elem == KvElem::kF32) {
-          axpy_f32(s[t], reinterpret_cast<const float*>(row), out, hd);
+          axpy_f32(s[p], reinterpret_cast<const float*>(row), out, hd);
         } else {
-          axpy_f16(fp16_to_fp32(fp32_to_fp16(s[t])), reinterpret_cast<const uint16_t*>(row), out, hd);
+          axpy_f16(fp16_to_fp32(fp32_to_fp16(s[p])), reinterpret_cast<const uint16_t*>(row), out, hd);
         }
       }
     }
@@ -78,46 +94,64 @@ void Engine::attention(uint32_t layer, uint32_t pos, std::span<std::byte* const>
 }
 
 void Engine::forward(int32_t token, uint32_t pos, std::span<std::byte* const> blocks, float* logits) {
+  forward_batch(std::span(&token, 1), pos, blocks, logits);
+}
+
+void Engine::forward_batch(std::span<const int32_t> tokens, uint32_t pos, std::span<std::byte* const> blocks,
+                           float* logits) {
   const ModelConfig& c = model_.config;
   const KvLayout& L = layout_;
   const size_t hd = c.head_dim;
-  dequantize_row(model_.token_embd.type,
-                 model_.token_embd.data + static_cast<size_t>(token) * model_.token_embd.row_stride, c.n_embd,
-                 x_.data());
-  std::byte* block = blocks[pos / L.tokens_per_block];
-  const uint32_t slot = pos % L.tokens_per_block;
+  const size_t nb = tokens.size();
+  const size_t ne = c.n_embd;
+  for (size_t t = 0; t < nb; ++t) {
+    dequantize_row(model_.token_embd.type,
+                   model_.token_embd.data + static_cast<size_t>(tokens[t]) * model_.token_embd.row_stride, ne,
+                   x_.data() + t * ne);
+  }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const Layer& W = model_.layers[l];
-    rms_norm(x_.data(), W.attn_norm, c.rms_eps, c.n_embd, xb_.data());
-    matvec(W.wq, xb_.data(), q_.data());
-    matvec(W.wk, xb_.data(), k_.data());
-    matvec(W.wv, xb_.data(), v_.data());
-    for (uint32_t h = 0; h < c.n_head; ++h) rope(q_.data() + h * hd, c.n_rot, pos, c.rope_freq_base, c.rope_style);
-    for (uint32_t h = 0; h < c.n_head_kv; ++h) {
-      rope(k_.data() + h * hd, c.n_rot, pos, c.rope_freq_base, c.rope_style);
-      for (uint32_t kv = 0; kv < 2; ++kv) {
-        const float* src = (kv == 0 ? k_.data() : v_.data()) + h * hd;
-        std::byte* dst = block + L.offset(l, kv, h, slot);
-        if (L.elem == KvElem::kF32) {
-          std::memcpy(dst, src, hd * 4);
-        } else {
-          quantize_row(WeightType::kF16, src, hd, dst);
+    for (size_t t = 0; t < nb; ++t) rms_norm(x_.data() + t * ne, W.attn_norm, c.rms_eps, ne, xb_.data() + t * xb_w_);
+    matmul(W.wq, xb_.data(), xb_w_, nb, q_.data(), q_w_);
+    matmul(W.wk, xb_.data(), xb_w_, nb, k_.data(), kv_w_);
+    matmul(W.wv, xb_.data(), xb_w_, nb, v_.data(), kv_w_);
+    for (size_t t = 0; t < nb; ++t) {
+      const auto p = static_cast<uint32_t>(pos + t);
+      std::byte* block = blocks[p / L.tokens_per_block];
+      const uint32_t slot = p % L.tokens_per_block;
+      for (uint32_t h = 0; h < c.n_head; ++h) rope(q_.data() + t * q_w_ + h * hd, c.n_rot, p, c.rope_freq_base, c.rope_style);
+      for (uint32_t h = 0; h < c.n_head_kv; ++h) {
+        rope(k_.data() + t * kv_w_ + h * hd, c.n_rot, p, c.rope_freq_base, c.rope_style);
+        for (uint32_t kv = 0; kv < 2; ++kv) {
+          const float* src = (kv == 0 ? k_.data() : v_.data()) + t * kv_w_ + h * hd;
+          std::byte* dst = block + L.offset(l, kv, h, slot);
+          if (L.elem == KvElem::kF32) {
+            std::memcpy(dst, src, hd * 4);
+          } else {
+            quantize_row(WeightType::kF16, src, hd, dst);
+          }
         }
       }
     }
-    attention(l, pos, blocks);
-    matvec(W.wo, att_.data(), xb_.data());
-    for (size_t i = 0; i < c.n_embd; ++i) x_[i] += xb_[i];
-    rms_norm(x_.data(), W.ffn_norm, c.rms_eps, c.n_embd, xb_.data());
-    matvec(W.w_gate, xb_.data(), gate_.data());
-    matvec(W.w_up, xb_.data(), up_.data());
-    swiglu(gate_.data(), up_.data(), c.n_ff);
-    matvec(W.w_down, gate_.data(), xb_.data());
-    for (size_t i = 0; i < c.n_embd; ++i) x_[i] += xb_[i];
+    // Causal: token t reads positions up to pos + t, all written above.
+    for (size_t t = 0; t < nb; ++t) attention(l, static_cast<uint32_t>(pos + t), t, blocks);
+    matmul(W.wo, att_.data(), q_w_, nb, xb_.data(), xb_w_);
+    for (size_t t = 0; t < nb; ++t) {
+      for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += xb_[t * xb_w_ + i];
+      rms_norm(x_.data() + t * ne, W.ffn_norm, c.rms_eps, ne, xb_.data() + t * xb_w_);
+    }
+    matmul(W.w_gate, xb_.data(), xb_w_, nb, gate_.data(), c.n_ff);
+    matmul(W.w_up, xb_.data(), xb_w_, nb, up_.data(), c.n_ff);
+    for (size_t t = 0; t < nb; ++t) swiglu(gate_.data() + t * c.n_ff, up_.data() + t * c.n_ff, c.n_ff);
+    matmul(W.w_down, gate_.data(), c.n_ff, nb, xb_.data(), xb_w_);
+    for (size_t t = 0; t < nb; ++t) {
+      for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += xb_[t * xb_w_ + i];
+    }
   }
   if (logits == nullptr) return;
-  rms_norm(x_.data(), model_.output_norm, c.rms_eps, c.n_embd, xb_.data());
-  matvec(model_.output, xb_.data(), logits);
+  const float* last = x_.data() + (nb - 1) * ne;
+  rms_norm(last, model_.output_norm, c.rms_eps, ne, xb_.data());
+  matmul(model_.output, xb_.data(), xb_w_, 1, logits, 0);
 }
 
 }  // namespace airs::infer

@@ -59,6 +59,9 @@ class Engine {
   // kv_layout_for(model.config, ...). Not thread-safe: one forward at a time.
   Engine(const Model& model, const KvLayout& layout, ThreadPool& pool);
 
+  // The most tokens forward_batch() takes at once.
+  static constexpr uint32_t kMaxBatch = 32;
+
   // Runs `token` at position `pos`. blocks[i] is the sequence's i-th block
   // (block_bytes each, suitably aligned): positions [0, pos) must already be
   // in them, and blocks.size() > pos / tokens_per_block. Writes K and V of
@@ -67,21 +70,37 @@ class Engine {
   // token must be < n_vocab (checked by the caller).
   void forward(int32_t token, uint32_t pos, std::span<std::byte* const> blocks, float* logits);
 
+  // Runs tokens[i] at position pos + i for all i (1 <= size <= kMaxBatch):
+  // each weight matrix is read once for the whole batch (every row against
+  // every token's activation while the row is in cache). Same contract as
+  // forward() with blocks covering pos + size - 1; logits, if non-null, are
+  // those after the last token. Every value is computed by the same kernels
+  // in the same order as forward() token by token, so the K/V and logits are
+  // bit-identical to it.
+  void forward_batch(std::span<const int32_t> tokens, uint32_t pos, std::span<std::byte* const> blocks,
+                     float* logits);
+
   [[nodiscard]] const ModelConfig& config() const noexcept { return model_.config; }
   [[nodiscard]] const KvLayout& layout() const noexcept { return layout_; }
 
  private:
-  // out[r] = W[r] · x for all rows, x in f32; quantises x once per call.
-  void matvec(const Matrix& w, const float* x, float* out);
-  void attention(uint32_t layer, uint32_t pos, std::span<std::byte* const> blocks);
+  // out[b][r] = W[r] · x[b] for all rows and the nb tokens of the batch
+  // (x[b] at x + b * x_stride, out[b] at out + b * out_stride); quantises
+  // each x[b] once per call.
+  void matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb, float* out, size_t out_stride);
+  // Attention of batch token t (position pos) over positions [0, pos].
+  void attention(uint32_t layer, uint32_t pos, size_t t, std::span<std::byte* const> blocks);
 
   const Model& model_;
   KvLayout layout_;
   ThreadPool& pool_;
+  // Per-token activations, kMaxBatch rows each of the widths below.
+  size_t xb_w_ = 0, q_w_ = 0, kv_w_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> scores_;               // n_head × (pos + 1)
-  std::vector<std::byte> act_;              // x in the weight's activation format
-  std::vector<uint16_t> q16_;               // q rounded to f16 (f16 KV)
+  std::vector<std::byte> act_;              // kMaxBatch activations in the weight's format
+  size_t act_stride_ = 0;
+  std::vector<uint16_t> q16_;               // one token's q rounded to f16 (f16 KV)
 };
 
 }  // namespace airs::infer

@@ -12,7 +12,8 @@
 // prompt has the same leading blocks and shares them through MatchPrefix.
 // Tokens are printed as they come; --json instead prints one object:
 //   {"token_ids": [...], "prompt_tokens": N, "matched_tokens": N,
-//    "ttft_ms": x, "decode_tok_s": x, "kv_blocks": [...], "backend":
+//    "ttft_ms": x, "decode_tok_s": x (a --pause-at wait excluded),
+//    "max_token_ms": x (slowest decode step), "kv_blocks": [...], "backend":
 //    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
 //    "kv_block_bytes": N (bytes of our layout used in each block)}
 // --hold: after the output, keep the session open until stdin reaches EOF
@@ -27,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -268,14 +270,21 @@ int run(const Options& o) {
     std::fputs(tok->decode(out, true).c_str(), stdout);
     std::fflush(stdout);
   }
+  // Decode time excludes a --pause-at wait; the slowest step is kept too.
+  std::chrono::duration<double> paused{0};
+  double max_token_ms = 0;
   while (static_cast<int>(out.size()) < o.n) {
     if (static_cast<int>(out.size()) == o.pause_at) {
+      const auto p0 = Clock::now();
       std::printf("%spaused\n", o.json ? "" : "\n");
       std::fflush(stdout);
       std::string line;
       for (char c = 0; ::read(0, &c, 1) == 1 && c != '\n';) line += c;
+      paused += Clock::now() - p0;
     }
+    const auto s0 = Clock::now();
     logits = seq.append(out.back());
+    max_token_ms = std::max(max_token_ms, std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
     if (!logits) {
       std::fprintf(stderr, "airs-generate: decode: %s\n", logits.error().message.c_str());
       return 1;
@@ -288,7 +297,7 @@ int run(const Options& o) {
   }
   const auto t_end = Clock::now();
   const double ttft = std::chrono::duration<double, std::milli>(t_first - t0).count();
-  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  const double decode_s = std::chrono::duration<double>(t_end - t_first - paused).count();
   if (o.json) {
     nlohmann::json j;
     j["token_ids"] = out;
@@ -296,6 +305,7 @@ int run(const Options& o) {
     j["matched_tokens"] = seq.matched_tokens();
     j["ttft_ms"] = ttft;
     j["decode_tok_s"] = out.size() > 1 && decode_s > 0 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
+    j["max_token_ms"] = max_token_ms;
     j["kv_blocks"] = seq.block_ids();
     j["backend"] = session != nullptr ? "daemon" : "private";
     j["recomputed_blocks"] = seq.recomputed_blocks();

@@ -130,6 +130,47 @@ AIRS_HOT float dot_q4_0_impl(const std::byte* w, const std::byte* x, size_t n) n
 }
 
 
+// The 6-bit scale and min of sub-block s of a Q4_K block (see kernels.hpp).
+inline void q4k_scale_min(const uint8_t* sc, uint32_t s, int32_t* scale, int32_t* min) noexcept {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+// Q4_K row against Q8_K activation blocks: the sums inside a super block
+// are exact integers, scaled once per block as ggml does.
+AIRS_HOT float dot_q4_k_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes, x += kQ8KBytes) {
+    float dx;
+    std::memcpy(&dx, x, 4);
+    const auto* scales = reinterpret_cast<const uint8_t*>(w + 4);
+    const auto* qs = reinterpret_cast<const uint8_t*>(w + 16);
+    const auto* qx = reinterpret_cast<const int8_t*>(x + 4);
+    int32_t sum_q = 0, sum_m = 0;
+    for (uint32_t c = 0; c < 4; ++c, qs += 32) {
+      for (uint32_t half = 0; half < 2; ++half, qx += 32) {
+        int32_t dot = 0, xs = 0;
+        for (size_t j = 0; j < 32; ++j) {
+          const int32_t q = half == 0 ? qs[j] & 15 : qs[j] >> 4;
+          dot += q * int32_t{qx[j]};
+          xs += int32_t{qx[j]};
+        }
+        int32_t sc = 0, m = 0;
+        q4k_scale_min(scales, 2 * c + half, &sc, &m);
+        sum_q += sc * dot;
+        sum_m += m * xs;
+      }
+    }
+    s += h2f(load_u16(w)) * dx * static_cast<float>(sum_q) - h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m);
+  }
+  return s;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // AVX2 versions of the block dots, the way ggml's x86 path computes them:
 // |w| ·u8 sign(x, w) pairs summed to i32, converted, scaled by d_w · d_x
@@ -242,9 +283,150 @@ AIRS_AVX2 void dot4_q4_0_avx2(const std::byte* w, size_t stride, const std::byte
   for (size_t r = 0; r < 4; ++r) out[r] = hsum(acc[r]);
 }
 
+// AVX-512 VNNI/VBMI versions (Ice Lake, Sapphire Rapids, Zen 4). The
+// profile of the AVX2 four-row kernels on a 1-thread decode had 96 % of the
+// time in them: stalls on the weight loads (no prefetch across four
+// interleaved row streams) and the per-block scalar work (scale load,
+// convert, multiply, broadcast per row and block) on top of the
+// sign/maddubs/madd chain. Here each row's block group is two loads and one
+// byte permute (vpermt2b) into a 512-bit register, its f16 scales one more
+// permute and one convert, the integer dot one vpdpbusd (u8 x s8 -> i32, no
+// i16 saturation), and each row is prefetched ahead.
+// GCC 12 reports the _mm512_undefined_* inside its own intrinsics as
+// (maybe-)uninitialized, a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define AIRS_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+
+// How far ahead of each row's reads the kernels prefetch (of 256..3072 on a
+// 1-thread decode and a 200 MB weight sweep, 3072 was best or level).
+constexpr size_t kPrefetchBytes = 3072;
+
+// Byte-index vectors for vpermb/vpermt2b, built once.
+struct PermTables {
+  alignas(64) uint8_t q8_quants[64];   // 2 Q8_0 blocks (68 bytes) -> 64 quants
+  alignas(64) uint8_t q8_scales[64];   // -> halves [d0 x8 | d1 x8]
+  alignas(64) uint8_t q4_nibbles[64];  // 4 Q4_0 blocks (72 bytes) -> 64 nibble bytes
+  alignas(64) uint8_t q4_scales[64];   // -> halves [d0 x4 | d1 x4 | d2 x4 | d3 x4]
+  PermTables() noexcept {
+    for (uint32_t j = 0; j < 64; ++j) {
+      q8_quants[j] = static_cast<uint8_t>(j < 32 ? 2 + j : kQ8Bytes + 2 + (j - 32));
+      q4_nibbles[j] = static_cast<uint8_t>((j / 16) * kQ4Bytes + 2 + j % 16);
+      const uint32_t half = (j / 2) % 16;  // only the low 32 bytes matter
+      q8_scales[j] = static_cast<uint8_t>((half / 8) * kQ8Bytes + j % 2);
+      q4_scales[j] = static_cast<uint8_t>((half / 4) * kQ4Bytes + j % 2);
+    }
+  }
+};
+const PermTables kPerm;
+
+AIRS_VNNI inline __m512i load_idx(const uint8_t* t) { return _mm512_load_si512(t); }
+
+// The 16 f16 scales vpermb picked out of `raw` (low 32 bytes), as floats.
+AIRS_VNNI inline __m512 scales_f32(__m512i raw, __m512i idx) {
+  return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(idx, raw)));
+}
+
+// R rows' float accumulators, zeroed; finish() sums each row's lanes into
+// out[r] and adds tail(r), the row's last blocks (fewer than one step).
+template <size_t R>
+struct VnniRows {
+  __m512 acc[R];
+  AIRS_VNNI VnniRows() noexcept {
+    for (auto& a : acc) a = _mm512_setzero_ps();
+  }
+  template <typename Tail>
+  AIRS_VNNI void finish(float* out, Tail tail) const noexcept {
+    for (size_t r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + tail(r);
+  }
+};
+
+// Q8_0 x Q8_0, two blocks per step: lanes 0-7 hold block 2k, 8-15 block
+// 2k+1. |w| (as u8) . (x with w's sign) is the signed product, exact.
+template <size_t R>
+AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  const __m512i iq = load_idx(kPerm.q8_quants);
+  const __m512i is = load_idx(kPerm.q8_scales);
+  VnniRows<R> rows;
+  const size_t nb = n / kQBlock;
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    const __m512i xa = _mm512_loadu_si512(xb);
+    const __m512i xt = _mm512_maskz_loadu_epi8(0xF, xb + 64);  // bytes 64..67; no read past the pair
+    const __m512i qx = _mm512_permutex2var_epi8(xa, iq, xt);
+    const __m512 dx = scales_f32(xa, is);
+    for (size_t r = 0; r < R; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ8Bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      const __m512i wa = _mm512_loadu_si512(wb);
+      const __m512i qw = _mm512_permutex2var_epi8(wa, iq, _mm512_maskz_loadu_epi8(0xF, wb + 64));
+      const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
+      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+    }
+  }
+  rows.finish(out, [&](size_t r) {
+    return b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+  });
+}
+
+// Q4_0 x Q8_0, four blocks per step. The 64 nibble bytes of four blocks
+// unpack to lo (values 0-15 of each block, 128-bit lane k = block k) and hi
+// (values 16-31); the activation is gathered the same way once per step for
+// all rows. The nibbles are used as they are (u8 0..15) and the -8 offset
+// comes back as -8 . sum(x), the accumulator's start value: two vpdpbusd
+// per step and row, and lane group k holds block k's sum.
+template <size_t R>
+AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  const __m512i in = load_idx(kPerm.q4_nibbles);
+  const __m512i is = load_idx(kPerm.q4_scales);
+  const __m512i lo_mask = _mm512_set1_epi8(15);
+  const __m512i eights = _mm512_set1_epi8(8);
+  const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  VnniRows<R> rows;
+  const size_t nb = n / kQBlock;
+  size_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const std::byte* xb = x + b * kQ8Bytes;
+    __m512i xlo = _mm512_setzero_si512(), xhi = _mm512_setzero_si512();
+    alignas(16) float dxs[4];
+    for (size_t k = 0; k < 4; ++k) {
+      const std::byte* xk = xb + k * kQ8Bytes;
+      dxs[k] = h2f(load_u16(xk));
+      xlo = _mm512_mask_loadu_epi8(xlo, __mmask64{0xFFFF} << (16 * k), xk + 2 - 16 * k);
+      xhi = _mm512_mask_loadu_epi8(xhi, __mmask64{0xFFFF} << (16 * k), xk + 18 - 16 * k);
+    }
+    const __m512 dx = _mm512_permutexvar_ps(spread4, _mm512_castps128_ps512(_mm_load_ps(dxs)));
+    const __m512i init = _mm512_sub_epi32(
+        _mm512_setzero_si512(),
+        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xlo), eights, xhi));
+    for (size_t r = 0; r < R; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ4Bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      const __m512i wa = _mm512_loadu_si512(wb);
+      const __m512i q = _mm512_permutex2var_epi8(wa, in, _mm512_maskz_loadu_epi8(0xFF, wb + 64));
+      const __m512i lo = _mm512_and_si512(q, lo_mask);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo_mask);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi);
+      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+    }
+  }
+  rows.finish(out, [&](size_t r) {
+    return b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+  });
+}
+
+#pragma GCC diagnostic pop
+
+const bool kVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+                   __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
 const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
 constexpr bool kAvx2 = false;
+constexpr bool kVnni = false;
 #endif
 
 }  // namespace
@@ -255,6 +437,7 @@ bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
     case 1: *out = WeightType::kF16; return true;
     case 2: *out = WeightType::kQ4_0; return true;
     case 8: *out = WeightType::kQ8_0; return true;
+    case 12: *out = WeightType::kQ4_K; return true;
     default: return false;
   }
 }
@@ -265,12 +448,16 @@ size_t row_bytes(WeightType t, size_t n) noexcept {
     case WeightType::kF16: return n * 2;
     case WeightType::kQ8_0: return n / kQBlock * kQ8Bytes;
     case WeightType::kQ4_0: return n / kQBlock * kQ4Bytes;
+    case WeightType::kQ4_K: return n / kQKBlock * kQ4KBytes;
+    case WeightType::kQ8_K: return n / kQKBlock * kQ8KBytes;
   }
   return 0;
 }
 
 WeightType activation_type(WeightType t) noexcept {
-  return t == WeightType::kQ4_0 ? WeightType::kQ8_0 : t;
+  if (t == WeightType::kQ4_0) return WeightType::kQ8_0;
+  if (t == WeightType::kQ4_K) return WeightType::kQ8_K;
+  return t;
 }
 
 float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
@@ -305,7 +492,7 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
       }
       return;
     case WeightType::kQ8_0:
-    case WeightType::kQ4_0:
+    case WeightType::kQ4_0:  // not an activation format: written as its activation (Q8_0)
       for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
         float amax = 0.0F;
         for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -315,6 +502,29 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
         std::memcpy(out, &dh, 2);
         auto* q = reinterpret_cast<int8_t*>(out + 2);
         for (size_t j = 0; j < kQBlock; ++j) q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      }
+      return;
+    case WeightType::kQ4_K:  // not an activation format: written as its activation (Q8_K)
+    case WeightType::kQ8_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, x += kQKBlock, out += kQ8KBytes) {
+        float amax = 0.0F, mx = 0.0F;
+        for (size_t j = 0; j < kQKBlock; ++j) {
+          if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            mx = x[j];
+          }
+        }
+        auto* q = reinterpret_cast<int8_t*>(out + 4);
+        if (amax == 0.0F) {
+          std::memset(out, 0, kQ8KBytes);
+          continue;
+        }
+        const float iscale = -127.0F / mx;
+        for (size_t j = 0; j < kQKBlock; ++j) {
+          q[j] = static_cast<int8_t>(std::min(127.0F, std::nearbyint(iscale * x[j])));
+        }
+        const float d = 1.0F / iscale;
+        std::memcpy(out, &d, 4);
       }
       return;
   }
@@ -331,14 +541,28 @@ float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) n
       return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
     case WeightType::kQ8_0:
 #if defined(__x86_64__) && defined(__GNUC__)
+      if (kVnni) {
+        float out;
+        dotn_q8_0_vnni<1>(w, 0, x, n, &out);
+        return out;
+      }
       if (kAvx2) return dot_q8_0_avx2(w, x, n);
 #endif
       return dot_q8_0_impl(w, x, n);
     case WeightType::kQ4_0:
 #if defined(__x86_64__) && defined(__GNUC__)
+      if (kVnni) {
+        float out;
+        dotn_q4_0_vnni<1>(w, 0, x, n, &out);
+        return out;
+      }
       if (kAvx2) return dot_q4_0_avx2(w, x, n);
 #endif
       return dot_q4_0_impl(w, x, n);
+    case WeightType::kQ4_K:
+      return dot_q4_k_impl(w, x, n);
+    case WeightType::kQ8_K:  // activation only: never a weight
+      return 0.0F;
   }
   return 0.0F;
 }
@@ -368,11 +592,38 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
         }
       }
       return;
+    case WeightType::kQ8_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ8KBytes, out += kQKBlock) {
+        float d;
+        std::memcpy(&d, w, 4);
+        const auto* q = reinterpret_cast<const int8_t*>(w + 4);
+        for (size_t j = 0; j < kQKBlock; ++j) out[j] = d * static_cast<float>(q[j]);
+      }
+      return;
+    case WeightType::kQ4_K:
+      for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes) {
+        const float d = h2f(load_u16(w));
+        const float dmin = h2f(load_u16(w + 2));
+        const auto* scales = reinterpret_cast<const uint8_t*>(w + 4);
+        const auto* qs = reinterpret_cast<const uint8_t*>(w + 16);
+        for (uint32_t c = 0; c < 4; ++c, qs += 32) {
+          int32_t sc0 = 0, m0 = 0, sc1 = 0, m1 = 0;
+          q4k_scale_min(scales, 2 * c, &sc0, &m0);
+          q4k_scale_min(scales, 2 * c + 1, &sc1, &m1);
+          const float d0 = d * static_cast<float>(sc0), mn0 = dmin * static_cast<float>(m0);
+          const float d1 = d * static_cast<float>(sc1), mn1 = dmin * static_cast<float>(m1);
+          for (size_t j = 0; j < 32; ++j) *out++ = d0 * static_cast<float>(qs[j] & 15) - mn0;
+          for (size_t j = 0; j < 32; ++j) *out++ = d1 * static_cast<float>(qs[j] >> 4) - mn1;
+        }
+      }
+      return;
   }
 }
 
 void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
 #if defined(__x86_64__) && defined(__GNUC__)
+  if (kVnni && wt == WeightType::kQ8_0) return dotn_q8_0_vnni<4>(w, stride, x, n, out);
+  if (kVnni && wt == WeightType::kQ4_0) return dotn_q4_0_vnni<4>(w, stride, x, n, out);
   if (kAvx2 && wt == WeightType::kQ8_0) return dot4_q8_0_avx2(w, stride, x, n, out);
   if (kAvx2 && wt == WeightType::kQ4_0) return dot4_q4_0_avx2(w, stride, x, n, out);
 #endif

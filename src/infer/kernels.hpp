@@ -10,11 +10,33 @@
 // scaled by both block scales). The loops are written with independent
 // accumulators so the compiler vectorises them; the hot ones are cloned for
 // x86-64-v3 (AVX2/FMA) and picked at load time where the CPU has it.
+// Q8_0 and Q4_0 rows also have AVX-512 VNNI/VBMI kernels (two or four
+// blocks per 512-bit register, vpdpbusd), picked at run time when the CPU
+// has avx512f/bw/vl/vnni/vbmi; they sum in a different order than the AVX2
+// ones, so results agree to float rounding, not bit for bit.
 //
 // Block formats (ggml, little-endian):
 //   Q8_0: 34 bytes per 32 values: f16 d | int8 q[32];          v = d * q
 //   Q4_0: 18 bytes per 32 values: f16 d | u8 qs[16]; v[j] = d * ((qs[j] & 15) - 8),
 //                                                    v[j+16] = d * ((qs[j] >> 4) - 8)
+//   Q4_K: 144 bytes per 256 values: f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
+//         Eight sub-blocks s of 32 values, each with a 6-bit scale sc[s] and
+//         min m[s] packed in `scales`: for s < 4, sc = scales[s] & 63,
+//         m = scales[s+4] & 63; for s >= 4, sc = (scales[s+4] & 15) |
+//         (scales[s-4] >> 6) << 4, m = (scales[s+4] >> 4) | (scales[s] >> 6) << 4.
+//         Chunk c (0..3) of 64 values uses qs[32c..32c+32): the low nibbles
+//         are sub-block 2c, the high nibbles sub-block 2c+1;
+//         v = d * sc[s] * q - dmin * m[s].
+//         Its rows are multiplied against Q8_K activation blocks.
+//   Q8_K (activations only): 260 bytes per 256 values: f32 d | int8 q[256],
+//         quantised as ggml's quantize_row_q8_K does: max = the value of
+//         largest magnitude, iscale = -127 / max, q = round(iscale * x),
+//         d = 1 / iscale. Q4_K . Q8_K per super block is
+//         d_w * d_x * sum_s(sc[s] * sum(q * xq)) - dmin * d_x * sum_s(m[s] * sum(xq)),
+//         integer inside the block. (Against Q8_0 activations, 32-value
+//         scales, the logits moved 0.038 of the largest logit from
+//         llama.cpp's on the agreement model; with 256-value scales as
+//         ggml, 0.013, the same as llama.cpp's own f32 -> f16 KV shift.)
 #pragma once
 
 #include <cstddef>
@@ -26,12 +48,17 @@ namespace airs::infer {
 inline constexpr uint32_t kQBlock = 32;      // values per Q8_0/Q4_0 block
 inline constexpr size_t kQ8Bytes = 34;
 inline constexpr size_t kQ4Bytes = 18;
+inline constexpr uint32_t kQKBlock = 256;   // values per Q4_K super block
+inline constexpr size_t kQ4KBytes = 144;
+inline constexpr size_t kQ8KBytes = 260;
 
-enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0 };
+// kQ8_K is an activation format only (no model tensor is read as it).
+enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ8_K };
 
 // ggml type id -> WeightType; false for any other type.
 [[nodiscard]] bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept;
-// Bytes of one row of `n` values (n a multiple of 32 for the block types).
+// Bytes of one row of `n` values (n a multiple of 32 for the block types,
+// of 256 for Q4_K).
 [[nodiscard]] size_t row_bytes(WeightType t, size_t n) noexcept;
 // The activation format a weight type is multiplied against.
 [[nodiscard]] WeightType activation_type(WeightType t) noexcept;

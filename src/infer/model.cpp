@@ -45,7 +45,7 @@ class Loader {
     }
     Matrix mx;
     if (!weight_type_from_ggml(t.type_id, &mx.type)) {
-      return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0 and q4_0", name,
+      return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0, q4_0 and q4_K", name,
                         t.type_name);
     }
     AIRS_TRY(bounds(t));

@@ -4,7 +4,7 @@
 //
 // Accepted: general.architecture "llama" (RoPE pairs adjacent values) and
 // the NeoX-rotating llama-shaped architectures qwen2 / qwen3 / phi3 /
-// stablelm (see rope_style_for); weights F32, F16, Q8_0, Q4_0; norms F32.
+// stablelm (see rope_style_for); weights F32, F16, Q8_0, Q4_0, Q4_K; norms F32.
 // A missing output.weight means tied embeddings (token_embd is reused).
 #pragma once
 

@@ -26,6 +26,16 @@ Result<std::vector<uint32_t>> PrivateKv::allocate(uint32_t n) {
   return out;
 }
 
+Status PrivateKv::free(std::span<const uint32_t> ids) {
+  for (uint32_t id : ids) {
+    if (id >= blocks_.size()) return make_error(EINVAL, "kv: free of unknown block {}", id);
+    const bool published =
+        std::any_of(by_hash_.begin(), by_hash_.end(), [&](const auto& e) { return e.second == id; });
+    if (!published) blocks_[id].reset();
+  }
+  return {};
+}
+
 std::byte* PrivateKv::block_ptr(uint32_t id) {
   return id < blocks_.size() ? blocks_[id].get() : nullptr;
 }
@@ -118,21 +128,25 @@ Status Sequence::commit_if_full(uint32_t index) {
   return {};
 }
 
-Status Sequence::step(int32_t token, float* logits) {
-  if (token < 0 || static_cast<uint32_t>(token) >= engine_.config().n_vocab) {
-    return make_error(EINVAL, "sequence: token {} is outside the vocabulary ({})", token, engine_.config().n_vocab);
+Status Sequence::step(std::span<const int32_t> batch, float* logits) {
+  for (int32_t token : batch) {
+    if (token < 0 || static_cast<uint32_t>(token) >= engine_.config().n_vocab) {
+      return make_error(EINVAL, "sequence: token {} is outside the vocabulary ({})", token, engine_.config().n_vocab);
+    }
   }
   const auto pos = static_cast<uint32_t>(tokens_.size());
-  AIRS_TRY(ensure_block(pos));
-  tokens_.push_back(token);
+  const auto end = static_cast<uint32_t>(pos + batch.size());
+  for (uint32_t p = pos; p < end; p = (p / tpb_ + 1) * tpb_) AIRS_TRY(ensure_block(p));
+  tokens_.insert(tokens_.end(), batch.begin(), batch.end());
   for (int attempt = 0;; ++attempt) {
-    engine_.forward(token, pos, ptrs_, logits);
-    Status st = kv_.set_length(pos + 1);
+    engine_.forward_batch(batch, pos, ptrs_, logits);
+    Status st = kv_.set_length(end);
     // The service refusing the length means it took blocks we were not told
     // about yet: give the notice a moment to arrive.
     if (!st && attempt == 0) (void)kv_.wait_notice(1000);
     // Blocks lost while this step ran: repair them (recover() also sets the
-    // length), then run the step again on valid K/V.
+    // length and recomputes the lost positions of this batch too), then run
+    // the step again on valid K/V.
     auto rec = recover();
     if (!rec) return std::move(rec).error();
     if (*rec == 0) {
@@ -141,7 +155,8 @@ Status Sequence::step(int32_t token, float* logits) {
     }
     if (attempt == 3) return make_error(EAGAIN, "sequence: blocks keep being evicted during step {}", pos);
   }
-  return commit_if_full(pos / tpb_);
+  for (uint32_t b = pos / tpb_; b <= (end - 1) / tpb_; ++b) AIRS_TRY(commit_if_full(b));
+  return {};
 }
 
 Result<std::span<const float>> Sequence::prefill(std::span<const int32_t> tokens) {
@@ -176,8 +191,14 @@ Result<std::span<const float>> Sequence::prefill(std::span<const int32_t> tokens
       if (start > 0) AIRS_TRY(kv_.set_length(static_cast<uint32_t>(start)));
     }
   }
-  for (size_t i = start; i < tokens.size(); ++i) {
-    AIRS_TRY(step(tokens[i], i + 1 == tokens.size() ? logits_.data() : nullptr));
+  // Batches of up to Engine::kMaxBatch tokens that end at block
+  // boundaries, so each full block is committed as soon as it is written.
+  for (size_t i = start; i < tokens.size();) {
+    const size_t limit = i + Engine::kMaxBatch;
+    const size_t aligned = limit / tpb_ * tpb_;
+    const size_t n = std::min(aligned > i ? aligned : limit, tokens.size()) - i;
+    AIRS_TRY(step(tokens.subspan(i, n), i + n == tokens.size() ? logits_.data() : nullptr));
+    i += n;
   }
   return std::span<const float>(logits_);
 }
@@ -185,7 +206,7 @@ Result<std::span<const float>> Sequence::prefill(std::span<const int32_t> tokens
 Result<std::span<const float>> Sequence::append(int32_t token) {
   auto rec = recover();
   if (!rec) return std::move(rec).error();
-  AIRS_TRY(step(token, logits_.data()));
+  AIRS_TRY(step(std::span(&token, 1), logits_.data()));
   return std::span<const float>(logits_);
 }
 
@@ -200,7 +221,11 @@ Status Sequence::recompute(uint32_t index, bool tail) {
   const auto end = static_cast<uint32_t>(std::min<size_t>(tokens_.size(), size_t{begin} + tpb_));
   // Attention at these positions reads only blocks 0..index.
   const auto table = std::span<std::byte* const>(ptrs_).first(index + 1);
-  for (uint32_t pos = begin; pos < end; ++pos) engine_.forward(tokens_[pos], pos, table, nullptr);
+  for (uint32_t pos = begin; pos < end;) {
+    const uint32_t n = std::min(end - pos, Engine::kMaxBatch);
+    engine_.forward_batch(std::span(tokens_).subspan(pos, n), pos, table, nullptr);
+    pos += n;
+  }
   ++recomputed_;
   // The service appends a fresh block at the end of its table. When every
   // later block was lost too (eviction takes a session's blocks from the
@@ -213,26 +238,57 @@ Status Sequence::recompute(uint32_t index, bool tail) {
   return commit_if_full(index);
 }
 
+Status Sequence::truncate(uint32_t n) {
+  if (n == 0 || n > size()) return make_error(EINVAL, "sequence: truncate to {} of {} tokens", n, size());
+  const uint32_t keep = (n + tpb_ - 1) / tpb_;
+  if (keep < ids_.size()) {
+    AIRS_TRY(kv_.free(std::span(ids_).subspan(keep)));
+    ids_.resize(keep);
+    ptrs_.resize(keep);
+    committed_.resize(keep);
+  }
+  tokens_.resize(n);
+  if (hashes_.size() > n / tpb_) hashes_.resize(n / tpb_);
+  return kv_.set_length(n);
+}
+
 Result<uint32_t> Sequence::recover() {
-  auto lost = kv_.read_notices();
-  std::vector<bool> hit(ids_.size(), false);
-  if (!lost) {
-    if (lost.error().code != EOVERFLOW) return std::move(lost).error();
-    hit.assign(ids_.size(), true);
-  } else {
-    for (uint32_t id : *lost) {
-      for (size_t i = 0; i < ids_.size(); ++i) hit[i] = hit[i] || ids_[i] == id;
-    }
-  }
+  // Blocks recomputed by this call. The service can take blocks again while
+  // they are being recomputed (pressure goes on): then the calls of this
+  // pass fail or the next notices name them, and the pass is repeated.
+  std::vector<bool> redone(ids_.size(), false);
   uint32_t n = 0;
-  for (uint32_t i = 0; i < hit.size(); ++i) {
-    if (!hit[i]) continue;
-    const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
-    AIRS_TRY(recompute(i, tail));
-    ++n;
+  for (int attempt = 0;; ++attempt) {
+    auto lost = kv_.read_notices();
+    std::vector<bool> hit(ids_.size(), false);
+    if (!lost) {
+      if (lost.error().code != EOVERFLOW) return std::move(lost).error();
+      hit.assign(ids_.size(), true);
+    } else {
+      for (uint32_t id : *lost) {
+        for (size_t i = 0; i < ids_.size(); ++i) hit[i] = hit[i] || ids_[i] == id;
+      }
+    }
+    // A block recomputed in this call at or after a block lost now may have
+    // read that block while it was being taken: recompute it too.
+    const auto first = static_cast<size_t>(std::find(hit.begin(), hit.end(), true) - hit.begin());
+    for (size_t i = first; i < hit.size(); ++i) hit[i] = hit[i] || redone[i];
+    Status st;
+    bool any = false;
+    for (uint32_t i = 0; i < hit.size() && st; ++i) {
+      if (!hit[i]) continue;
+      const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
+      st = recompute(i, tail);
+      if (!st) break;
+      redone[i] = true;
+      any = true;
+      ++n;
+    }
+    if (st && any) st = kv_.set_length(size());
+    if (st) return n;
+    // Refused because blocks went meanwhile: their notices come; repeat.
+    if (attempt == 3 || !kv_.wait_notice(1000)) return std::move(st).error();
   }
-  if (n > 0) AIRS_TRY(kv_.set_length(size()));
-  return n;
 }
 
 }  // namespace airs::infer

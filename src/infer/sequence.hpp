@@ -10,18 +10,22 @@
 //    computing them; the rest is computed.
 //  - A block is allocated when the first position in it is written; when it
 //    becomes full it is committed under chain_hash(parent, its token ids).
-//  - set_length() is called after every token so the service's length is
+//  - The prompt is computed in batches (Engine::forward_batch) that end at
+//    block boundaries; decode runs one token per step.
+//  - set_length() is called after every step so the service's length is
 //    the number of positions whose K/V are in the table.
-//  - Only the last, partly filled block is ever written, and it is always
-//    one this sequence allocated and has not committed; a block that was
-//    matched or committed is never written again. Writing into any other
-//    block goes through prepare_write() first (write_block()).
+//  - Only the last, partly filled block is ever written. After
+//    truncate() that block can be one that was matched or committed: the
+//    first write into it goes through prepare_write() (copy-on-write), and
+//    the copy is published again under its new tokens when full.
 //  - recover() reads the eviction notices; each lost block gets a fresh
 //    block and its positions are recomputed from the token history (earlier
 //    blocks are valid or recomputed first, later ones do not depend on the
 //    lost block's storage). Notices are checked again after every step:
 //    a step that ran while one of its blocks was taken is repaired and run
-//    again, so its logits never come from lost K/V. Lost blocks that form the table's tail (the
+//    again, so its logits never come from lost K/V. Blocks taken again while
+//    recover() recomputes (pressure goes on) are recomputed again, with
+//    every block recomputed after them in the same call. Lost blocks that form the table's tail (the
 //    service evicts from the tail) are committed again when full; a block
 //    lost in the middle stays private (see recompute()).
 #pragma once
@@ -41,6 +45,9 @@ class KvBackend {
  public:
   virtual ~KvBackend() = default;
   [[nodiscard]] virtual Result<std::vector<uint32_t>> allocate(uint32_t n) = 0;
+  // Gives this sequence's reference to the blocks back (a block another
+  // sequence shares stays readable there).
+  [[nodiscard]] virtual Status free(std::span<const uint32_t> ids) = 0;
   [[nodiscard]] virtual std::byte* block_ptr(uint32_t id) = 0;
   [[nodiscard]] virtual Status commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) = 0;
   // Ids of the longest cached prefix of `hashes`.
@@ -66,6 +73,7 @@ class PrivateKv final : public KvBackend {
  public:
   explicit PrivateKv(uint64_t block_bytes) : block_bytes_(block_bytes) {}
   Result<std::vector<uint32_t>> allocate(uint32_t n) override;
+  Status free(std::span<const uint32_t> ids) override;  // a published block stays
   std::byte* block_ptr(uint32_t id) override;
   Status commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) override;
   Result<std::vector<uint32_t>> match_prefix(std::span<const uint64_t> hashes) override;
@@ -101,6 +109,13 @@ class Sequence {
   [[nodiscard]] Result<std::span<const float>> prefill(std::span<const int32_t> tokens);
   // One decode step: appends `token`, returns the logits after it.
   [[nodiscard]] Result<std::span<const float>> append(int32_t token);
+  // Drops positions [n, size()) (1 <= n <= size()), so the sequence can
+  // continue differently from position n: the blocks after the one holding
+  // position n - 1 are freed, and that block, when it is shared (matched or
+  // committed), is copied by prepare_write() on the next write into it;
+  // the other sequences reading it keep their bytes. EINVAL for n out of
+  // range.
+  [[nodiscard]] Status truncate(uint32_t n);
   // Handles pending eviction notices (recomputes lost blocks). Call before
   // each step; prefill/append call it too. Returns the blocks recomputed.
   [[nodiscard]] Result<uint32_t> recover();
@@ -112,7 +127,9 @@ class Sequence {
 
  private:
   Status ensure_block(uint32_t pos);
-  Status step(int32_t token, float* logits);
+  // Appends `batch` (1..Engine::kMaxBatch tokens) in one forward_batch;
+  // logits (if non-null) after its last token.
+  Status step(std::span<const int32_t> batch, float* logits);
   Status commit_if_full(uint32_t index);
   Status recompute(uint32_t index, bool tail);
 

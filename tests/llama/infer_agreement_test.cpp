@@ -173,16 +173,20 @@ TEST_P(Agreement, GreedyTokensAndLogits) {
     std::printf("[%s h%u kv%u] f16 KV: engine vs llama.cpp %.3g\n", s.types.c_str(), s.heads, s.heads_kv, kv16);
     EXPECT_LT(kv16, self);
   } else {
-    // F16/Q8_0: the activation is rounded/quantised exactly as ggml does,
-    // but the accumulation order differs; bounded by the KV-type wobble
-    // of llama.cpp itself (and an absolute floor for tiny wobbles).
+    // F16/Q8_0/Q4_0/Q4_K: the activation is rounded/quantised exactly as
+    // ggml does (Q8_0 blocks; Q8_K super blocks for Q4_K), but the
+    // accumulation order differs; bounded by the KV-type wobble of
+    // llama.cpp itself (and an absolute floor for tiny wobbles). Measured:
+    // q8_0 0.010 vs 0.012, q4_0 0.007 vs 0.011, q4_K 0.012 vs 0.013 (q4_K
+    // against 32-value Q8_0 activations instead: 0.038, a failure here).
     EXPECT_LT(step0, std::max(2 * self, 1e-3));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Infer, Agreement,
                          ::testing::Values(Shape{"f32", 8, 8}, Shape{"f32", 8, 2}, Shape{"f16", 8, 2},
-                                           Shape{"q8_0", 8, 2}, Shape{"q4_0", 8, 4}),
+                                           Shape{"q8_0", 8, 2}, Shape{"q4_0", 8, 4},
+                                           Shape{"q4_K", 8, 2}),
                          [](const auto& p) {
                            return p.param.types + "_h" + std::to_string(p.param.heads) + "_kv" +
                                   std::to_string(p.param.heads_kv);

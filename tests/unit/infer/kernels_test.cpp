@@ -174,3 +174,92 @@ TEST(InferKernels, FourRowDotEqualsFourSingleRowDots) {
 }
 
 }  // namespace
+
+namespace {
+
+// A Q4_K block from explicit parts: 6-bit scales/mins packed the way the
+// format says (kernels.hpp), values q[i] for the 256 positions.
+std::vector<std::byte> q4k_block(float d, float dmin, const int (&sc)[8], const int (&mn)[8], const int (&q)[256]) {
+  std::vector<std::byte> b(airs::infer::kQ4KBytes);
+  auto put16 = [&](size_t at, float v) {
+    const uint16_t h = airs::infer::fp32_to_fp16(v);
+    std::memcpy(b.data() + at, &h, 2);
+  };
+  put16(0, d);
+  put16(2, dmin);
+  uint8_t s[12] = {};
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+  std::memcpy(b.data() + 4, s, 12);
+  for (size_t c = 0; c < 4; ++c) {
+    for (size_t l = 0; l < 32; ++l) {
+      b[16 + 32 * c + l] = static_cast<std::byte>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+  }
+  return b;
+}
+
+TEST(InferKernels, Q4KDequantisesAndDotsAsTheFormatSays) {
+  using namespace airs::infer;
+  std::mt19937 g(5);
+  int sc[8], mn[8], q[256];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<int>(g() % 64);
+    mn[j] = static_cast<int>(g() % 64);
+  }
+  sc[5] = 63;  // both high bits set: the packing's spill bits matter
+  mn[6] = 48;
+  for (int& v : q) v = static_cast<int>(g() % 16);
+  const float d = 0.0078125F, dmin = 0.00390625F;  // exact in f16
+  const auto blk = q4k_block(d, dmin, sc, mn, q);
+  std::vector<float> deq(256);
+  dequantize_row(WeightType::kQ4_K, blk.data(), 256, deq.data());
+  for (size_t i = 0; i < 256; ++i) {
+    ASSERT_FLOAT_EQ(deq[i], d * static_cast<float>(sc[i / 32]) * static_cast<float>(q[i]) -
+                                dmin * static_cast<float>(mn[i / 32]))
+        << i;
+  }
+  // Two super blocks: dot against a Q8_K activation equals the dequantised
+  // weight . dequantised activation (double), and four rows agree with one.
+  std::vector<std::byte> row = blk;
+  const auto blk2 = q4k_block(0.5F * d, 2 * dmin, mn, sc, q);
+  row.insert(row.end(), blk2.begin(), blk2.end());
+  const size_t n = 512;
+  EXPECT_EQ(row_bytes(WeightType::kQ4_K, n), row.size());
+  EXPECT_EQ(activation_type(WeightType::kQ4_K), WeightType::kQ8_K);
+  const auto x = random_floats(n, 12);
+  std::vector<std::byte> xq(row_bytes(WeightType::kQ8_K, n));
+  quantize_row(WeightType::kQ8_K, x.data(), n, xq.data());
+  std::vector<float> wd(n), xd(n);
+  dequantize_row(WeightType::kQ4_K, row.data(), n, wd.data());
+  dequantize_row(WeightType::kQ8_K, xq.data(), n, xd.data());
+  // Q8_K: the value of largest magnitude maps to -127 (ggml's sign
+  // convention), every value within half a step.
+  for (size_t b = 0; b < 2; ++b) {
+    float amax = 0;
+    size_t at = 0;
+    for (size_t j = 0; j < 256; ++j) {
+      if (std::fabs(x[b * 256 + j]) > amax) { amax = std::fabs(x[b * 256 + j]); at = j; }
+    }
+    EXPECT_EQ(static_cast<int8_t>(xq[b * kQ8KBytes + 4 + at]), -127);
+    for (size_t j = 0; j < 256; ++j) EXPECT_NEAR(xd[b * 256 + j], x[b * 256 + j], amax / 127 / 2 * 1.0001);
+  }
+  double ref = 0, mag = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ref += double{wd[i]} * double{xd[i]};
+    mag += std::fabs(double{wd[i]} * double{xd[i]});
+  }
+  const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
+  EXPECT_NEAR(got, ref, 1e-6 * mag);
+  std::vector<std::byte> four;
+  for (int r = 0; r < 4; ++r) four.insert(four.end(), row.begin(), row.end());
+  float out[4];
+  dot_rows4(WeightType::kQ4_K, four.data(), row.size(), xq.data(), n, out);
+  for (float o : out) EXPECT_EQ(o, got);
+}
+
+}  // namespace
+

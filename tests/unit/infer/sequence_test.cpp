@@ -1,5 +1,7 @@
 // A sequence on private blocks: prefix matching skips prefill, eviction is
 // repaired by recomputing only the lost blocks; the output never changes.
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include "gguf/writer.hpp"
@@ -16,10 +18,10 @@ struct Fixture {
   std::vector<std::byte> bytes;
   gguf::File file;
   Model model;
-  Fixture() {
+  explicit Fixture(gguf::TypeScheme types = gguf::TypeScheme::kQ8_0) {
     gguf::ModelSpec s;
     s.llama_compatible = true;
-    s.types = gguf::TypeScheme::kQ8_0;
+    s.types = types;
     s.n_layers = 4;
     s.n_embd = 128;
     s.n_head = 4;
@@ -104,6 +106,56 @@ TEST(InferSequence, EvictedBlocksAreRecomputedAloneWithIdenticalOutput) {
   }
   EXPECT_EQ(got, want);
   EXPECT_EQ(seq.recomputed_blocks(), 2U);
+}
+
+// Batched prefill (forward_batch over up to 32 prompt tokens, each weight
+// read once per batch) against Engine::forward one token at a time on the
+// same blocks: every K/V byte and every logit is identical, for each weight
+// type, both KV element types, and block sizes below and above the batch.
+TEST(InferSequence, BatchedPrefillIsBitIdenticalToTokenByToken) {
+  for (auto types : {gguf::TypeScheme::kF32, gguf::TypeScheme::kF16, gguf::TypeScheme::kQ8_0,
+                     gguf::TypeScheme::kQ4_0}) {
+    Fixture f(types);
+    ThreadPool pool(2);
+    for (KvElem elem : {KvElem::kF32, KvElem::kF16}) {
+      for (uint32_t tpb : {8U, 48U}) {
+        SCOPED_TRACE(testing::Message() << "types " << int(types) << " elem " << int(elem) << " tpb " << tpb);
+        const KvLayout layout = kv_layout_for(f.model.config, tpb, elem);
+        Engine engine(f.model, layout, pool);
+        const auto prompt = prompt_of(75, 3);
+        PrivateKv kv(layout.block_bytes());
+        Sequence seq(engine, kv);
+        auto batched = seq.prefill(prompt);
+        ASSERT_TRUE(batched.ok());
+        const std::vector<float> lb(batched->begin(), batched->end());
+
+        std::vector<std::vector<std::byte>> blocks((prompt.size() + tpb - 1) / tpb,
+                                                   std::vector<std::byte>(layout.block_bytes()));
+        std::vector<std::byte*> ptrs;
+        for (auto& b : blocks) ptrs.push_back(b.data());
+        std::vector<float> lt(f.model.config.n_vocab);
+        for (uint32_t pos = 0; pos < prompt.size(); ++pos) {
+          engine.forward(prompt[pos], pos, ptrs, pos + 1 == prompt.size() ? lt.data() : nullptr);
+        }
+        ASSERT_EQ(lb.size(), lt.size());
+        EXPECT_EQ(std::memcmp(lb.data(), lt.data(), lt.size() * sizeof(float)), 0);
+        const size_t row = size_t{layout.head_dim} * layout.elem_bytes();
+        size_t differing = 0;
+        for (uint32_t pos = 0; pos < prompt.size(); ++pos) {
+          const std::byte* a = kv.block_ptr(seq.block_ids()[pos / tpb]);
+          for (uint32_t l = 0; l < layout.n_layer; ++l) {
+            for (uint32_t k = 0; k < 2; ++k) {
+              for (uint32_t h = 0; h < layout.n_head_kv; ++h) {
+                const size_t off = layout.offset(l, k, h, pos % tpb);
+                if (std::memcmp(a + off, ptrs[pos / tpb] + off, row) != 0) ++differing;
+              }
+            }
+          }
+        }
+        EXPECT_EQ(differing, 0U);
+      }
+    }
+  }
 }
 
 TEST(InferSampler, SeededSamplingIsReproducibleAndGreedyAtZero) {
