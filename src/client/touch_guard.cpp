@@ -103,6 +103,8 @@ void trace(const Slot& s, uint32_t unit) {
   char line[160];
   char* p = put_str(line, "touch unit=");
   p = put_u64(p, unit);
+  p = put_str(p, " offset=");
+  p = put_u64(p, uint64_t{unit} * s.unit);
   p = put_str(p, " ready_units=");
   p = put_u64(p, st.ready_units());
   p = put_str(p, " units=");
