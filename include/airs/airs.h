@@ -15,7 +15,9 @@
  * valid until the next call on that thread). An airs_client and the objects
  * made from it are used by one thread at a time; the library runs one
  * internal thread per lazily attached model ("airs-watch") that serves the
- * fallback and unregisters once the model is resident.
+ * fallback and unregisters once the model is resident, and, in cooperative
+ * mode with wait_on_touch, one ("airs-touch") that makes units readable as
+ * they are filled, plus a SIGSEGV handler (see wait_on_touch).
  */
 #ifndef AIRS_AIRS_H
 #define AIRS_AIRS_H
