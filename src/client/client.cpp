@@ -194,17 +194,17 @@ void airs_model::watch() {
 }
 
 // Cooperative mode with a touch guard: make units readable as they become
-// ready, and swap the GGUF file in if the daemon dies (the handler may have
-// done so already; CooperativeFallback then repeats it, same bytes, and
-// announces it).
+// ready. If the daemon dies, the handler of the next touch of a unit that is
+// not ready maps the GGUF file in place (on the touching thread: mapping it
+// from here as well would race with readers of the units that are ready);
+// this thread then records and announces it.
 void airs_model::watch_guard() {
   for (;;) {
     if (guard_stop.load()) return;
     const uint32_t gen = status.generation();
     if (guard->open_ready()) return;
-    if (guard->taken_over() || coop->daemon_gone()) {
-      if (!guard->taken_over() && guard->open_ready()) return;
-      (void)coop->take_over();
+    if (guard->taken_over()) {
+      coop->adopt();
       return;
     }
     const auto st = status.state();

@@ -121,8 +121,8 @@ bool daemon_gone(const Slot& s) {
   return ::poll(&p, 1, 0) == 1;
 }
 
-// Maps the GGUF file over the whole range in one call (idempotent: the
-// watcher's CooperativeFallback may do the same, with the same bytes).
+// Maps the GGUF file over the whole range in one call (idempotent: two
+// threads of one process, or a forked child, may each do it, same bytes).
 void take_over(Slot& s) {
   const long p = ::syscall(SYS_mmap, s.base, s.size, PROT_READ, MAP_SHARED | MAP_FIXED, s.gguf_fd, 0);
   if (p == -1 || static_cast<uintptr_t>(p) != s.base)

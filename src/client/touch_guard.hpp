@@ -11,9 +11,8 @@
 //   3. mprotects the unit PROT_READ and returns; the access is retried.
 // A watcher thread (the caller's) makes units readable as they become ready
 // (open_ready), so a reader that stays behind the fill takes no signal at
-// all. If the daemon dies mid-load the handler (or the watcher, through
-// CooperativeFallback) maps the GGUF file over the whole range (MAP_FIXED,
-// PROT_READ): the file's bytes, never zeros. A forked child inherits the
+// all. If the daemon dies mid-load the handler maps the GGUF file over the
+// whole range (MAP_FIXED, PROT_READ): the file's bytes, never zeros. A forked child inherits the
 // mapping, the handler and the socket, so its touches are served the same way.
 //
 // Everything the handler does is async-signal-safe: atomics on a fixed slot
