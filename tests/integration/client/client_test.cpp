@@ -106,8 +106,9 @@ class ClientIntegration : public ::testing::Test {
 
   uint32_t tensors(const ModelFile& m) const { return static_cast<uint32_t>(m.plan.tensors.size()); }
 
-  void expect_verified(Child& c, const ModelFile& m, const std::string& fallback = "0") {
-    auto v = c.expect_line("verified", 30s);
+  void expect_verified(Child& c, const ModelFile& m, const std::string& fallback = "0",
+                       std::chrono::milliseconds timeout = 30s) {
+    auto v = c.expect_line("verified", timeout);
     ASSERT_TRUE(v) << c.transcript();
     EXPECT_EQ(field_u64(*v, "tensors"), tensors(m)) << *v;
     EXPECT_EQ(field(*v, "fallback"), fallback) << *v;
@@ -354,8 +355,8 @@ TEST_F(ClientIntegration, CooperativeTouchWaitsForEachUnitAndKeepsOtherHandlers)
   ASSERT_TRUE(o) << before.transcript();
   EXPECT_EQ(field(*o, "resident"), "0") << *o;
   Child after(client(m, {"--on-touch", "--order", "random:3", "--own-segv", "after", "--hold"}));
-  expect_verified(before, m);
-  expect_verified(after, m);
+  expect_verified(before, m, "0", 60s);
+  expect_verified(after, m, "0", 60s);
   auto ob = before.expect_line("own-segv");
   ASSERT_TRUE(ob) << before.transcript();
   EXPECT_EQ(field(*ob, "handled"), "1") << *ob;
@@ -387,7 +388,7 @@ TEST_F(ClientIntegration, CooperativeTouchOutlivesTheDaemonMidLoad) {
   EXPECT_LT(model_status(field(*o, "object")).value("resident_bytes", uint64_t{0}), round_up_pages(m.size()) / 2);
   daemon_->kill_hard();
   c.send("go");
-  expect_verified(c, m, "1");
+  expect_verified(c, m, "1", 60s);
   EXPECT_EQ(c.wait(10s).exit_code, 0) << c.transcript();
   EXPECT_NE(c.err().find("from the GGUF file in this process"), std::string::npos) << c.err();
 }
@@ -408,7 +409,7 @@ TEST_F(ClientIntegration, CooperativeTouchServesAForkedChild) {
   auto ce = c.expect_line("child exit");
   ASSERT_TRUE(ce);
   EXPECT_EQ(field(*ce, "exit"), "9") << *ce;
-  expect_verified(c, m);
+  expect_verified(c, m, "0", 60s);
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
