@@ -162,6 +162,12 @@ void ModelObject::Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uf
   if (!s) dbus::throw_error(s.error());
 }
 
+void ModelObject::Follow(const sdbus::UnixFd& requests) {
+  const auto& c = caller();
+  auto s = d_.models().follow(entry(), c, take(requests));
+  if (!s) dbus::throw_error(s.error());
+}
+
 void ModelObject::Release() {
   const auto& c = caller();
   auto s = d_.models().release(entry(), c.name);

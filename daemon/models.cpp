@@ -238,6 +238,19 @@ Status Models::attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd n
   return {};
 }
 
+Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests) {
+  auto ref = m.refs.find(caller.name);
+  if (ref == m.refs.end())
+    return make_error(EPERM, "Follow on model '{}': call Open first (the caller holds no reference)", m.name);
+  auto& keys = m.clients[caller.name];
+  if (keys.size() >= ref->second)
+    return make_error(EDQUOT, "Follow on model '{}': one request socket per reference ({} already)", m.name, keys.size());
+  const pager::ClientKey key = next_client_++;
+  AIRS_TRY(pager_.follow(m.pager_id, key, std::move(requests)));
+  keys.push_back(key);
+  return {};
+}
+
 Status Models::release(ModelEntry& m, const std::string& caller) {
   auto it = m.refs.find(caller);
   if (it == m.refs.end()) return make_error(ENOENT, "Release on model '{}': the caller holds no reference", m.name);

@@ -138,6 +138,11 @@ class Models {
   Result<OpenResult> open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait);
   Status attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd notify, sys::UniqueFd uffd, uint64_t addr,
                 uint64_t length);
+  // Cooperative mode: registers the caller's request socket (pager::follow),
+  // at most one per reference it holds; it goes with the caller's last
+  // reference like an attachment. EPERM without a reference, EDQUOT past
+  // one per reference.
+  Status follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests);
   // Drops one reference of `caller` (and its attached mappings when its
   // last reference goes). ENOENT if it holds none.
   Status release(ModelEntry& m, const std::string& caller);

@@ -15,7 +15,9 @@
  * valid until the next call on that thread). An airs_client and the objects
  * made from it are used by one thread at a time; the library runs one
  * internal thread per lazily attached model ("airs-watch") that serves the
- * fallback and unregisters once the model is resident.
+ * fallback and unregisters once the model is resident, and, in cooperative
+ * mode with wait_on_touch, one ("airs-touch") that makes units readable as
+ * they are filled, plus a SIGSEGV handler (see wait_on_touch).
  */
 #ifndef AIRS_AIRS_H
 #define AIRS_AIRS_H
@@ -52,6 +54,21 @@ typedef struct {
    * once and the caller calls airs_model_wait_range/_layer before touching
    * each part; zero (default) waits until the model is resident. */
   int wait_per_layer;
+  /* Cooperative mode only: nonzero returns at once, like wait_per_layer, for
+   * callers that cannot wait themselves (unmodified runtimes: the preload
+   * library sets it). Parts not resident yet are mapped PROT_NONE; a thread
+   * that touches one is held in the library's SIGSEGV handler until that
+   * unit is complete (the daemon reads it next, and reads ahead from there),
+   * then the unit becomes readable and the access continues. Never zeros:
+   * a unit the daemon cannot read ends the process with SIGBUS; if the
+   * daemon dies, the GGUF file is mapped in the region's place. The handler
+   * passes every other SIGSEGV to the handler installed before it; a
+   * handler the caller installs later must chain to the previous one
+   * itself (the preload library keeps ours first by interposing
+   * sigaction/signal). Kernel accesses (read()/write() buffers) of a part
+   * not resident yet fail with EFAULT. Takes precedence over
+   * wait_per_layer. Ignored in the lazy modes, where faults do the waiting. */
+  int wait_on_touch;
 } airs_model_options;
 
 /* Opens the GGUF at `path` (or the caller's readable `gguf_fd`, which is

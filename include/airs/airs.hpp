@@ -50,7 +50,7 @@ class Client {
 class Model {
  public:
   Model(Client& c, const std::string& path, const char* name = nullptr) {
-    airs_model_options o{name, 0, 0};
+    airs_model_options o{name, 0, 0, 0};
     detail::check(airs_model_open(c.get(), path.c_str(), &o, &m_));
   }
   ~Model() { airs_model_close(m_); }

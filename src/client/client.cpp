@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -25,9 +27,12 @@
 #include "client/lazy_map.hpp"
 #include "client/notice_page.hpp"
 #include "client/status_page.hpp"
+#include "client/touch_guard.hpp"
 #include "dbus/names.hpp"
 #include "dbus/variant.hpp"
 #include "sys/fd.hpp"
+#include "sys/hugetlbfs.hpp"
+#include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
 #include "util/hash.hpp"
 
@@ -85,6 +90,13 @@ struct airs_model {
   airs::sys::UniqueFd stop;                         // eventfd: tells the watcher to exit
   std::unique_ptr<airs::client::FallbackServer> fallback;
   std::unique_ptr<airs::client::CooperativeFallback> coop;  // cooperative mode
+  // Cooperative mode with wait_on_touch: our end of the Follow socket,
+  // the trace file (AIRS_TOUCH_TRACE) and the guard over `plain` (declared
+  // after it: the guard goes first).
+  airs::sys::UniqueFd requests;
+  airs::sys::UniqueFd touch_trace;
+  std::unique_ptr<airs::client::TouchGuard> guard;
+  std::atomic<bool> guard_stop{false};
   std::thread watcher;
   std::atomic<bool> in_fallback{false};
   bool quiet = false;
@@ -94,6 +106,7 @@ struct airs_model {
   const std::byte* data() const { return lazy ? lazy->data() : plain.bytes(); }
   bool serving_itself() const { return in_fallback.load() || (coop && coop->taken_over()); }
   void watch();
+  void watch_guard();
   void start_fallback(const char* why);
 };
 
@@ -180,6 +193,26 @@ void airs_model::watch() {
   }
 }
 
+// Cooperative mode with a touch guard: make units readable as they become
+// ready. If the daemon dies, the handler of the next touch of a unit that is
+// not ready maps the GGUF file in place (on the touching thread: mapping it
+// from here as well would race with readers of the units that are ready);
+// this thread then records and announces it.
+void airs_model::watch_guard() {
+  for (;;) {
+    if (guard_stop.load()) return;
+    const uint32_t gen = status.generation();
+    if (guard->open_ready()) return;
+    if (guard->taken_over()) {
+      coop->adopt();
+      return;
+    }
+    const auto st = status.state();
+    if (st == airs::client::ModelLoadState::Failed || st == airs::client::ModelLoadState::Unloaded) return;
+    (void)airs::sys::futex_wait(status.generation_word(), gen, airs::client::TouchGuard::kSliceNs);
+  }
+}
+
 // A pidfd of the daemon that owns the bus name (to notice its death).
 // Throws sdbus::Error if the bus cannot say.
 static airs::Result<airs::sys::UniqueFd> daemon_pidfd(airs_client& client) {
@@ -262,7 +295,9 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     if (m->mode == "cooperative") {
       // No userfaultfd on this kernel: a read-only mapping, and the caller
       // (or we, by default) waits on the status page before touching pages.
-      auto ro = airs::client::map_region_readonly(m->region.get(), size);
+      const bool guarded = !resident && opt != nullptr && opt->wait_on_touch != 0;
+      auto ro = guarded ? airs::sys::map_shared(m->region.get(), size, PROT_NONE, 0, "model region (cooperative, guarded)")
+                        : airs::client::map_region_readonly(m->region.get(), size);
       if (!ro) return fail(ro.error());
       m->plain = std::move(ro).value();
       if (!resident) {
@@ -279,7 +314,39 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
                              mm->object.c_str());
             });
       }
-      if (opt == nullptr || opt->wait_per_layer == 0) {
+      if (guarded) {
+        // The daemon reads what a touch asks for next (Model.Follow). A
+        // daemon without Follow still fills everything in the background.
+        int p[2];
+        if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) != 0)
+          return fail(errno, std::string("socketpair: ") + std::strerror(errno));
+        airs::sys::UniqueFd rd(p[0]);
+        m->requests.reset(p[1]);
+        ::shutdown(p[1], SHUT_RD);
+        try {
+          m->proxy->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(rd.get()));
+        } catch (const sdbus::Error& e) {
+          m->requests.reset();
+          if (!m->quiet) std::fprintf(stderr, "airs: %s: no read-ahead on touch (%s)\n", m->object.c_str(), e.getMessage().c_str());
+        }
+        if (const char* t = std::getenv("AIRS_TOUCH_TRACE"); t != nullptr && t[0] != '\0')
+          m->touch_trace.reset(::open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        airs::client::TouchGuardSpec spec;
+        spec.base = m->plain.get();
+        spec.size = size;
+        spec.status = m->status;
+        spec.request_fd = m->requests.get();
+        spec.daemon_pidfd = m->daemon_pidfd.get();
+        spec.gguf_fd = m->gguf.get();
+        spec.trace_fd = m->touch_trace.get();
+        auto g = airs::client::TouchGuard::create(spec);
+        if (!g) return fail(g.error());
+        m->guard = std::move(g).value();
+        if (!m->guard->open_ready()) {
+          m->watcher = std::thread([mm = m.get()] { mm->watch_guard(); });
+          pthread_setname_np(m->watcher.native_handle(), "airs-touch");
+        }
+      } else if (opt == nullptr || opt->wait_per_layer == 0) {
         if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24), m->coop.get()); !w)
           return fail(w.error());
       }
@@ -393,9 +460,11 @@ void airs_model_close(airs_model* m) {
   if (m == nullptr) return;
   if (m->watcher.joinable()) {
     uint64_t one = 1;
-    (void)!::write(m->stop.get(), &one, sizeof one);
+    m->guard_stop.store(true);
+    if (m->stop) (void)!::write(m->stop.get(), &one, sizeof one);
     m->watcher.join();
   }
+  m->guard.reset();
   if (!m->serving_itself()) {
     try {
       m->proxy->callMethod("Release").onInterface("org.aios.Airs1.Model");

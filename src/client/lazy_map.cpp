@@ -188,6 +188,13 @@ Status CooperativeFallback::take_over() {
   return {};
 }
 
+void CooperativeFallback::adopt() {
+  std::lock_guard lock(mu_);
+  if (taken_.load(std::memory_order_relaxed)) return;
+  taken_.store(true, std::memory_order_release);
+  if (announce_) announce_();
+}
+
 namespace {
 
 // The futex loop shared by the waits: `done` is checked after loading the

@@ -134,6 +134,10 @@ class CooperativeFallback {
   // call's result). Thread: any. Errors: mmap of the file (the region
   // mapping is then unchanged and the waits report it).
   [[nodiscard]] Status take_over();
+  // The mapping was swapped already by someone else (the touch guard's
+  // SIGSEGV handler maps the file in place itself): record it and announce,
+  // without mapping again. Thread: any.
+  void adopt();
   [[nodiscard]] bool taken_over() const { return taken_.load(std::memory_order_acquire); }
   // How often a waiter looks at the daemon's pidfd while the status page
   // stays still (a futex wait cannot also wait for a process).

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -64,6 +66,7 @@ struct Pager::Model {
   };
   std::map<uint32_t, std::vector<Waiter>> waiting;
   std::map<ClientKey, std::unique_ptr<Client>> clients;
+  std::map<ClientKey, sys::UniqueFd> requesters;  // cooperative clients' request sockets (see follow())
   client::ModelLoadState state = client::ModelLoadState::Loading;
   bool draining = false;
   bool pin_warned = false;
@@ -116,6 +119,7 @@ Pager::~Pager() {
       loop_.remove(c->uffd.get());
       loop_.remove(c->pidfd.get());
     }
+    for (auto& [key, fd] : m->requesters) loop_.remove(fd.get());
   }
   loop_.remove(ring_->event_fd());
   if (warmup_timer_) loop_.remove(warmup_timer_->fd());
@@ -620,6 +624,12 @@ void Pager::detach(ModelId id, ClientKey key) { drop_client(id, key, "detached")
 void Pager::drop_client(ModelId id, ClientKey key, const char* why) {
   Model* m = find(id);
   if (m == nullptr) return;
+  if (auto r = m->requesters.find(key); r != m->requesters.end()) {
+    loop_.remove(r->second.get());
+    spdlog::debug("model '{}': request socket {} {}", m->name, key, why);
+    m->requesters.erase(r);
+    return;
+  }
   auto it = m->clients.find(key);
   if (it == m->clients.end()) return;
   loop_.remove(it->second->uffd.get());
@@ -631,6 +641,50 @@ void Pager::drop_client(ModelId id, ClientKey key, const char* why) {
   }
   spdlog::debug("model '{}': client {} (pid {}) {}", m->name, key, it->second->pid, why);
   m->clients.erase(it);
+}
+
+Status Pager::follow(ModelId id, ClientKey key, sys::UniqueFd requests) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "follow: no model {}", id);
+  if (opts_.uffd_clients)
+    return make_error(ENOTSUP, "model '{}': request sockets are for the cooperative mode; here a page fault asks for "
+                               "its unit",
+                      m->name);
+  if (m->requesters.contains(key) || m->clients.contains(key))
+    return make_error(EEXIST, "model '{}': client {} already follows it", m->name, key);
+  int type = 0;
+  socklen_t tlen = sizeof type;
+  if (::getsockopt(requests.get(), SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_SEQPACKET)
+    return make_error(EBADF, "model '{}': the request fd is not a SOCK_SEQPACKET socket", m->name);
+  AIRS_TRY(sys::set_nonblocking(requests.get()));
+  AIRS_TRY(loop_.add(requests.get(), EPOLLIN, [this, id, key](uint32_t) { on_requests(id, key); }));
+  m->requesters.emplace(key, std::move(requests));
+  return {};
+}
+
+void Pager::on_requests(ModelId id, ClientKey key) {
+  Model* m = find(id);
+  if (m == nullptr) return;
+  auto it = m->requesters.find(key);
+  if (it == m->requesters.end()) return;
+  // One record per request (SOCK_SEQPACKET keeps the boundaries); at most
+  // 256 per wake-up, so one client cannot hold the loop.
+  bool eof = false;
+  for (int i = 0; i < 256; ++i) {
+    uint32_t u = 0;
+    const ssize_t n = ::read(it->second.get(), &u, sizeof u);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) eof = true;
+    if (n <= 0) break;
+    if (n != sizeof u || u >= m->plan.unit_count()) continue;
+    const UnitState s = m->plan.state(u);
+    if (s != UnitState::Empty && s != UnitState::InFlight) continue;
+    ++m->faults;
+    ++m->faults_waited;
+    m->plan.on_fault(u);
+  }
+  if (eof) drop_client(id, key, "closed by the client");
+  pump();
 }
 
 void Pager::on_uffd(ModelId id, ClientKey key) {
@@ -749,6 +803,7 @@ Status Pager::unload(ModelId id) {
     (void)sys::uffd_wake(c->uffd.get(), c->addr, c->len);
     keys.push_back(key);
   }
+  for (auto& [key, fd] : m->requesters) keys.push_back(key);
   for (ClientKey k : keys) drop_client(id, k, "model unloaded");
   models_.erase(id);  // the region's destructor returns the pages
   pump();

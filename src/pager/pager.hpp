@@ -153,6 +153,16 @@ class Pager {
                               uint64_t addr, uint64_t length);
   // Forget a client (its uffd is closed). No-op if unknown.
   void detach(ModelId id, ClientKey key);
+  // Cooperative mode: `requests` is one end of a client's SOCK_SEQPACKET
+  // socket pair. The client sends one 4-byte unit number (host order) per
+  // unit it is about to touch and waits for (send(MSG_DONTWAIT|MSG_NOSIGNAL)
+  // is async-signal-safe and cannot raise SIGPIPE, so a fault handler can
+  // make it); each is handled like a fault: queued urgent if not read yet,
+  // and the layer-ahead window moves to its rank. Bad numbers are ignored;
+  // the socket goes when the client closes its end (EOF) or on detach(key).
+  // Errors: ENOENT model, ENOTSUP outside cooperative mode (a fault does
+  // this there), EBADF not a SOCK_SEQPACKET socket, EEXIST key.
+  [[nodiscard]] Status follow(ModelId id, ClientKey key, sys::UniqueFd requests);
 
   // Evict (refcount 0, never pinned models): waits for in-flight reads,
   // punches the region, returns the pages to the pool. Attached clients that
@@ -195,6 +205,7 @@ class Pager {
   bool continue_range(Model& m, Client& c, uint32_t first, uint32_t count);
   void unit_failed(Model& m, uint32_t unit, int err);
   void on_uffd(ModelId id, ClientKey key);
+  void on_requests(ModelId id, ClientKey key);
   void handle_fault(Model& m, Client& c, uint64_t address, std::chrono::steady_clock::time_point t0);
   bool continue_unit(Model& m, Client& c, uint32_t unit);
   void poison_unit(Model& m, Client& c, uint32_t unit);

@@ -33,6 +33,16 @@
 // Without a reachable daemon (or any failure to open the model through it)
 // we log one line to stderr and behave exactly as without the library.
 //
+// Cooperative mode (kernels without userfaultfd): libairs maps the region
+// PROT_NONE where it is not resident yet and holds a thread that touches such
+// a part in its SIGSEGV handler until that unit is filled
+// (airs_model_options.wait_on_touch, src/client/touch_guard.hpp). So that a
+// runtime installing its own SIGSEGV handler (after us, or before) never
+// takes those faults, sigaction() and signal() for SIGSEGV are interposed
+// once libairs' handler is in: the runtime's handler is recorded as the one
+// ours chains to for every other fault, and it gets back what it would have
+// got (the previous runtime handler, or the default). SIGBUS is untouched.
+//
 // Configuration (client side; documented in scripts/airs-run):
 //   AIRS_BUS              "system" (default; honours DBUS_SYSTEM_BUS_ADDRESS),
 //                         "session", or a D-Bus address
@@ -44,6 +54,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -61,6 +72,7 @@
 #include <mutex>
 
 #include "airs/airs.h"
+#include "client/touch_guard.hpp"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -76,6 +88,7 @@ namespace {
 using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
 using MunmapFn = int (*)(void*, size_t);
 using MadviseFn = int (*)(void*, size_t, int);
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
 
 struct RealFns {
   MmapFn mmap = nullptr;
@@ -83,6 +96,7 @@ struct RealFns {
   MunmapFn munmap = nullptr;
   MadviseFn madvise = nullptr;
   MadviseFn posix_madvise = nullptr;
+  SigactionFn sigaction = nullptr;
 };
 
 RealFns g_real;
@@ -100,6 +114,7 @@ void resolve_real() {
   g_real.munmap = next_symbol<MunmapFn>("munmap");
   g_real.madvise = next_symbol<MadviseFn>("madvise");
   g_real.posix_madvise = next_symbol<MadviseFn>("posix_madvise");
+  g_real.sigaction = next_symbol<SigactionFn>("sigaction");
 }
 
 const RealFns& real() {
@@ -231,6 +246,10 @@ airs_model* open_through_pool(int fd) {
   airs_model_options opt{};
   opt.name = nullptr;
   opt.quiet = 0;
+  // Cooperative mode: return at once; a touch waits for its unit (and asks
+  // the daemon for it) in libairs' SIGSEGV handler, so compute overlaps the
+  // fill. Ignored in the lazy modes.
+  opt.wait_on_touch = 1;
   airs_model* m = nullptr;
   const int rc = airs_model_open_fd(g_client, fd, &opt, &m);
   if (rc < 0) {
@@ -395,4 +414,27 @@ AIRS_EXPORT int posix_madvise(void* addr, size_t len, int advice) noexcept {
   const RealFns& r = real();
   if (r.posix_madvise != nullptr) return r.posix_madvise(addr, len, advice);
   return ::syscall(SYS_madvise, addr, len, advice) == 0 ? 0 : errno;
+}
+
+AIRS_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) noexcept {
+  if (const int r = airs_preload_sigaction(sig, act, oldact); r != 1) return r;
+  const RealFns& r = real();
+  if (r.sigaction == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return r.sigaction(sig, act, oldact);
+}
+
+// glibc's signal() calls its internal sigaction, which no interposer sees:
+// the same BSD semantics (restart, the signal blocked while it runs) here.
+AIRS_EXPORT sighandler_t signal(int sig, sighandler_t handler) noexcept {
+  struct sigaction act {};
+  struct sigaction old {};
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
 }

@@ -8,21 +8,31 @@
  *
  * usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16]
  *                  [--text "..."] [--threads 1] [--hold] [--no-repack] [--verbose]
+ *                  [--segv-handler before|after]
  * Output (stdout, one per line):
  *   load_ms <ms>         llama_model_load_from_file (API-ready)
  *   first_token_ms <ms>  from the start of the load to the first sampled token
  *   total_ms <ms>
  *   prompt <ids...>
  *   tokens <ids...>
+ * --segv-handler: install a SIGSEGV handler of our own, as runtimes do (crash
+ * reporters, JITs), before the model load (sigaction) or after it (signal).
+ * It owns one PROT_NONE page: a fault there makes the page readable; any
+ * other SIGSEGV it gets prints "foreign_segv" and exits 5 (a pool fault must
+ * never reach it). After generating, the page is touched once:
+ *   own_segv <handled count>
  * --hold: after printing, write "holding" and wait for EOF on stdin (so a
  * test can inspect the live process: PSS, fdinfo, pool accounting).
  * Exit status: 0 ok, 1 llama.cpp refused (the message is on stderr), 2 usage.
  */
+#define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +52,51 @@ static bool quiet_progress(float progress, void *user) {
   return true;
 }
 
+static volatile unsigned char *g_own_page = NULL;
+static size_t g_own_len = 0;
+static volatile sig_atomic_t g_own_handled = 0;
+static volatile sig_atomic_t g_own_touching = 0;
+
+static void own_segv(int sig) {
+  (void)sig;
+  /* signal(): no siginfo. Until our own touch (the page is PROT_NONE and
+   * touched once, after generating) no SIGSEGV may reach us at all. */
+  if (g_own_touching && g_own_handled == 0 && g_own_page != NULL) {
+    mprotect((void *)g_own_page, g_own_len, PROT_READ);
+    g_own_handled = g_own_handled + 1;
+    return;
+  }
+  static const char msg[] = "foreign_segv\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(5);
+}
+
+static void own_segv_info(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  const unsigned char *a = (const unsigned char *)si->si_addr;
+  if (a >= (const unsigned char *)g_own_page && a < (const unsigned char *)g_own_page + g_own_len) {
+    own_segv(sig);
+    return;
+  }
+  static const char msg[] = "foreign_segv\n";
+  (void)!write(1, msg, sizeof msg - 1);
+  _exit(5);
+}
+
+static void install_segv_handler(bool with_signal) {
+  g_own_len = (size_t)sysconf(_SC_PAGESIZE);
+  g_own_page = mmap(NULL, g_own_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (with_signal) {
+    signal(SIGSEGV, own_segv);
+  } else {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = own_segv_info;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, NULL);
+  }
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -57,12 +112,13 @@ static llama_token argmax(const float *logits, int n) {
 
 static void usage(void) {
   fputs("usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16] [--text T] [--threads 1] "
-        "[--hold] [--no-repack] [--verbose]\n",
+        "[--hold] [--no-repack] [--verbose] [--segv-handler before|after]\n",
         stderr);
 }
 
 int main(int argc, char **argv) {
   const char *backends = NULL, *model_path = NULL, *mode = "mmap", *text = "Hello world, this is a test";
+  const char *segv = NULL;
   int n_gen = 16, threads = 1;
   bool hold = false, no_repack = false;
   for (int i = 1; i < argc; ++i) {
@@ -79,10 +135,12 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--n") == 0) n_gen = atoi(v);
     else if (strcmp(a, "--threads") == 0) threads = atoi(v);
     else if (strcmp(a, "--text") == 0) text = v;
+    else if (strcmp(a, "--segv-handler") == 0) segv = v;
     else { usage(); return 2; }
   }
   if (backends == NULL || model_path == NULL || n_gen < 1 || threads < 1 ||
-      (strcmp(mode, "mmap") != 0 && strcmp(mode, "none") != 0)) {
+      (strcmp(mode, "mmap") != 0 && strcmp(mode, "none") != 0) ||
+      (segv != NULL && strcmp(segv, "before") != 0 && strcmp(segv, "after") != 0)) {
     usage();
     return 2;
   }
@@ -101,9 +159,11 @@ int main(int argc, char **argv) {
   if (no_repack) mp.use_extra_bufts = false;
   mp.load_mode = strcmp(mode, "mmap") == 0 ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
 
+  if (segv != NULL && strcmp(segv, "before") == 0) install_segv_handler(false);
   const double t0 = now_ms();
   struct llama_model *model = llama_model_load_from_file(model_path, mp);
   const double t_load = now_ms();
+  if (segv != NULL && strcmp(segv, "after") == 0) install_segv_handler(true);
   if (model == NULL) {
     fprintf(stderr, "llama-gen: llama.cpp could not load %s\n", model_path);
     return 1;
@@ -151,6 +211,11 @@ int main(int argc, char **argv) {
   printf("\ntokens");
   for (int i = 0; i < n_gen; ++i) printf(" %d", out[i]);
   printf("\n");
+  if (segv != NULL) {
+    g_own_touching = 1;
+    const unsigned v = g_own_page[0];
+    printf("own_segv %d %u\n", (int)g_own_handled, v);
+  }
   fflush(stdout);
 
   if (hold) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_fixture.hpp"
+#include "gguf/file_io.hpp"
+#include "gguf/gguf.hpp"
 
 namespace {
 
@@ -267,89 +270,6 @@ TEST_F(LlamaPool, DirectLoadGeneratesVariedTokens) {
   EXPECT_EQ(tokens_of(direct(model, {"--mode", "none"})), toks);
 }
 
-TEST_F(LlamaPool, PreloadGivesTheTokensOfADirectLoad) {
-  const auto model = model_path("24M", 12);
-  const auto want = tokens_of(direct(model));
-  ASSERT_FALSE(want.empty());
-
-  PrivateBus bus;
-  DaemonProcess d(bus.address(), pool_toml("128M"));
-  ASSERT_TRUE(d.started()) << d.log();
-  Held h(preload_env(bus.address()), gen_argv(model, {"--hold"}), "preload");
-  ASSERT_TRUE(h.wait_holding()) << h.err();
-  EXPECT_EQ(tokens_of(ProcessResult{0, 0, h.out(), ""}), want) << h.err();
-  EXPECT_NE(h.err().find("mapped from the pool"), std::string::npos) << h.err();
-  // The process maps the pool region, never the GGUF itself.
-  EXPECT_FALSE(maps_contain(h.pid(), model));
-  EXPECT_GE(smaps_kb(h.pid(), "Shared_Hugetlb:") * 1024, fs::file_size(model) / 2);
-  auto m = model_status(bus.address());
-  ASSERT_TRUE(m.has_value());
-  EXPECT_EQ((*m)["refcount"].get<uint64_t>(), 1U) << m->dump();
-  EXPECT_EQ((*m)["size"].get<uint64_t>(), fs::file_size(model));
-  EXPECT_EQ(h.finish(), 0) << h.err();
-  // llama_model_free unmapped every fragment: the preload closed the model.
-  auto after = model_status(bus.address());
-  ASSERT_TRUE(after.has_value());
-  EXPECT_EQ((*after)["refcount"].get<uint64_t>(), 0U) << after->dump();
-}
-
-TEST_F(LlamaPool, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
-  const auto model = model_path("48M", 13);
-  const auto want = tokens_of(direct(model, {"--no-repack"}));
-  ASSERT_FALSE(want.empty());
-
-  PrivateBus bus;
-  DaemonProcess d(bus.address(), pool_toml("192M"));
-  ASSERT_TRUE(d.started()) << d.log();
-  const auto gen = gen_argv(model, {"--hold", "--no-repack"});
-  Held a(preload_env(bus.address()), gen, "share-a");
-  ASSERT_TRUE(a.wait_holding()) << a.err();
-  // Let the first finish loading the whole model (background warm-up).
-  nlohmann::json m1;
-  for (int i = 0; i < 500; ++i) {
-    m1 = first_model(bus.address());
-    if (m1["state"] == "resident") break;
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_EQ(m1["state"], "resident") << m1.dump() << "\n" << a.err();
-  const auto pool_before = status(bus.address());
-
-  Held b(preload_env(bus.address()), gen, "share-b");
-  ASSERT_TRUE(b.wait_holding()) << b.err();
-  EXPECT_EQ(tokens_of(ProcessResult{0, 0, a.out(), ""}), want);
-  EXPECT_EQ(tokens_of(ProcessResult{0, 0, b.out(), ""}), want);
-
-  const auto m2 = first_model(bus.address());
-  ASSERT_TRUE(m2.contains("refcount")) << m2.dump();
-  EXPECT_EQ(m2["refcount"].get<uint64_t>(), 2U) << m2.dump();
-  // "clients" counts userfaultfd attachments: the second process found the
-  // model resident and mapped it plainly, without one.
-  EXPECT_EQ(m2["clients"].get<uint64_t>(), 1U) << m2.dump();
-  // One copy: the second process added no model I/O and no pool pages.
-  EXPECT_EQ(m2["bytes_read"], m1["bytes_read"]) << m1.dump() << "\n" << m2.dump();
-  EXPECT_EQ(m2["resident_bytes"], m1["resident_bytes"]);
-  const auto pool_after = status(bus.address());
-  // (kernel_hugepages_* are machine-wide: other processes move them.)
-  for (const char* k : {"free_bytes", "model_bytes", "free_pages", "model_pages"})
-    EXPECT_EQ(pool_after["pool"][k], pool_before["pool"][k]) << k;
-
-  // Both map the same huge pages: every model page they touched is shared
-  // (hugetlb pages are outside Pss; smaps splits them Shared/Private).
-  const uint64_t file_kb = fs::file_size(model) / 1024;
-  for (pid_t p : {a.pid(), b.pid()}) {
-    EXPECT_GE(smaps_kb(p, "Shared_Hugetlb:"), file_kb * 9 / 10) << "pid " << p;
-    EXPECT_EQ(smaps_kb(p, "Private_Hugetlb:"), 0U) << "pid " << p;
-    // The weights are not in either process's own memory.
-    EXPECT_LT(rollup_kb(p, "Pss:"), file_kb) << "pid " << p;
-    std::fprintf(stderr, "pid %d: Pss %llu kB, Shared_Hugetlb %llu kB, model file %llu kB\n", p,
-                 static_cast<unsigned long long>(rollup_kb(p, "Pss:")),
-                 static_cast<unsigned long long>(smaps_kb(p, "Shared_Hugetlb:")),
-                 static_cast<unsigned long long>(file_kb));
-  }
-  EXPECT_EQ(a.finish(), 0) << a.err();
-  EXPECT_EQ(b.finish(), 0) << b.err();
-}
-
 TEST_F(LlamaPool, FullyResidentModelNeedsNoUserfaultfd) {
   const auto model = model_path("24M", 14);
   const auto want = tokens_of(direct(model));
@@ -375,16 +295,138 @@ TEST_F(LlamaPool, FullyResidentModelNeedsNoUserfaultfd) {
   EXPECT_EQ(h.finish(), 0);
 }
 
-TEST_F(LlamaPool, DaemonKilledDuringTheLoadStillGivesTheSameTokens) {
+// ---- every mode (issue 15): full, small-pages and cooperative, forced ----
+
+std::string mode_toml(const std::string& mode, const std::string& extra = "") {
+  return "[models]\nmode = \"" + mode + "\"\n" + extra;
+}
+
+// KiB of the pool region mapped into `pid`: hugetlb pages in full mode, the
+// region's memfd (shmem) in the other two.
+uint64_t region_kb(pid_t pid, const std::string& mode) {
+  return mode == "full" ? smaps_kb(pid, "Shared_Hugetlb:") : smaps_kb(pid, "Rss:", "/memfd:");
+}
+
+// The message a preloaded process prints when it outlives the daemon.
+std::string fallback_message(const std::string& mode) {
+  return mode == "cooperative" ? "from the GGUF file in this process" : "serving the remaining pages";
+}
+
+class LlamaModes : public LlamaPool, public ::testing::WithParamInterface<std::string> {};
+
+// Tokens of a direct load, with a SIGSEGV handler the runtime installs after
+// the load (through signal(): the preload keeps the pool's handler first),
+// which must see none of the pool's faults and still get its own.
+TEST_P(LlamaModes, PreloadGivesTheTokensOfADirectLoad) {
+  const std::string mode = GetParam();
+  const auto model = model_path("24M", 12);
+  const auto want = tokens_of(direct(model));
+  ASSERT_FALSE(want.empty());
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), pool_toml("128M", mode_toml(mode)));
+  ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_EQ(status(bus.address())["mode"], mode);
+  Held h(preload_env(bus.address()), gen_argv(model, {"--hold", "--segv-handler", "after"}), "preload-" + mode);
+  ASSERT_TRUE(h.wait_holding()) << h.err();
+  EXPECT_EQ(tokens_of(ProcessResult{0, 0, h.out(), ""}), want) << h.err();
+  EXPECT_EQ(line_of(h.out(), "own_segv"), "1 0") << h.out();
+  EXPECT_NE(h.err().find("mapped from the pool"), std::string::npos) << h.err();
+  // The process maps the pool region, never the GGUF itself.
+  EXPECT_FALSE(maps_contain(h.pid(), model));
+  EXPECT_GE(region_kb(h.pid(), mode) * 1024, fs::file_size(model) / 2);
+  auto m = model_status(bus.address());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ((*m)["refcount"].get<uint64_t>(), 1U) << m->dump();
+  EXPECT_EQ((*m)["size"].get<uint64_t>(), fs::file_size(model));
+  EXPECT_EQ(h.finish(), 0) << h.err();
+  // llama_model_free unmapped every fragment: the preload closed the model.
+  auto after = model_status(bus.address());
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ((*after)["refcount"].get<uint64_t>(), 0U) << after->dump();
+}
+
+TEST_P(LlamaModes, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
+  const std::string mode = GetParam();
+  const auto model = model_path("48M", 13);
+  const auto want = tokens_of(direct(model, {"--no-repack"}));
+  ASSERT_FALSE(want.empty());
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), pool_toml("192M", mode_toml(mode)));
+  ASSERT_TRUE(d.started()) << d.log();
+  const auto gen = gen_argv(model, {"--hold", "--no-repack"});
+  Held a(preload_env(bus.address()), gen, "share-a-" + mode);
+  ASSERT_TRUE(a.wait_holding()) << a.err();
+  // Let the first finish loading the whole model (background warm-up).
+  nlohmann::json m1;
+  for (int i = 0; i < 500; ++i) {
+    m1 = first_model(bus.address());
+    if (m1["state"] == "resident") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(m1["state"], "resident") << m1.dump() << "\n" << a.err();
+  const auto pool_before = status(bus.address());
+
+  auto gen_b = gen;
+  gen_b.insert(gen_b.end(), {"--segv-handler", "before"});
+  Held b(preload_env(bus.address()), gen_b, "share-b-" + mode);
+  ASSERT_TRUE(b.wait_holding()) << b.err();
+  EXPECT_EQ(tokens_of(ProcessResult{0, 0, a.out(), ""}), want);
+  EXPECT_EQ(tokens_of(ProcessResult{0, 0, b.out(), ""}), want);
+  EXPECT_EQ(line_of(b.out(), "own_segv"), "1 0") << b.out();
+
+  const auto m2 = first_model(bus.address());
+  ASSERT_TRUE(m2.contains("refcount")) << m2.dump();
+  EXPECT_EQ(m2["refcount"].get<uint64_t>(), 2U) << m2.dump();
+  // "clients" counts userfaultfd attachments (cooperative mode: request
+  // sockets): the second process found the model resident and mapped it
+  // plainly, without one.
+  EXPECT_EQ(m2["clients"].get<uint64_t>(), 1U) << m2.dump();
+  // One copy: the second process added no model I/O and no pool pages.
+  EXPECT_EQ(m2["bytes_read"], m1["bytes_read"]) << m1.dump() << "\n" << m2.dump();
+  EXPECT_EQ(m2["resident_bytes"], m1["resident_bytes"]);
+  const auto pool_after = status(bus.address());
+  // (kernel_hugepages_* are machine-wide: other processes move them.)
+  for (const char* k : {"free_bytes", "model_bytes", "free_pages", "model_pages"})
+    EXPECT_EQ(pool_after["pool"][k], pool_before["pool"][k]) << k;
+
+  // Both map the pool's pages: every model page they touched comes from the
+  // region (hugetlb pages are outside Pss; smaps splits them Shared/Private).
+  const uint64_t file_kb = fs::file_size(model) / 1024;
+  for (pid_t p : {a.pid(), b.pid()}) {
+    EXPECT_GE(region_kb(p, mode), file_kb * 9 / 10) << "pid " << p;
+    EXPECT_FALSE(maps_contain(p, model)) << "pid " << p;
+    if (mode == "full") {
+      EXPECT_EQ(smaps_kb(p, "Private_Hugetlb:"), 0U) << "pid " << p;
+      // The weights are not in either process's own memory.
+      EXPECT_LT(rollup_kb(p, "Pss:"), file_kb) << "pid " << p;
+    } else {
+      // shmem pages the daemon and both processes map: none private to one.
+      EXPECT_LT(smaps_kb(p, "Private_Clean:", "/memfd:") + smaps_kb(p, "Private_Dirty:", "/memfd:"), file_kb / 10)
+          << "pid " << p;
+    }
+    std::fprintf(stderr, "%s pid %d: Pss %llu kB, region %llu kB, model file %llu kB\n", mode.c_str(), p,
+                 static_cast<unsigned long long>(rollup_kb(p, "Pss:")),
+                 static_cast<unsigned long long>(region_kb(p, mode)), static_cast<unsigned long long>(file_kb));
+  }
+  EXPECT_EQ(a.finish(), 0) << a.err();
+  EXPECT_EQ(b.finish(), 0) << b.err();
+}
+
+TEST_P(LlamaModes, DaemonKilledDuringTheLoadStillGivesTheSameTokens) {
+  const std::string mode = GetParam();
   const auto model = model_path("160M", 15);
   const auto want = tokens_of(direct(model));
   PrivateBus bus;
-  // One read in flight at a time and O_DIRECT (no page cache help): the load
-  // takes long enough for the kill to land in the middle.
-  DaemonProcess d(bus.address(), pool_toml("256M", "[models]\nqueue_depth = 1\nprefetch_window = 0\n"));
+  // One read in flight at a time, no read-ahead window and a paced warm-up
+  // (what the process does not touch comes slowly): the kill lands in the
+  // middle of the load.
+  DaemonProcess d(bus.address(), pool_toml("256M", mode_toml(mode, "queue_depth = 1\nprefetch_window = 0\n"
+                                                                   "warmup_rate = \"32M\"\n")));
   ASSERT_TRUE(d.started()) << d.log();
-  Held h(preload_env(bus.address()), gen_argv(model, {"--hold"}), "killed");
-  // Kill as soon as the model is attached and not yet resident.
+  Held h(preload_env(bus.address()), gen_argv(model, {"--hold", "--segv-handler", "before"}), "killed-" + mode);
+  // Kill as soon as the model is referenced and not yet resident.
   bool killed_mid_load = false;
   for (int i = 0; i < 2000 && !killed_mid_load; ++i) {
     auto m = model_status(bus.address());
@@ -392,7 +434,7 @@ TEST_F(LlamaPool, DaemonKilledDuringTheLoadStillGivesTheSameTokens) {
       if ((*m)["state"] != "resident") {
         d.kill_hard();
         killed_mid_load = true;
-        std::fprintf(stderr, "killed airs-memd with %llu of %llu bytes resident\n",
+        std::fprintf(stderr, "%s: killed airs-memd with %llu of %llu bytes resident\n", mode.c_str(),
                      static_cast<unsigned long long>((*m)["resident_bytes"].get<uint64_t>()),
                      static_cast<unsigned long long>((*m)["size"].get<uint64_t>()));
       }
@@ -403,8 +445,70 @@ TEST_F(LlamaPool, DaemonKilledDuringTheLoadStillGivesTheSameTokens) {
   ASSERT_TRUE(killed_mid_load) << "the load finished before the kill; use a slower load";
   ASSERT_TRUE(h.wait_holding()) << h.err();
   EXPECT_EQ(tokens_of(ProcessResult{0, 0, h.out(), ""}), want) << h.err();
-  EXPECT_NE(h.err().find("serving the remaining pages"), std::string::npos) << h.err();
+  EXPECT_EQ(line_of(h.out(), "own_segv"), "1 0") << h.out();
+  EXPECT_NE(h.err().find(fallback_message(mode)), std::string::npos) << h.err();
   EXPECT_EQ(h.finish(), 0) << h.err();
+}
+
+INSTANTIATE_TEST_SUITE_P(, LlamaModes, ::testing::Values("full", "small-pages", "cooperative"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::erase(n, '-');
+                           return n;
+                         });
+
+// Cooperative mode overlaps compute with the fill: with the warm-up paced
+// far below what a reader asks for, llama.cpp's touches drive the fill (each
+// touch of a unit not filled yet waits in libairs' handler and asks the
+// daemon for it), and the touch trace shows llama.cpp touching weights past
+// blk.0 (so blk.0 was computed: one thread computes the graph in layer order)
+// while the last load rank (output) was not read yet. The open itself
+// returned long before the model was resident.
+TEST_F(LlamaPool, CooperativeComputeOverlapsThePacedFill) {
+  const auto model = model_path("24M", 12);
+  const auto want = tokens_of(direct(model, {"--no-repack"}));
+  ASSERT_FALSE(want.empty());
+  // Where blk.0's weights end, from the file itself.
+  auto src = airs::gguf::FdSource::open(model);
+  ASSERT_TRUE(src) << src.error().message;
+  auto parsed = airs::gguf::parse(*src);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  uint64_t blk0_end = 0;
+  for (const auto& t : parsed->tensors)
+    if (t.name.rfind("blk.0.", 0) == 0) blk0_end = std::max(blk0_end, t.offset + t.nbytes);
+  ASSERT_GT(blk0_end, 0U);
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), pool_toml("128M", mode_toml("cooperative", "warmup_rate = \"256K\"\n")));
+  ASSERT_TRUE(d.started()) << d.log();
+  const std::string trace = kWork + "/touch-trace.txt";
+  fs::remove(trace);
+  auto env = preload_env(bus.address());
+  env.push_back("AIRS_TOUCH_TRACE=" + trace);
+  auto r = run_with_env(env, gen_argv(model, {"--no-repack"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(tokens_of(r), want) << r.err;
+  EXPECT_NE(r.err.find("lazy)"), std::string::npos) << "the preload waited for residency:\n" << r.err;
+
+  const auto m = first_model(bus.address());
+  std::istringstream in(Held::slurp(trace));
+  int touches = 0;
+  int past_blk0_before_last = 0;
+  for (std::string l; std::getline(in, l);) {
+    unsigned long long u = 0, off = 0, ready = 0, units = 0;
+    int last = -1;
+    if (std::sscanf(l.c_str(), "touch unit=%llu offset=%llu ready_units=%llu units=%llu last_rank_ready=%d", &u, &off,
+                    &ready, &units, &last) != 5)
+      continue;
+    ++touches;
+    if (off >= blk0_end && last == 0) ++past_blk0_before_last;
+  }
+  std::fprintf(stderr, "touches %d, past blk.0 with the last rank unread %d, status %s\n", touches,
+               past_blk0_before_last, m.dump().c_str());
+  EXPECT_GT(touches, 0) << Held::slurp(trace);
+  EXPECT_GT(past_blk0_before_last, 0) << Held::slurp(trace);
+  // The touches asked the daemon for their units (counted as faults).
+  EXPECT_GT(m.value("faults", uint64_t{0}), 0U) << m.dump();
 }
 
 TEST_F(LlamaPool, WithoutADaemonItRunsNormallyAndSaysSoOnce) {

@@ -14,6 +14,15 @@
 //     --recheck          after --hold's line, read every tensor again (a
 //                        revoked mapping must give SIGBUS → exit 7, never zeros)
 //     --uid N            drop to uid/gid N before anything (another user)
+//     --on-touch         cooperative mode: airs_model_options.wait_on_touch
+//                        (no waits of our own; touches wait in libairs)
+//     --own-segv before|after  install a "runtime" SIGSEGV handler before or
+//                        after opening (after: it chains to the previous one
+//                        for faults not its own, as airs.h asks); at the end
+//                        touch a PROT_NONE page of our own, which that
+//                        handler must get ("own-segv handled=1 foreign=0")
+//     --fork-child with --on-touch: the child reads the first and last bytes
+//                        and compares them with the file ("child-read-ok")
 //
 // Exit codes: 0 bytes right; 3 wrong bytes; 4 the forked child read
 // something; 7 SIGBUS on --touch; 10+ set-up errors (message on stderr).
@@ -21,6 +30,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +101,43 @@ void child_on_segv(int, siginfo_t*, void*) {
   ::_exit(9);
 }
 
+// The "runtime" handler of --own-segv: it owns one PROT_NONE page and makes
+// it readable on a fault there; any other fault it is given is counted as
+// foreign (the model's touches must never reach it) and passed on.
+volatile uintptr_t g_own_page = 0;
+size_t g_own_len = 0;
+volatile sig_atomic_t g_own_handled = 0;
+volatile sig_atomic_t g_own_foreign = 0;
+struct sigaction g_own_prev {};
+bool g_own_chains = false;
+
+void own_on_segv(int sig, siginfo_t* si, void* uc) {
+  const auto a = reinterpret_cast<uintptr_t>(si->si_addr);
+  if (a >= g_own_page && a < g_own_page + g_own_len) {
+    ::mprotect(reinterpret_cast<void*>(g_own_page), g_own_len, PROT_READ);
+    g_own_handled = g_own_handled + 1;
+    return;
+  }
+  g_own_foreign = g_own_foreign + 1;
+  if (g_own_chains && (g_own_prev.sa_flags & SA_SIGINFO) != 0 && g_own_prev.sa_sigaction != nullptr) {
+    g_own_prev.sa_sigaction(sig, si, uc);
+    return;
+  }
+  write_str("own-segv foreign fault, no one to chain to\n");
+  ::_exit(5);
+}
+
+void install_own_segv(bool chains) {
+  g_own_len = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, g_own_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  g_own_page = reinterpret_cast<uintptr_t>(p);
+  g_own_chains = chains;
+  struct sigaction sa {};
+  sa.sa_sigaction = own_on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  ::sigaction(SIGSEGV, &sa, &g_own_prev);
+}
+
 struct Range {
   std::string name;
   uint64_t offset;
@@ -101,7 +148,8 @@ struct Range {
 
 int main(int argc, char** argv) {
   std::string bus, file, order = "seq";
-  bool wait_go = false, fork_child = false, hold = false, per_layer = false, recheck = false;
+  bool wait_go = false, fork_child = false, hold = false, per_layer = false, recheck = false, on_touch = false;
+  std::string own_segv;
   long as_uid = -1;
   long long touch = -1;
   int wait_resident_ms = -1;
@@ -124,6 +172,8 @@ int main(int argc, char** argv) {
     else if (a == "--uid") as_uid = std::stol(next());
     else if (a == "--per-layer") per_layer = true;  // cooperative mode: wait for each range before reading it
     else if (a == "--touch") touch = std::stoll(next());
+    else if (a == "--on-touch") on_touch = true;
+    else if (a == "--own-segv") own_segv = next();
     else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
@@ -167,7 +217,8 @@ int main(int argc, char** argv) {
     return 12;
   }
   airs_model* model = nullptr;
-  airs_model_options opt{nullptr, 0, per_layer ? 1 : 0};
+  if (own_segv == "before") install_own_segv(false);
+  airs_model_options opt{nullptr, 0, per_layer ? 1 : 0, on_touch ? 1 : 0};
   if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
@@ -178,6 +229,7 @@ int main(int argc, char** argv) {
   say("opened pid=%d resident=%d size=%" PRIu64 " object=%s uffd_fds=%d", ::getpid(), airs_model_is_resident(model),
       airs_model_size(model), airs_model_object(model), count_uffd_fds());
 
+  if (own_segv == "after") install_own_segv(true);
   if (wait_go) {
     say("waiting");
     if (!wait_stdin_line()) return 14;
@@ -185,6 +237,17 @@ int main(int argc, char** argv) {
 
   if (fork_child) {
     const pid_t c = ::fork();
+    if (c == 0 && on_touch) {
+      // The child inherits the guarded mapping and its handler: its touches
+      // wait for their units like the parent's.
+      const uint64_t last = airs_model_size(model) - 1;
+      unsigned char want[2] = {};
+      if (::pread(src->fd(), &want[0], 1, 0) != 1 || ::pread(src->fd(), &want[1], 1, static_cast<off_t>(last)) != 1)
+        ::_exit(15);
+      const bool ok = data[0] == want[0] && data[last] == want[1];
+      write_str(ok ? "child-read-ok\n" : "child-read-wrong\n");
+      ::_exit(ok ? 9 : 3);
+    }
     if (c == 0) {
       struct sigaction sa {};
       sa.sa_sigaction = child_on_segv;
@@ -264,6 +327,10 @@ int main(int argc, char** argv) {
   say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
       count_uffd_fds());
 
+  if (!own_segv.empty()) {
+    const unsigned v = *reinterpret_cast<const volatile unsigned char*>(g_own_page);
+    say("own-segv handled=%d foreign=%d value=%u", static_cast<int>(g_own_handled), static_cast<int>(g_own_foreign), v);
+  }
   if (hold) {
     say("holding");
     (void)wait_stdin_line();

@@ -106,8 +106,9 @@ class ClientIntegration : public ::testing::Test {
 
   uint32_t tensors(const ModelFile& m) const { return static_cast<uint32_t>(m.plan.tensors.size()); }
 
-  void expect_verified(Child& c, const ModelFile& m, const std::string& fallback = "0") {
-    auto v = c.expect_line("verified", 30s);
+  void expect_verified(Child& c, const ModelFile& m, const std::string& fallback = "0",
+                       std::chrono::milliseconds timeout = 30s) {
+    auto v = c.expect_line("verified", timeout);
     ASSERT_TRUE(v) << c.transcript();
     EXPECT_EQ(field_u64(*v, "tensors"), tensors(m)) << *v;
     EXPECT_EQ(field(*v, "fallback"), fallback) << *v;
@@ -335,6 +336,81 @@ TEST_F(ClientIntegration, CooperativeClientsOutliveTheDaemonMidLoad) {
   EXPECT_EQ(blocked.wait(10s).exit_code, 0) << blocked.transcript();
   for (Child* c : {&per_layer, &blocked})
     EXPECT_NE(c->err().find("from the GGUF file in this process"), std::string::npos) << c->err();
+}
+
+// Cooperative mode, wait_on_touch (issue 15): open returns at once with the
+// fill barely started; the client reads every tensor with no wait of its own
+// (each touch of a unit not filled yet waits in libairs' SIGSEGV handler) and
+// gets the file's bytes. A "runtime" SIGSEGV handler installed before the
+// open never sees the model's touches and still gets its own fault; one
+// installed after (chaining, as airs.h asks) works too. The touches asked
+// the daemon for their units (request pipe: counted as faults), and the
+// second client shares the one copy.
+TEST_F(ClientIntegration, CooperativeTouchWaitsForEachUnitAndKeepsOtherHandlers) {
+  auto m = make_model(dir_, "m.gguf", "touchy", 32 * kMiB);
+  // Paced far below what the readers ask for: the touches drive the fill.
+  if (!start(64, "[models]\nmode = \"cooperative\"\nwarmup_rate = \"1M\"\n")) return;
+  Child before(client(m, {"--on-touch", "--order", "seq", "--own-segv", "before", "--hold"}));
+  auto o = before.expect_line("opened");
+  ASSERT_TRUE(o) << before.transcript();
+  EXPECT_EQ(field(*o, "resident"), "0") << *o;
+  Child after(client(m, {"--on-touch", "--order", "random:3", "--own-segv", "after", "--hold"}));
+  expect_verified(before, m, "0", 60s);
+  expect_verified(after, m, "0", 60s);
+  auto ob = before.expect_line("own-segv");
+  ASSERT_TRUE(ob) << before.transcript();
+  EXPECT_EQ(field(*ob, "handled"), "1") << *ob;
+  EXPECT_EQ(field(*ob, "foreign"), "0") << *ob;
+  auto oa = after.expect_line("own-segv");
+  ASSERT_TRUE(oa) << after.transcript();
+  EXPECT_EQ(field(*oa, "handled"), "1") << *oa;
+  const auto ms = model_status(field(*o, "object"));
+  EXPECT_GT(ms.value("faults", uint64_t{0}), 0U) << ms.dump();
+  EXPECT_EQ(ms.value("refcount", 0U), 2U) << ms.dump();
+  EXPECT_LE(ms.value("resident_bytes", uint64_t{0}), round_up_pages(m.size())) << ms.dump();
+  for (Child* c : {&before, &after}) {
+    ASSERT_TRUE(c->expect_line("holding")) << c->transcript();
+    c->send("go");
+    EXPECT_EQ(c->wait(10s).exit_code, 0) << c->transcript();
+  }
+}
+
+// The daemon dies mid-load under touch-waiting clients: the waiting touch
+// maps the GGUF file in place and every byte is the file's.
+TEST_F(ClientIntegration, CooperativeTouchOutlivesTheDaemonMidLoad) {
+  auto m = make_model(dir_, "m.gguf", "touch-orphan", 32 * kMiB);
+  if (!start(64, "[models]\nmode = \"cooperative\"\nwarmup_rate = \"4M\"\nqueue_depth = 1\nprefetch_window = 0\n")) return;
+  Child c(client(m, {"--on-touch", "--wait-go", "--order", "seq"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  EXPECT_EQ(field(*o, "resident"), "0") << *o;
+  ASSERT_TRUE(c.expect_line("waiting")) << c.transcript();
+  EXPECT_LT(model_status(field(*o, "object")).value("resident_bytes", uint64_t{0}), round_up_pages(m.size()) / 2);
+  daemon_->kill_hard();
+  c.send("go");
+  expect_verified(c, m, "1", 60s);
+  EXPECT_EQ(c.wait(10s).exit_code, 0) << c.transcript();
+  EXPECT_NE(c.err().find("from the GGUF file in this process"), std::string::npos) << c.err();
+}
+
+// A forked child inherits the guarded mapping and the handler: its touches
+// wait for their units like its parent's (the lazy modes give it no mapping
+// at all, MADV_DONTFORK; here there is nothing unsafe to hide).
+TEST_F(ClientIntegration, CooperativeTouchServesAForkedChild) {
+  auto m = make_model(dir_, "m.gguf", "touch-fork", 24 * kMiB);
+  if (!start(64, "[models]\nmode = \"cooperative\"\nwarmup_rate = \"1M\"\n")) return;
+  Child c(client(m, {"--on-touch", "--fork-child", "--order", "seq"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  EXPECT_EQ(field(*o, "resident"), "0") << *o;
+  auto ch = c.expect_line("child");
+  ASSERT_TRUE(ch) << c.transcript();
+  EXPECT_EQ(*ch, "child-read-ok") << c.transcript();
+  auto ce = c.expect_line("child exit");
+  ASSERT_TRUE(ce);
+  EXPECT_EQ(field(*ce, "exit"), "9") << *ce;
+  expect_verified(c, m, "0", 60s);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
 // ---- 5. a forked child of a client ----

@@ -146,6 +146,31 @@ TEST_F(Hostile, AttachWithoutOpenOrWithAFakeUffdIsRefused) {
   expect_still_serving();
 }
 
+// Model.Follow (the cooperative mode's request socket): refused without a
+// reference, and in the userfaultfd modes, where a fault does its job.
+TEST_F(Hostile, FollowWithoutOpenOrOutsideCooperativeModeIsRefused) {
+  auto path = load(model_);
+  auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  expect_error([&] {
+    model->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(p[0]));
+  }, "org.freedesktop.DBus.Error.AccessDenied", "call Open first");
+  sdbus::UnixFd region, status;
+  uint64_t size = 0;
+  std::map<std::string, sdbus::Variant> info;
+  sdbus::UnixFd proof(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+  model->callMethod("Open").onInterface("org.aios.Airs1.Model")
+      .withArguments(proof, std::map<std::string, sdbus::Variant>{})
+      .storeResultsTo(region, size, status, info);
+  expect_error([&] {
+    model->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(p[0]));
+  }, "org.aios.Airs1.Error.Unsupported", "cooperative mode");
+  ::close(p[0]);
+  ::close(p[1]);
+  expect_still_serving();
+}
+
 TEST_F(Hostile, BadPriorityAndUnknownObjectsAreNamed) {
   auto path = load(model_);
   expect_error([&] {
