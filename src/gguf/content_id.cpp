@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 
 namespace airs::gguf {
 
@@ -89,22 +90,8 @@ Status ContentIdCache::store(const struct stat& st, const ContentId& id) const {
   if (dir_.empty()) return {};
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
     return make_error(errno, "{}: {}", dir_, std::strerror(errno));
-  const std::string path = entry_path(st);
-  const std::string tmp = path + ".tmp";
-  sys::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return make_error(errno, "{}: {}", tmp, std::strerror(errno));
   const std::string line = id.hex() + "\n";
-  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()) || ::fsync(fd.get()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return make_error(e, "{}: {}", tmp, std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return make_error(e, "{}: {}", path, std::strerror(e));
-  }
-  return {};
+  return sys::write_file_atomic(entry_path(st), line.data(), line.size());
 }
 
 }  // namespace airs::gguf

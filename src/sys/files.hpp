@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "util/result.hpp"
 
@@ -34,6 +35,15 @@ struct FileId {
 [[nodiscard]] Status truncate_to_zero(int fd, const std::string& what);
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
+// Replaces `path` with `bytes` atomically: written to `path`.tmp (mode 0600,
+// O_NOFOLLOW), fsynced, renamed over `path`, and the directory fsynced, so a
+// crash leaves the old file or the new one, never a torn one. Errors name
+// the file; the temporary file is removed on failure.
+[[nodiscard]] Status write_file_atomic(const std::string& path, const void* bytes, size_t len);
+// The whole of regular file `path` (O_NOFOLLOW), at most `max_bytes`:
+// ENOENT when it does not exist, EFBIG when it is larger.
+[[nodiscard]] Result<std::vector<uint8_t>> read_small_file(const std::string& path, uint64_t max_bytes);
+
 // The (device, inode) of `fd` for an InodeSet.
 [[nodiscard]] Result<std::pair<dev_t, ino_t>> inode_of(int fd);
 // How many of process `pid`'s open descriptors refer to one of `inodes`
