@@ -152,6 +152,27 @@ TEST(FillPlanWarmupOrder, FaultsAndPrefetchStillComeFirst) {
   EXPECT_EQ(p.next(ReadClass::Background), std::optional<uint32_t>(5));
 }
 
+// The layer window would prefetch unit 1 (rank 0's other unit) after a
+// fault on unit 0; the replayed order knows unit 5 comes next, and the window
+// holds as many units as the layer window (rank 0: two).
+TEST(FillPlanWarmupOrder, PrefetchFollowsTheReplayedOrder) {
+  FillPlan p({0, 0, 1, 1, 2, 2}, 0);
+  ASSERT_TRUE(p.set_warmup_order({0, 5, 3}));
+  p.on_fault(0);
+  EXPECT_EQ(p.next(ReadClass::Urgent), std::optional<uint32_t>(0));
+  p.set_state(0, UnitState::InFlight);
+  EXPECT_EQ(p.peek(ReadClass::Prefetch, 4), (std::vector<uint32_t>{5}));
+  EXPECT_EQ(p.next(ReadClass::Prefetch), std::optional<uint32_t>(5));
+  p.set_state(5, UnitState::InFlight);
+  EXPECT_EQ(p.next(ReadClass::Prefetch), std::nullopt);
+  EXPECT_EQ(p.next(ReadClass::Background), std::optional<uint32_t>(3));
+  // Without a replay, the same fault prefetches by layer.
+  FillPlan q({0, 0, 1, 1, 2, 2}, 0);
+  q.on_fault(0);
+  q.set_state(0, UnitState::InFlight);
+  EXPECT_EQ(q.next(ReadClass::Prefetch), std::optional<uint32_t>(1));
+}
+
 TEST(FillPlanWarmupOrder, InvalidOrdersChangeNothing) {
   FillPlan p({0, 1, 2}, 1);
   EXPECT_FALSE(p.set_warmup_order({2, 2}));
