@@ -9,6 +9,7 @@
 #include <csignal>
 #include <set>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/bus_manager.hpp"
@@ -196,6 +197,7 @@ Status Daemon::init() {
       if (::mkdir(cfg_.daemon.state_dir.c_str(), 0700) != 0 && errno != EEXIST)
         return make_error(errno, "daemon.state_dir {}: {}", cfg_.daemon.state_dir, std::strerror(errno));
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
+      models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
     }
     auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
       on_content_id(model_id, std::move(id));
@@ -289,6 +291,11 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   if (m == nullptr) return;  // still being loaded (the listener runs inside Pager::load for tiny files)
   auto it = model_objects_.find(m->id);
   if (state == client::ModelLoadState::Resident) {
+    models_->access_order_done(*m);
+    // What the fill read, in order (the tests of the replayed order read it).
+    const auto reads = pager_->read_order(m->pager_id);
+    spdlog::debug("model '{}': first reads (units in issue order): {}", m->name,
+                  fmt::join(reads.begin(), reads.begin() + static_cast<long>(std::min<size_t>(reads.size(), 64)), " "));
     if (!m->content_id && !hasher_->pending(m->id)) {
       // The filled region holds the file's bytes: hash them there.
       if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))
