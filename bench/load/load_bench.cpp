@@ -41,49 +41,21 @@
 #include "sys/procfs.hpp"
 #include "sys/uffd.hpp"
 #include "sys/uring.hpp"
+#include "bench_common.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using airs::sys::UniqueFd;
+using namespace airs::bench;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 struct Layer {
   uint64_t off, len;
 };
 
-void die(const std::string& m) {
-  std::fprintf(stderr, "load_bench: %s\n", m.c_str());
-  std::exit(1);
-}
 
-void drop_caches() {
-  ::sync();
-  if (!airs::sys::write_text_file("/proc/sys/vm/drop_caches", "3")) die("cannot drop caches (run as root)");
-}
 
-void make_file(const std::string& path, uint64_t size) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) return;
-  UniqueFd fd(::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
-  if (!fd) die("cannot create " + path);
-  std::vector<uint64_t> buf(1 << 20);
-  for (uint64_t off = 0; off < size; off += buf.size() * 8) {
-    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = (off / 8 + i) * 0x9e3779b97f4a7c15ULL + 1;
-    const uint64_t n = std::min<uint64_t>(buf.size() * 8, size - off);
-    if (::pwrite(fd.get(), buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) die("write");
-  }
-  ::fsync(fd.get());
-}
 
-void spin(std::chrono::microseconds d) {
-  const auto end = Clock::now() + d;
-  while (Clock::now() < end) {
-  }
-}
 
-volatile uint64_t g_sink;
 
 // The simulated forward pass: read every cache line of each layer, then
 // compute. Returns {time to first layer (layers 0 and 1), pass time} in ms.
@@ -108,58 +80,6 @@ struct Row {
   double first = 0, pass = 0, resident = -1, second = 0;
 };
 
-// Runs closures on the daemon's loop thread (the pager is single-threaded).
-class LoopThread {
- public:
-  LoopThread() {
-    loop_ = std::move(airs::sys::EventLoop::create()).value();
-    efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    (void)loop_->add(efd_.get(), EPOLLIN, [this](uint32_t) {
-      uint64_t v;
-      [[maybe_unused]] auto n = ::read(efd_.get(), &v, sizeof v);
-      std::vector<std::function<void()>> q;
-      {
-        std::lock_guard l(mu_);
-        q.swap(q_);
-      }
-      for (auto& f : q) f();
-    });
-  }
-  void start() {
-    t_ = std::thread([this] {
-      while (!stop_) {
-        (void)loop_->run_once(std::chrono::milliseconds(50));
-        if (tick_) tick_();
-      }
-    });
-  }
-  template <typename F>
-  auto call(F f) -> decltype(f()) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto fut = task.get_future();
-    {
-      std::lock_guard l(mu_);
-      q_.emplace_back([&task] { task(); });
-    }
-    uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(efd_.get(), &one, sizeof one);
-    return fut.get();
-  }
-  void stop() {
-    stop_ = true;
-    if (t_.joinable()) t_.join();
-  }
-  airs::sys::EventLoop& loop() { return *loop_; }
-  std::function<void()> tick_;
-
- private:
-  std::unique_ptr<airs::sys::EventLoop> loop_;
-  UniqueFd efd_;
-  std::mutex mu_;
-  std::vector<std::function<void()>> q_;
-  std::atomic<bool> stop_{false};
-  std::thread t_;
-};
 
 double limit_odirect(const std::string& path, uint64_t size, uint64_t hp) {
   drop_caches();
@@ -337,7 +257,7 @@ int main(int argc, char** argv) {
       t0 = Clock::now();
       id = lt.call([&] {
         UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-        return std::move(pager->load({"bench", std::move(fd), size, extents})).value();
+        return std::move(pager->load({"bench", std::move(fd), size, extents, {}, false})).value();
       });
       const int rfd = lt.call([&] { return pager->region_fd(id); });
       const uint64_t rsize = lt.call([&] { return pager->region_size(id); });
