@@ -18,6 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+. "$here/memd_lib.sh"
 build=""
 size=320M
 reps=3
@@ -69,12 +70,7 @@ start_memd() {
   "$memd" --config "$work/memd.conf" --bus "$bus" >"$work/memd.log" 2>&1 &
   memd_pid=$!
   pids+=("$memd_pid")
-  for _ in $(seq 200); do
-    grep -q "serving org.aios.Airs1" "$work/memd.log" && return 0
-    kill -0 "$memd_pid" 2>/dev/null || { cat "$work/memd.log" >&2; exit 1; }
-    sleep 0.05
-  done
-  echo "bench_llama: airs-memd did not start" >&2; exit 1
+  wait_memd_up "$work/memd.log" "$memd_pid" bench_llama
 }
 stop_memd() { kill "$memd_pid"; wait "$memd_pid" 2>/dev/null || true; }
 

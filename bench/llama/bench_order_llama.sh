@@ -16,6 +16,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+. "$here/memd_lib.sh"
 build="" reps=3 bps=90000000 work="" vocab=65536
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -84,12 +85,7 @@ start_memd() {  # state_dir ("" = none), throttled (0/1)
   fi
   memd_pid=$!
   pids+=("$memd_pid")
-  for _ in $(seq 200); do
-    grep -q "serving org.aios.Airs1" "$work/memd.log" && return 0
-    kill -0 "$memd_pid" 2>/dev/null || { cat "$work/memd.log" >&2; exit 1; }
-    sleep 0.05
-  done
-  echo "bench_order_llama: airs-memd did not start" >&2; exit 1
+  wait_memd_up "$work/memd.log" "$memd_pid" bench_order_llama
 }
 stop_memd() {
   # Resident first: the recording (and the content id) are stored then.

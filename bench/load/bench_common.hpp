@@ -21,6 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "pager/pager.hpp"
+#include "pool/hugetlbfs_backend.hpp"
+#include "pool/pool.hpp"
+#include "pool/shmem_backend.hpp"
 #include "sys/event_loop.hpp"
 #include "sys/fd.hpp"
 #include "sys/procfs.hpp"
@@ -116,6 +120,50 @@ class LoopThread {
   std::vector<std::function<void()>> q_;
   std::atomic<bool> stop_{false};
   std::thread t_;
+};
+
+// The in-process daemon: a pool just large enough for a `size`-byte model
+// (hugetlbfs: full mode, else pinned shmem) and a pager on `lt`'s loop
+// thread (started here), watching when the model it loads is resident.
+// Destroy `pager` on the loop thread (lt.call) before stopping it.
+struct BenchPager {
+  BenchPager(LoopThread& lt, bool hugetlbfs, uint64_t size, airs::pager::PagerOptions po) {
+    std::unique_ptr<airs::pool::PoolBackend> backend;
+    if (hugetlbfs) backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
+    else backend = std::move(airs::pool::ShmemBackend::create({})).value();
+    const uint64_t unit = backend->page_size();
+    auto p = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(size, unit) * unit, false});
+    if (!p) die(p.error().message);
+    pool = std::move(p).value();
+    pager = std::move(airs::pager::Pager::create(lt.loop(), *pool, po)).value();
+    lt.tick_ = [this] {
+      if (id != 0 && resident_ms.load() < 0) {
+        auto s = pager->stats(id);
+        if (s && s->state == airs::client::ModelLoadState::Resident) resident_ms = ms_since(t0);
+      }
+    };
+    lt.start();
+  }
+  // Loads `path` (t0: now) on the loop thread.
+  void load(LoopThread& lt, const std::string& path, uint64_t size, std::vector<airs::pager::Extent> extents,
+            std::vector<uint32_t> warmup_order = {}, bool record = false) {
+    t0 = Clock::now();
+    id = lt.call([&] {
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      return std::move(pager->load({"bench", std::move(fd), size, std::move(extents), std::move(warmup_order), record}))
+          .value();
+    });
+  }
+  // Milliseconds from the load to residency.
+  double wait_resident() const {
+    while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return resident_ms.load();
+  }
+  std::unique_ptr<airs::pool::Pool> pool;
+  std::unique_ptr<airs::pager::Pager> pager;
+  std::atomic<double> resident_ms{-1};
+  std::atomic<airs::pager::ModelId> id{0};
+  Clock::time_point t0;
 };
 
 }  // namespace airs::bench

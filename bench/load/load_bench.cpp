@@ -234,31 +234,14 @@ int main(int argc, char** argv) {
       drop_caches();
       Row r{label};
       LoopThread lt;
-      std::unique_ptr<airs::pool::PoolBackend> backend;
-      if (mode == AirsMode::Full) backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
-      else backend = std::move(airs::pool::ShmemBackend::create({})).value();
-      const uint64_t unit = backend->page_size();
-      auto pool = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(size, unit) * unit, false});
-      if (!pool) die(pool.error().message);
       airs::pager::PagerOptions po;
       po.uffd_clients = mode != AirsMode::Cooperative;
       po.allocate_ahead = allocate_ahead;
-      auto pager = std::move(airs::pager::Pager::create(lt.loop(), **pool, po)).value();
-      std::atomic<double> resident_ms{-1};
-      airs::pager::ModelId id = 0;
-      Clock::time_point t0;
-      lt.tick_ = [&] {
-        if (id != 0 && resident_ms.load() < 0) {
-          auto s = pager->stats(id);
-          if (s && s->state == airs::client::ModelLoadState::Resident) resident_ms = ms_since(t0);
-        }
-      };
-      lt.start();
-      t0 = Clock::now();
-      id = lt.call([&] {
-        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-        return std::move(pager->load({"bench", std::move(fd), size, extents, {}, false})).value();
-      });
+      BenchPager bp(lt, mode == AirsMode::Full, size, po);
+      bp.load(lt, path, size, extents);
+      auto& pager = bp.pager;
+      const airs::pager::ModelId id = bp.id;
+      const Clock::time_point t0 = bp.t0;
       const int rfd = lt.call([&] { return pager->region_fd(id); });
       const uint64_t rsize = lt.call([&] { return pager->region_size(id); });
       if (mode == AirsMode::Cooperative) {
@@ -273,8 +256,7 @@ int main(int argc, char** argv) {
             die(w.error().message);
         };
         std::tie(r.first, r.pass) = forward(ro.bytes(), layers, compute, t0, wait);
-        while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        r.resident = resident_ms.load();
+        r.resident = bp.wait_resident();
         auto ro2 = std::move(airs::client::map_region_readonly(rfd, rsize)).value();
         r.second = forward(ro2.bytes(), layers, compute, Clock::now()).second;
         ::munmap(sp, static_cast<size_t>(sst.st_size));
@@ -292,8 +274,7 @@ int main(int argc, char** argv) {
         };
         auto lm = attach(1);
         std::tie(r.first, r.pass) = forward(lm.data(), layers, compute, t0);
-        while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        r.resident = resident_ms.load();
+        r.resident = bp.wait_resident();
         auto lm2 = attach(2);
         r.second = forward(lm2.data(), layers, compute, Clock::now()).second;
         if (mode == AirsMode::Full && airs_ready_us == 0) {

@@ -24,9 +24,6 @@
 #include "bench_common.hpp"
 #include "client/lazy_map.hpp"
 #include "pager/pager.hpp"
-#include "pool/hugetlbfs_backend.hpp"
-#include "pool/pool.hpp"
-#include "pool/shmem_backend.hpp"
 #include "sys/hugetlbfs.hpp"
 
 namespace {
@@ -86,28 +83,11 @@ Result run(const std::string& path, const Model& model, bool hugetlbfs, std::chr
            bool record, const std::vector<uint32_t>& replay) {
   drop_caches();
   LoopThread lt;
-  std::unique_ptr<airs::pool::PoolBackend> backend;
-  if (hugetlbfs) backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
-  else backend = std::move(airs::pool::ShmemBackend::create({})).value();
-  const uint64_t unit = backend->page_size();
-  auto pool = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(model.size, unit) * unit, false});
-  if (!pool) die(pool.error().message);
-  auto pager = std::move(airs::pager::Pager::create(lt.loop(), **pool, {})).value();
-  std::atomic<double> resident_ms{-1};
-  airs::pager::ModelId id = 0;
-  Clock::time_point t0;
-  lt.tick_ = [&] {
-    if (id != 0 && resident_ms.load() < 0) {
-      auto s = pager->stats(id);
-      if (s && s->state == airs::client::ModelLoadState::Resident) resident_ms = ms_since(t0);
-    }
-  };
-  lt.start();
-  t0 = Clock::now();
-  id = lt.call([&] {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    return std::move(pager->load({"bench", std::move(fd), model.size, model.extents, replay, record})).value();
-  });
+  BenchPager bp(lt, hugetlbfs, model.size, {});
+  bp.load(lt, path, model.size, model.extents, replay, record);
+  auto& pager = bp.pager;
+  const airs::pager::ModelId id = bp.id;
+  const Clock::time_point t0 = bp.t0;
   const int rfd = lt.call([&] { return pager->region_fd(id); });
   const uint64_t rsize = lt.call([&] { return pager->region_size(id); });
   auto lm = airs::client::LazyMapping::create(
@@ -127,8 +107,7 @@ Result run(const std::string& path, const Model& model, bool hugetlbfs, std::chr
   g_sink = sum;
   Result res;
   res.ttft = ms_since(t0);
-  while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  res.resident = resident_ms.load();
+  res.resident = bp.wait_resident();
   if (record) res.order = lt.call([&] { return std::move(pager->take_access_order(id)).value_or(std::vector<uint32_t>{}); });
   lt.call([&] {
     pager.reset();
