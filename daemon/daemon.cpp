@@ -9,6 +9,7 @@
 #include <csignal>
 #include <set>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/bus_manager.hpp"
@@ -202,8 +203,10 @@ Status Daemon::init() {
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
-    if (!cfg_.daemon.state_dir.empty())
+    if (!cfg_.daemon.state_dir.empty()) {
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
+      models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
+    }
     auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
       on_content_id(model_id, std::move(id));
     });
@@ -308,6 +311,11 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
   auto it = model_objects_.find(m->id);
   if (state == client::ModelLoadState::Resident) {
     if (m->content_id) kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
+    models_->access_order_done(*m);
+    // What the fill read, in order (the tests of the replayed order read it).
+    const auto reads = pager_->read_order(m->pager_id);
+    spdlog::debug("model '{}': first reads (units in issue order): {}", m->name,
+                  fmt::join(reads.begin(), reads.begin() + static_cast<long>(std::min<size_t>(reads.size(), 64)), " "));
     if (!m->content_id && !hasher_->pending(m->id)) {
       // The filled region holds the file's bytes: hash them there.
       if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))

@@ -5,9 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -35,12 +33,6 @@ nlohmann::json identity_of(const struct stat& st) {
           {"ctime_ns", static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec}};
 }
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -79,7 +71,9 @@ std::vector<KeptModel> KeptModels::collect() {
     else if (!k.gguf) why = "its file was not kept";
     // The manifest is ours, but checked like any input.
     if (why.empty()) try {
-      const auto j = nlohmann::json::parse(read_small_file(dir_ + "/" + key + ".json"));
+      auto text = sys::read_small_file(dir_ + "/" + key + ".json", 64 * 1024);
+      if (!text) throw std::runtime_error(text.error().message);
+      const auto j = nlohmann::json::parse(text->begin(), text->end());
       if (j.at("version").get<int>() != kManifestVersion) throw std::runtime_error("manifest version");
       auto id = gguf::ContentId::from_hex(j.at("content_id").get<std::string>());
       if (!id) throw std::runtime_error("content_id is not 32 hex digits");

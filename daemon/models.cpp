@@ -119,6 +119,10 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   spec.gguf = std::move(dup).value();
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
+  const auto units = static_cast<uint32_t>(pool::pages_for(id->size, pool_.page_size()));
+  OrderPlan order = orders_.plan_for(e->name, e->content_id, pool_.page_size(), units);
+  spec.warmup_order = std::move(order.warmup_order);
+  spec.record_access = order.record;
   auto pid = pager_.load(std::move(spec));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
@@ -191,6 +195,35 @@ void Models::content_id_found(ModelEntry& m, const gguf::ContentId& id) {
   m.content_id = id;
   if (auto st = content_ids_.store(m.file_stat, id); !st)
     spdlog::warn("model '{}': content id {} not remembered: {}", m.name, id.hex(), st.error().message);
+  if (m.unstored_order) {
+    auto order = std::move(*m.unstored_order);
+    m.unstored_order.reset();
+    store_order(m, order);
+  }
+}
+
+void Models::access_order_done(ModelEntry& m) {
+  auto order = pager_.take_access_order(m.pager_id);
+  if (!order) return;
+  if (!m.content_id) {
+    m.unstored_order = std::move(order);
+    return;
+  }
+  store_order(m, *order);
+}
+
+void Models::store_order(const ModelEntry& m, const std::vector<uint32_t>& order) {
+  if (!orders_.enabled() || !m.content_id) return;
+  if (order.empty()) {
+    spdlog::info("model '{}': no access order recorded (no client faulted on it)", m.name);
+    return;
+  }
+  const auto units = static_cast<uint32_t>(pool::pages_for(m.file.size, pool_.page_size()));
+  if (auto st = orders_.store(*m.content_id, pool_.page_size(), units, order); !st)
+    spdlog::warn("model '{}': access order not stored: {}", m.name, st.error().message);
+  else
+    spdlog::info("model '{}': access order of {} of {} units stored as {}", m.name, order.size(), units,
+                 orders_.path_of(*m.content_id));
 }
 
 Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait) {
@@ -282,6 +315,8 @@ Status Models::unload(ModelEntry& m, bool force, bool in_use, const std::string&
       return make_error(EBUSY, "model '{}' has {} references (use force to unload anyway)", m.name, m.refcount());
     if (in_use) return make_error(EBUSY, "model '{}' has open KV sessions (use force to unload anyway)", m.name);
   }
+  // Never resident: what it faulted on so far is the best recording there is.
+  access_order_done(m);
   if (hooks_.dropped) hooks_.dropped(m, force, reason);
   // The pager revokes the region and wakes every client still attached
   // (their blocked faults then end in SIGBUS), then detaches them.

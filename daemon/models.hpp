@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/access_orders.hpp"
 #include "dbus/identity.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/gguf.hpp"
@@ -53,6 +54,9 @@ struct ModelEntry {
   // is unchanged since it was hashed, else found once the region is filled
   // (Daemon's ContentHasher). Unset until then.
   std::optional<gguf::ContentId> content_id;
+  // The recorded access order, finished (resident) before the content id
+  // was known: stored once it is (AccessOrders).
+  std::optional<std::vector<uint32_t>> unstored_order;
   uint64_t region_bytes = 0;
   gguf::File meta;   // tensors, geometry (for KV and `airsctl read`)
   uid_t owner_uid = 0;       // charged to this uid (the first loader)
@@ -118,6 +122,11 @@ class Models {
   // `m`'s file hashed to `id` (it was unchanged since its load): kept in the
   // entry and the cache.
   void content_id_found(ModelEntry& m, const gguf::ContentId& id);
+  // Where access orders are recorded and replayed (default: nowhere).
+  void set_access_orders(AccessOrders orders) { orders_ = std::move(orders); }
+  // `m`'s recording is over (it became resident, or it is being unloaded):
+  // stored under its content id, or kept until the id is found.
+  void access_order_done(ModelEntry& m);
 
   // Returns the model already loaded from the same file, or parses the GGUF
   // and reserves a new region. For a caller that is not exempt, the uid's
@@ -167,6 +176,7 @@ class Models {
  private:
   Status check_quota(const LoadRequest& req, uint64_t region_bytes) const;
   std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta, const LoadRequest& req);
+  void store_order(const ModelEntry& m, const std::vector<uint32_t>& order);
   pool::Pool& pool_;
   pager::Pager& pager_;
   std::set<std::string> pinned_;
@@ -174,6 +184,7 @@ class Models {
   config::PoolShare max_pool_share_;
   Hooks hooks_;
   gguf::ContentIdCache content_ids_{""};
+  AccessOrders orders_{""};
   std::map<uint64_t, std::unique_ptr<ModelEntry>> models_;
   uint64_t next_id_ = 1;
   uint64_t next_client_ = 1;

@@ -34,6 +34,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
+. "$here/memd_lib.sh"
 build=""
 size=96M
 reps=3
@@ -100,14 +101,10 @@ bus=$(head -1 "$work/bus.addr")
 
 start_memd() {  # mode
   printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "%s"\n' "$pool_bytes" "$1" >"$work/memd.conf"
-  "$memd" --config "$work/memd.conf" --bus "$bus" >"$work/memd.log" 2>&1 &
+  # No state dir: nothing recorded or replayed between runs (bench_order_llama.sh measures that).
+  "$memd" --config "$work/memd.conf" --bus "$bus" --state-dir "" >"$work/memd.log" 2>&1 &
   memd_pid=$!
-  for _ in $(seq 200); do
-    grep -q "serving org.aios.Airs1" "$work/memd.log" && return 0
-    kill -0 "$memd_pid" 2>/dev/null || { cat "$work/memd.log" >&2; exit 1; }
-    sleep 0.05
-  done
-  echo "bench_llama: airs-memd did not start" >&2; exit 1
+  wait_memd_up "$work/memd.log" "$memd_pid" bench_llama
 }
 stop_memd() { kill "$memd_pid"; wait "$memd_pid" 2>/dev/null || true; memd_pid=""; }
 # CPU time of every live thread of a process (its io_uring workers too), ms.

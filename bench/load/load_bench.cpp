@@ -42,59 +42,21 @@
 #include "sys/procfs.hpp"
 #include "sys/uffd.hpp"
 #include "sys/uring.hpp"
+#include "bench_common.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using airs::sys::UniqueFd;
+using namespace airs::bench;
 
-double cpu_ms(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-// CPU time of the calling thread / of the whole process (every thread,
-// the pager's loop and its io_uring workers included), ms.
-double thread_cpu_ms() { return cpu_ms(CLOCK_THREAD_CPUTIME_ID); }
-double process_cpu_ms() { return cpu_ms(CLOCK_PROCESS_CPUTIME_ID); }
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 struct Layer {
   uint64_t off, len;
 };
 
-void die(const std::string& m) {
-  std::fprintf(stderr, "load_bench: %s\n", m.c_str());
-  std::exit(1);
-}
 
-void drop_caches() {
-  ::sync();
-  if (!airs::sys::write_text_file("/proc/sys/vm/drop_caches", "3")) die("cannot drop caches (run as root)");
-}
 
-void make_file(const std::string& path, uint64_t size) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == size) return;
-  UniqueFd fd(::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
-  if (!fd) die("cannot create " + path);
-  std::vector<uint64_t> buf(1 << 20);
-  for (uint64_t off = 0; off < size; off += buf.size() * 8) {
-    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = (off / 8 + i) * 0x9e3779b97f4a7c15ULL + 1;
-    const uint64_t n = std::min<uint64_t>(buf.size() * 8, size - off);
-    if (::pwrite(fd.get(), buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) die("write");
-  }
-  ::fsync(fd.get());
-}
 
-void spin(std::chrono::microseconds d) {
-  const auto end = Clock::now() + d;
-  while (Clock::now() < end) {
-  }
-}
 
-volatile uint64_t g_sink;
 
 std::string fmt_ratio(double r) {
   char buf[32];
@@ -128,59 +90,6 @@ struct Row {
   double loop_cpu = -1;  // airs: the event loop thread's CPU time until resident, ms
 };
 
-// Runs closures on the daemon's loop thread (the pager is single-threaded).
-class LoopThread {
- public:
-  LoopThread() {
-    loop_ = std::move(airs::sys::EventLoop::create()).value();
-    efd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    (void)loop_->add(efd_.get(), EPOLLIN, [this](uint32_t) {
-      uint64_t v;
-      [[maybe_unused]] auto n = ::read(efd_.get(), &v, sizeof v);
-      std::vector<std::function<void()>> q;
-      {
-        std::lock_guard l(mu_);
-        q.swap(q_);
-      }
-      for (auto& f : q) f();
-    });
-  }
-  void start() {
-    t_ = std::thread([this] {
-      while (!stop_) {
-        (void)loop_->run_once(std::chrono::milliseconds(50));
-        if (tick_) tick_();
-      }
-    });
-  }
-  template <typename F>
-  auto call(F f) -> decltype(f()) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto fut = task.get_future();
-    {
-      std::lock_guard l(mu_);
-      q_.emplace_back([&task] { task(); });
-    }
-    uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(efd_.get(), &one, sizeof one);
-    return fut.get();
-  }
-  void stop() {
-    stop_ = true;
-    if (t_.joinable()) t_.join();
-  }
-  airs::sys::EventLoop& loop() { return *loop_; }
-
-  std::function<void()> tick_;
-
- private:
-  std::unique_ptr<airs::sys::EventLoop> loop_;
-  UniqueFd efd_;
-  std::mutex mu_;
-  std::vector<std::function<void()>> q_;
-  std::atomic<bool> stop_{false};
-  std::thread t_;
-};
 
 double limit_odirect(const std::string& path, uint64_t size, uint64_t hp) {
   drop_caches();
@@ -344,36 +253,14 @@ int main(int argc, char** argv) {
       drop_caches();
       Row r{letter, label};
       LoopThread lt;
-      std::unique_ptr<airs::pool::PoolBackend> backend;
-      if (mode == AirsMode::Full) backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
-      else backend = std::move(airs::pool::ShmemBackend::create({})).value();
-      const uint64_t unit = backend->page_size();
-      auto pool = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(size, unit) * unit, false});
-      if (!pool) die(pool.error().message);
       airs::pager::PagerOptions po;
       po.uffd_clients = mode != AirsMode::Cooperative;
       po.allocate_ahead = allocate_ahead;
-      auto pager = std::move(airs::pager::Pager::create(lt.loop(), **pool, po)).value();
-      std::atomic<double> resident_ms{-1};
-      std::atomic<double> resident_cpu_ms{-1};
-      airs::pager::ModelId id = 0;
-      Clock::time_point t0;
-      lt.tick_ = [&] {
-        if (id != 0 && resident_ms.load() < 0) {
-          auto s = pager->stats(id);
-          if (s && s->state == airs::client::ModelLoadState::Resident) {
-            resident_cpu_ms = thread_cpu_ms();  // on the loop thread: its CPU time for the whole fill
-            resident_ms = ms_since(t0);
-          }
-        }
-      };
-      lt.start();
-      t0 = Clock::now();
-      const double cpu0 = process_cpu_ms();
-      id = lt.call([&] {
-        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-        return std::move(pager->load({"bench", std::move(fd), size, extents})).value();
-      });
+      BenchPager bp(lt, mode == AirsMode::Full, size, po);
+      bp.load(lt, path, size, extents);
+      auto& pager = bp.pager;
+      const airs::pager::ModelId id = bp.id;
+      const Clock::time_point t0 = bp.t0;
       const int rfd = lt.call([&] { return pager->region_fd(id); });
       const uint64_t rsize = lt.call([&] { return pager->region_size(id); });
       if (mode == AirsMode::Cooperative) {
@@ -388,9 +275,8 @@ int main(int argc, char** argv) {
             die(w.error().message);
         };
         std::tie(r.first, r.pass) = forward(ro.bytes(), layers, compute, t0, wait);
-        r.proc_cpu = process_cpu_ms() - cpu0;
-        while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        r.resident = resident_ms.load();
+        r.proc_cpu = process_cpu_ms() - bp.cpu0;
+        r.resident = bp.wait_resident();
         auto ro2 = std::move(airs::client::map_region_readonly(rfd, rsize)).value();
         r.second = forward(ro2.bytes(), layers, compute, Clock::now()).second;
         ::munmap(sp, static_cast<size_t>(sst.st_size));
@@ -408,9 +294,8 @@ int main(int argc, char** argv) {
         };
         auto lm = attach(1);
         std::tie(r.first, r.pass) = forward(lm.data(), layers, compute, t0);
-        r.proc_cpu = process_cpu_ms() - cpu0;
-        while (resident_ms.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        r.resident = resident_ms.load();
+        r.proc_cpu = process_cpu_ms() - bp.cpu0;
+        r.resident = bp.wait_resident();
         auto lm2 = attach(2);
         r.second = forward(lm2.data(), layers, compute, Clock::now()).second;
         if (mode == AirsMode::Full && airs_ready_us == 0) {
@@ -437,7 +322,7 @@ int main(int argc, char** argv) {
         return 0;
       });
       lt.stop();
-      r.loop_cpu = resident_cpu_ms.load();
+      r.loop_cpu = bp.resident_cpu_ms.load();
       rows.push_back(r);
     };
     run_airs('d', "(d) airs lazy (full)", AirsMode::Full);

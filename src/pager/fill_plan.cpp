@@ -34,6 +34,26 @@ FillPlan::FillPlan(std::vector<uint32_t> unit_rank, uint32_t prefetch_window)
     rank_index_[u] = static_cast<uint32_t>(ranks_.size() - 1);
   }
   rank_begin_.push_back(n);
+  bg_order_ = order_;
+}
+
+bool FillPlan::set_warmup_order(const std::vector<uint32_t>& first) {
+  std::vector<bool> taken(unit_count(), false);
+  for (uint32_t u : first) {
+    if (u >= unit_count() || taken[u]) return false;
+    taken[u] = true;
+  }
+  bg_order_ = first;
+  for (uint32_t u : order_)
+    if (!taken[u]) bg_order_.push_back(u);
+  bg_pos_ = 0;
+  pf_pos_ = pf_end_ = 0;
+  bg_pos_of_.clear();
+  if (!first.empty()) {
+    bg_pos_of_.resize(unit_count());
+    for (uint32_t pos = 0; pos < unit_count(); ++pos) bg_pos_of_[bg_order_[pos]] = pos;
+  }
+  return true;
 }
 
 void FillPlan::set_state(uint32_t u, UnitState s) {
@@ -56,7 +76,15 @@ void FillPlan::on_fault(uint32_t u) {
   const uint32_t ri = rank_index_[u];
   pf_pos_ = rank_begin_[ri];
   pf_end_ = rank_begin_[std::min<uint64_t>(uint64_t{ri} + window_ + 1, ranks_.size())];
+  if (!bg_pos_of_.empty()) {
+    // Replayed: what follows `u` in the recording, as much as the layer window.
+    const uint32_t len = pf_end_ - pf_pos_;
+    pf_pos_ = bg_pos_of_[u];
+    pf_end_ = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{pf_pos_} + len, unit_count()));
+  }
 }
+
+const std::vector<uint32_t>& FillPlan::prefetch_order() const { return bg_pos_of_.empty() ? order_ : bg_order_; }
 
 std::optional<uint32_t> FillPlan::next(ReadClass cls) {
   switch (cls) {
@@ -70,14 +98,14 @@ std::optional<uint32_t> FillPlan::next(ReadClass cls) {
       return std::nullopt;
     case ReadClass::Prefetch:
       while (pf_pos_ < pf_end_) {
-        const uint32_t u = order_[pf_pos_];
+        const uint32_t u = prefetch_order()[pf_pos_];
         if (state_[u] == UnitState::Empty) return u;
         ++pf_pos_;
       }
       return std::nullopt;
     case ReadClass::Background:
-      while (bg_pos_ < order_.size()) {
-        const uint32_t u = order_[bg_pos_];
+      while (bg_pos_ < bg_order_.size()) {
+        const uint32_t u = bg_order_[bg_pos_];
         if (state_[u] == UnitState::Empty) return u;
         ++bg_pos_;
       }
@@ -89,16 +117,17 @@ std::optional<uint32_t> FillPlan::next(ReadClass cls) {
 std::vector<uint32_t> FillPlan::peek(ReadClass cls, uint32_t n) const {
   std::vector<uint32_t> out;
   uint32_t pos = 0, end = 0;
+  const std::vector<uint32_t>& order = cls == ReadClass::Background ? bg_order_ : prefetch_order();
   if (cls == ReadClass::Prefetch) {
     pos = pf_pos_;
     end = pf_end_;
   } else if (cls == ReadClass::Background) {
     pos = bg_pos_;
-    end = static_cast<uint32_t>(order_.size());
+    end = static_cast<uint32_t>(order.size());
   }
   end = static_cast<uint32_t>(std::min<uint64_t>(end, uint64_t{pos} + 4ULL * n + 64));
   for (; pos < end && out.size() < n; ++pos)
-    if (state_[order_[pos]] == UnitState::Empty) out.push_back(order_[pos]);
+    if (state_[order[pos]] == UnitState::Empty) out.push_back(order[pos]);
   return out;
 }
 

@@ -6,8 +6,12 @@
 // on a read error; eviction resets everything to EMPTY.
 // Reads are picked in three classes, first non-empty class wins:
 //   1. Urgent: units a client faulted on and waits for, oldest first;
-//   2. Prefetch: units of the last faulted rank and the W ranks after it;
-//   3. Background: everything else in rank order (warm-up).
+//   2. Prefetch: units of the last faulted rank and the W ranks after it
+//      (with a replayed order: as many units as those ranks hold, following
+//      the faulted unit in the replayed order, which knows better);
+//   3. Background: everything else in rank order (warm-up), or in a
+//      replayed order (set_warmup_order: a recorded access order first,
+//      then the rest in rank order).
 #pragma once
 
 #include <cstdint>
@@ -62,15 +66,26 @@ class FillPlan {
   // issued at once). Looks at most 4n + 64 positions past the class's cursor
   // (bounded cost per call). Changes nothing.
   [[nodiscard]] std::vector<uint32_t> peek(ReadClass cls, uint32_t n) const;
-  // Everything EMPTY again (eviction): queues and cursors cleared.
+  // Everything EMPTY again (eviction): queues and cursors cleared (the
+  // warm-up order stays).
   void reset();
+  // The background class reads `first` in its order, then every other unit
+  // in rank order; the prefetch window then follows that order too (same
+  // number of units as the layer window). Urgent reads are unchanged. `first` must
+  // hold units < unit_count() without repeats; otherwise nothing changes and
+  // false is returned. Empty: rank order again. Call before reads start
+  // (a moved cursor restarts at the beginning).
+  bool set_warmup_order(const std::vector<uint32_t>& first);
 
  private:
+  [[nodiscard]] const std::vector<uint32_t>& prefetch_order() const;
   std::vector<uint32_t> rank_;
   std::vector<uint32_t> rank_index_;
   std::vector<uint32_t> ranks_;       // distinct, ascending
   std::vector<uint32_t> order_;       // units by (rank, index)
   std::vector<uint32_t> rank_begin_;  // position in order_ of each rank index; size ranks+1
+  std::vector<uint32_t> bg_order_;    // the background class's order (order_ unless replayed)
+  std::vector<uint32_t> bg_pos_of_;   // position of each unit in bg_order_ (empty unless replayed)
   std::vector<UnitState> state_;
   std::vector<bool> queued_;
   std::deque<uint32_t> urgent_;

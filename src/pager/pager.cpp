@@ -77,6 +77,8 @@ struct Pager::Model {
   // Units that became READY during the current reap, not yet mapped into
   // the clients (map_ready maps them as runs: one CONTINUE per run and client).
   std::vector<uint32_t> newly_ready;
+  std::vector<uint32_t> read_order;  // units by read issue, since the last (re)fill started
+  std::optional<AccessRecorder> recorder;  // set while the access order is recorded
   uint64_t bytes_read = 0;
   Clock::time_point fill_start{};
   Clock::time_point fill_end{};
@@ -202,6 +204,15 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
     }
   }
   m->gguf = std::move(spec.gguf);
+  if (!spec.warmup_order.empty()) {
+    if (m->plan.set_warmup_order(spec.warmup_order))
+      spdlog::info("model '{}': warm-up follows the recorded access order ({} of {} units first)", spec.name,
+                   spec.warmup_order.size(), units);
+    else
+      spdlog::warn("model '{}': the recorded access order does not fit this model; warm-up in layer order",
+                   spec.name);
+  }
+  if (spec.record_access) m->recorder.emplace(static_cast<uint32_t>(units));
 
   // Status page: written here, sealed, handed out read-only.
   const auto& ranks = m->plan.ranks();
@@ -267,6 +278,7 @@ void Pager::start_fill(Model& m) {
   m.newly_ready.clear();
   // A fill starts on a fresh or punched region: nothing is allocated.
   m.populated.assign(m.plan.unit_count(), kNotPopulated);
+  m.read_order.clear();
   m.state = client::ModelLoadState::Loading;
   m.status.reset(client::ModelLoadState::Loading);
   m.bytes_read = 0;
@@ -375,6 +387,7 @@ bool Pager::issue(Model& m, uint32_t unit) {
     }
     r = Read{true, m.id, unit, 0, std::min(m.unit, m.file_size - uint64_t{unit} * m.unit), false};
     m.plan.set_state(unit, UnitState::InFlight);
+    m.read_order.push_back(unit);
     ++m.in_flight;
     ++reads_active_;
     submit_read(slot);
@@ -480,14 +493,28 @@ void Pager::map_ready() {
     publish(m);
     const auto now = Clock::now();
     std::vector<ClientKey> gone;
-    for (size_t i = 0; i < units.size();) {
-      size_t e = i + 1;
-      while (e < units.size() && units[e] == units[e - 1] + 1) ++e;
-      for (auto& [key, c] : m.clients)
-        if (std::find(gone.begin(), gone.end(), key) == gone.end() &&
-            !continue_range(m, *c, units[i], static_cast<uint32_t>(e - i)))
-          gone.push_back(key);
-      i = e;
+    if (m.recorder) {
+      // While recording, a unit goes only to the clients that wait for it:
+      // the others' first touch must fault to be seen.
+      for (uint32_t unit : units) {
+        auto it = m.waiting.find(unit);
+        if (it == m.waiting.end()) continue;
+        for (auto& [key, c] : m.clients)
+          if (std::find(gone.begin(), gone.end(), key) == gone.end() &&
+              std::any_of(it->second.begin(), it->second.end(), [k = key](const auto& w) { return w.key == k; }) &&
+              !continue_unit(m, *c, unit))
+            gone.push_back(key);
+      }
+    } else {
+      for (size_t i = 0; i < units.size();) {
+        size_t e = i + 1;
+        while (e < units.size() && units[e] == units[e - 1] + 1) ++e;
+        for (auto& [key, c] : m.clients)
+          if (std::find(gone.begin(), gone.end(), key) == gone.end() &&
+              !continue_range(m, *c, units[i], static_cast<uint32_t>(e - i)))
+            gone.push_back(key);
+        i = e;
+      }
     }
     for (uint32_t unit : units) {
       if (auto it = m.waiting.find(unit); it != m.waiting.end()) {
@@ -591,20 +618,7 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
   c->notify = std::move(notify);
   c->addr = addr;
   c->len = length;
-  // Map every ready unit at once, one range CONTINUE per run of ready units.
-  const uint32_t n = m->plan.unit_count();
-  for (uint32_t u = 0; u < n;) {
-    if (m->plan.state(u) != UnitState::Ready) {
-      ++u;
-      continue;
-    }
-    uint32_t e = u;
-    while (e < n && m->plan.state(e) == UnitState::Ready) ++e;
-    auto r = sys::uffd_continue(c->uffd.get(), addr + uint64_t{u} * m->unit, uint64_t{e - u} * m->unit, m->unit);
-    if (!r) return make_error(r.error().code, "model '{}': client {}: {}", m->name, key, r.error().message);
-    if (r->owner_gone) return make_error(ESRCH, "model '{}': client {} (pid {}) is gone", m->name, key, pid);
-    u = e;
-  }
+  AIRS_TRY(map_ready_units(*m, *c));
   const int ufd = c->uffd.get();
   const int pfd = c->pidfd.get();
   AIRS_TRY(loop_.add(ufd, EPOLLIN, [this, id, key](uint32_t) { on_uffd(id, key); }));
@@ -616,6 +630,28 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
   m->clients.emplace(key, std::move(c));
   // Faults raised before we watched the uffd are waiting in it.
   on_uffd(id, key);
+  return {};
+}
+
+// Every ready unit at once, one range CONTINUE per run of ready units (while
+// recording, only units already seen: the rest must fault).
+Status Pager::map_ready_units(Model& m, Client& c) {
+  const uint32_t n = m.plan.unit_count();
+  auto mappable = [&](uint32_t u) {
+    return m.plan.state(u) == UnitState::Ready && (!m.recorder || m.recorder->seen(u));
+  };
+  for (uint32_t u = 0; u < n;) {
+    if (!mappable(u)) {
+      ++u;
+      continue;
+    }
+    uint32_t e = u;
+    while (e < n && mappable(e)) ++e;
+    auto r = sys::uffd_continue(c.uffd.get(), c.addr + uint64_t{u} * m.unit, uint64_t{e - u} * m.unit, m.unit);
+    if (!r) return make_error(r.error().code, "model '{}': client {}: {}", m.name, c.key, r.error().message);
+    if (r->owner_gone) return make_error(ESRCH, "model '{}': client {} (pid {}) is gone", m.name, c.key, c.pid);
+    u = e;
+  }
   return {};
 }
 
@@ -712,6 +748,7 @@ void Pager::handle_fault(Model& m, Client& c, uint64_t address, Clock::time_poin
   if (address < c.addr || address >= c.addr + c.len) return;
   const auto unit = static_cast<uint32_t>((address - c.addr) / m.unit);
   if (unit >= m.plan.unit_count()) return;
+  if (m.recorder) m.recorder->note(unit);
   if (!m.region->reserved()) {
     // Evicted under an attached client: reserve again and refill lazily.
     if (auto st = ensure_loaded(m.id); !st) {
@@ -808,6 +845,21 @@ Status Pager::unload(ModelId id) {
   models_.erase(id);  // the region's destructor returns the pages
   pump();
   return revoked;
+}
+
+std::optional<std::vector<uint32_t>> Pager::take_access_order(ModelId id) {
+  Model* m = find(id);
+  if (m == nullptr || !m->recorder) return std::nullopt;
+  std::vector<uint32_t> order = m->recorder->order();
+  // Units read but not mapped yet are answered on their fault (READY), or
+  // are plain faults once a client unregistered at residency.
+  m->recorder.reset();
+  return order;
+}
+
+std::vector<uint32_t> Pager::read_order(ModelId id) const {
+  const Model* m = find(id);
+  return m ? m->read_order : std::vector<uint32_t>{};
 }
 
 Result<ModelStats> Pager::stats(ModelId id) const {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "client/status_page.hpp"
+#include "pager/access_order.hpp"
 #include "pager/fill_plan.hpp"
 #include "pager/read_rate.hpp"
 #include "pool/pool.hpp"
@@ -50,6 +51,15 @@ struct ModelSpec {
   // Byte ranges of the file with their load order (0 first: header and
   // token_embd; then blk.0 ... blk.N; output last). Need not cover the file.
   std::vector<Extent> extents;
+  // Units the background warm-up reads first, in this order (a replayed
+  // recording, pager/access_order.hpp), then the rest in load order. Faults
+  // and the prefetch window still come first. Must hold units of this model
+  // without repeats, else it is ignored with a log line.
+  std::vector<uint32_t> warmup_order;
+  // Record the order clients first fault on units (take_access_order).
+  // While recording, units are mapped into a client only when it faults on
+  // them (not ahead at attach or when read), so every first touch is seen.
+  bool record_access = false;
 };
 
 enum class DirectIo : uint8_t {
@@ -183,6 +193,18 @@ class Pager {
   using StateListener = std::function<void(ModelId, client::ModelLoadState)>;
   void set_state_listener(StateListener l) { state_listener_ = std::move(l); }
 
+  // Ends the recording of `id` (ModelSpec::record_access) and returns the
+  // units in the order clients first faulted on them; units read from then
+  // on are mapped into every client at once again (ready units not mapped
+  // yet are answered on their fault). nullopt: unknown model or
+  // not recording. Cooperative mode records nothing (the waits happen in
+  // the clients, on the status page): the order is empty there.
+  [[nodiscard]] std::optional<std::vector<uint32_t>> take_access_order(ModelId id);
+  // The units of `id` in the order their reads were issued since its last
+  // (re)fill started (at most one entry per unit per fill). Empty for an
+  // unknown model.
+  [[nodiscard]] std::vector<uint32_t> read_order(ModelId id) const;
+
   [[nodiscard]] Result<ModelStats> stats(ModelId id) const;
   [[nodiscard]] std::vector<ModelId> models() const;
 
@@ -208,6 +230,7 @@ class Pager {
   void on_requests(ModelId id, ClientKey key);
   void handle_fault(Model& m, Client& c, uint64_t address, std::chrono::steady_clock::time_point t0);
   bool continue_unit(Model& m, Client& c, uint32_t unit);
+  Status map_ready_units(Model& m, Client& c);
   void poison_unit(Model& m, Client& c, uint32_t unit);
   void drop_client(ModelId id, ClientKey key, const char* why);
   void drain(Model& m);

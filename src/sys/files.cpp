@@ -34,29 +34,6 @@ Status truncate_to_zero(int fd, const std::string& what) {
   return {};
 }
 
-Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode) {
-  const std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!fd) return make_error(errno, "{}: {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      ::unlink(tmp.c_str());
-      return make_error(e, "{}: {}", tmp, std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    return make_error(e, "{}: {}", path, std::strerror(e));
-  }
-  return {};
-}
-
 Status make_dir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) == 0) return {};
   struct stat st {};
@@ -90,6 +67,56 @@ Result<uint32_t> count_fds_referring_to(pid_t pid, const InodeSet& inodes) {
   }
   ::closedir(d);
   return n;
+}
+
+Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd) return make_error(errno, "{}: {}", tmp, std::strerror(errno));
+  auto fail = [&](int e) -> Status {
+    ::unlink(tmp.c_str());
+    return make_error(e, "{}: {}", tmp, std::strerror(e));
+  };
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+  // O_TRUNC on an existing tmp keeps its mode: make it ours.
+  if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) return fail(errno);
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return make_error(e, "{}: {}", path, std::strerror(e));
+  }
+  // The rename itself is durable once the directory is.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d) (void)::fsync(d.get());
+  return {};
+}
+
+Result<std::vector<uint8_t>> read_small_file(const std::string& path, uint64_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{}: not a regular file", path);
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return make_error(EFBIG, "{}: {} bytes, more than the {} allowed", path, st.st_size, max_bytes);
+  std::vector<uint8_t> out(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+    if (n == 0) break;  // shrank while read: what is there (the parser judges it)
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
 }
 
 }  // namespace airs::sys

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "util/result.hpp"
 
@@ -35,10 +36,6 @@ struct FileId {
 // on its next access (hugetlbfs and shmem alike), and the pages are freed.
 [[nodiscard]] Status truncate_to_zero(int fd, const std::string& what);
 
-// Replaces `path` with `data` atomically: a temporary file beside it
-// (mode `mode`, O_NOFOLLOW), written, fsynced and renamed over it. A reader
-// sees the old contents or the new, never a part.
-[[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode);
 // mkdir `path` with `mode` unless it exists (as a directory).
 [[nodiscard]] Status make_dir(const std::string& path, mode_t mode);
 
@@ -46,6 +43,15 @@ struct FileId {
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
+// Replaces `path` with `data` atomically: written to `path`.tmp (mode
+// `mode` exactly, O_NOFOLLOW), fsynced, renamed over `path`, and the
+// directory fsynced, so a crash leaves the old file or the new one, never a
+// torn one. Errors name the file; the temporary file is removed on failure.
+[[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode = 0600);
+// The whole of regular file `path` (O_NOFOLLOW), at most `max_bytes`:
+// ENOENT when it does not exist, EFBIG when it is larger.
+[[nodiscard]] Result<std::vector<uint8_t>> read_small_file(const std::string& path, uint64_t max_bytes);
+
 // The (device, inode) of `fd` for an InodeSet.
 [[nodiscard]] Result<std::pair<dev_t, ino_t>> inode_of(int fd);
 // How many of process `pid`'s open descriptors refer to one of `inodes`

@@ -15,7 +15,9 @@
 #include <filesystem>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -158,10 +160,11 @@ class PagerTest : public ::testing::Test {
     return d;
   }
 
-  static ModelId load(Daemon& d, const std::string& path, const std::string& name = "m") {
+  static ModelId load(Daemon& d, const std::string& path, const std::string& name = "m",
+                      std::vector<uint32_t> warmup_order = {}, bool record_access = false) {
     sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     EXPECT_TRUE(fd.valid());
-    auto id = d.pager->load({name, std::move(fd), g_file_size, g_extents});
+    auto id = d.pager->load({name, std::move(fd), g_file_size, g_extents, std::move(warmup_order), record_access});
     EXPECT_TRUE(id.ok()) << id.error().message;
     return id.ok() ? *id : 0;
   }
@@ -412,6 +415,56 @@ TEST_P(PagerModeTest, FourConcurrentClientsFaultDriven) {
   run_clients(o, {"random:1", "random:2", "seq", "random:3"});
 }
 
+// Recording (issue 17): every first touch is seen, also of units the
+// warm-up read before the client got there (they are not mapped ahead while
+// recording), in the client's own order.
+TEST_P(PagerModeTest, RecordsTheOrderAClientFirstTouchesUnits) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, true);
+  Child c = spawn("random:5");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  // The client's order (test_client.cpp "random:SEED").
+  const uint32_t units = stats(d, id).units;
+  std::vector<uint64_t> touched(units);
+  std::iota(touched.begin(), touched.end(), uint64_t{0});
+  std::mt19937_64 rng(5);
+  std::shuffle(touched.begin(), touched.end(), rng);
+  auto order = d.pager->take_access_order(id);
+  ASSERT_TRUE(order.has_value());
+  EXPECT_EQ(std::vector<uint64_t>(order->begin(), order->end()), touched);
+  EXPECT_FALSE(d.pager->take_access_order(id).has_value()) << "recording did not end";
+}
+
+// Replay: the warm-up reads the recorded units first, in their order, then
+// the rest in load order (the suite's extents rank units in index order).
+TEST_P(PagerModeTest, WarmupReadsTheReplayedOrderFirst) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const std::vector<uint32_t> recorded{32, 5, 17, 0, 9};
+  const ModelId id = load(d, g_src, "m", recorded);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  std::vector<uint32_t> want = recorded;
+  for (uint32_t u = 0; u < stats(d, id).units; ++u)
+    if (std::find(recorded.begin(), recorded.end(), u) == recorded.end()) want.push_back(u);
+  EXPECT_EQ(d.pager->read_order(id), want);
+  // A client still reads the file's bytes everywhere.
+  Child c = spawn("seq");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+}
+
+// An order that does not fit the model is ignored: layer order.
+TEST_P(PagerModeTest, AnOrderThatDoesNotFitIsIgnored) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {3, 99});
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  std::vector<uint32_t> want(stats(d, id).units);
+  std::iota(want.begin(), want.end(), 0U);
+  EXPECT_EQ(d.pager->read_order(id), want);
+}
+
 TEST_P(PagerModeTest, ThreadsOfOneClientFaultTheSamePages) {
   PagerOptions o;
   o.background_warmup = false;
@@ -644,7 +697,7 @@ TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {
   auto kv0 = d.pool->kernel_view();
   ASSERT_TRUE(kv0.ok());
   sys::UniqueFd fd(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
-  auto id = d.pager->load({"big", std::move(fd), g_file_size, g_extents});
+  auto id = d.pager->load({"big", std::move(fd), g_file_size, g_extents, {}, false});
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.error().code, ENOSPC);
   EXPECT_NE(id.error().message.find("pool exhausted"), std::string::npos) << id.error().message;

@@ -26,7 +26,7 @@ ALLOWED = {
     "pressure": {"util", "sys", "policy"},
     "dbus": {"util"},
     "client": {"util", "sys", "dbus", "airs"},          # libairs (lazy mapping, wire formats)
-    "preload": {"airs"},
+    "preload": {"airs", "client"},                     # client: the cooperative touch guard it chains signals to
     "airsctl": {"util", "sys", "dbus", "gguf", "airs"},
     "daemon": {"util", "sys", "probe", "gguf", "policy", "kv", "config", "pool", "pager", "pressure", "dbus",
                "dbus_gen", "client"},
