@@ -222,6 +222,21 @@ TEST_F(KvSpill, EvictedBlocksAreRestoredByAnotherProcessAfterUnloadAndAfterResta
   st = spill_status();
   EXPECT_EQ(st["hits"].get<uint64_t>(), 3u);
   EXPECT_EQ(st["read_bytes"].get<uint64_t>(), 3 * entry_bytes);
+  // airsctl shows the tier, as JSON and as text.
+  auto ctl = airsctl_status(bus_->address())["kv"]["spill"];
+  EXPECT_EQ(ctl["hits"].get<uint64_t>(), 3u);
+  EXPECT_EQ(ctl["misses"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ctl["limit_bytes"].get<uint64_t>(), uint64_t{1} << 30);
+  EXPECT_EQ(ctl["used_bytes"].get<uint64_t>(), 3 * entry_bytes);
+  EXPECT_EQ(ctl["written_bytes"].get<uint64_t>(), 3 * entry_bytes);
+  EXPECT_EQ(ctl["read_bytes"].get<uint64_t>(), 3 * entry_bytes);
+  {
+    Child text({airsctl_path(), "--bus", bus_->address(), "status"});
+    auto line = text.expect_line("  spill tier");
+    ASSERT_TRUE(line) << text.transcript();
+    EXPECT_NE(line->find("(3 entries)  hits 3  misses 0  rejected 0"), std::string::npos) << *line;
+    text.wait();
+  }
 
   // Unloaded and loaded again: the arena is gone, the tier is not.
   ASSERT_TRUE(dbus_->unload(model_obj_, true).ok());
