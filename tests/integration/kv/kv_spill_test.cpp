@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "airs/airs.h"
 #include "daemon_fixture.hpp"
@@ -71,6 +72,7 @@ class KvSpill : public ::testing::Test {
                              "\"\n[pool]\nsize = \"32M\"\ngrow_nr_hugepages = false\n[kv]\nmax_arena_bytes = \"" +
                              std::to_string(huge_page_size()) + "\"\n";
     daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
+    if (model_path_.empty()) model_path_ = file_.path;
     if (!daemon_->started()) {
       ADD_FAILURE() << "airs-memd did not start:\n" << daemon_->log();
       return false;
@@ -81,7 +83,7 @@ class KvSpill : public ::testing::Test {
 
   // Loads the model and waits for its content id (spill entries are tied to it).
   bool load() {
-    auto e = dbus_->load_model(file_.path, &model_obj_);
+    auto e = dbus_->load_model(model_path_, &model_obj_);
     if (!e.ok()) {
       ADD_FAILURE() << e.name << ": " << e.message;
       return false;
@@ -191,6 +193,7 @@ class KvSpill : public ::testing::Test {
 
   TempDir dir_;
   ModelFile file_;
+  std::string model_path_;  // the model the daemon loads (default: file_)
   std::string model_obj_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<DaemonProcess> daemon_;
@@ -374,6 +377,48 @@ TEST_F(KvSpill, AnotherUidNeverMatches) {
   ASSERT_TRUE(m) << again.transcript();
   EXPECT_EQ(field(*m, "n"), "0") << *m;
   again.wait();
+}
+
+// The engine end to end: airs-generate's prompt blocks, cached when it
+// exits, are spilled by the clean stop; after the restart a second run
+// restores them (restored_tokens) and generates exactly the tokens private
+// memory gives.
+TEST_F(KvSpill, AirsGenerateRestoresItsPromptAfterARestartWithTheSameTokens) {
+  model_path_ = dir_.file("infer.gguf");
+  auto mk = run_process({AIRS_MKMODEL_PATH, "--llama", "--out", model_path_, "--types", "q8_0", "--layers", "4", "--embd",
+                         "256", "--ff", "512", "--vocab", "600", "--heads", "8", "--heads-kv", "2", "--seed", "3"},
+                        60s);
+  ASSERT_EQ(mk.exit_code, 0) << mk.err;
+  const std::string system = dir_.file("system.txt");
+  std::ofstream(system) << "you are a helpful assistant and you answer every question about the forest, the river and "
+                           "the mountain with care; you never make things up";
+  auto generate = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {AIRS_GENERATE_PATH, model_path_, "--system", system, "-p", "what is the river", "-n", "6",
+                                  "--json", "--threads", "1", "--bus", bus_->address()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto r = run_process(a, 120s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto at = r.out.rfind('{');
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no JSON: " << r.out << r.err;
+      return nlohmann::json{};
+    }
+    return nlohmann::json::parse(r.out.substr(at));
+  };
+  ASSERT_TRUE(start_daemon());
+  const auto ref = generate({"--no-daemon"});
+  const auto first = generate({});
+  EXPECT_EQ(first["backend"], "daemon");
+  EXPECT_EQ(first["matched_tokens"], 0);
+  EXPECT_EQ(first["restored_tokens"], 0);
+  ASSERT_TRUE(stop_daemon());
+  ASSERT_TRUE(start_daemon());
+  const auto second = generate({});
+  const int tpb = second["tokens_per_block"].get<int>();
+  EXPECT_GE(second["matched_tokens"].get<int>(), 2 * tpb) << second.dump();
+  EXPECT_EQ(second["restored_tokens"], second["matched_tokens"]) << second.dump();
+  EXPECT_EQ(second["token_ids"], ref["token_ids"]);
+  EXPECT_EQ(spill_status()["hits"].get<uint64_t>(), second["matched_tokens"].get<uint64_t>() / static_cast<uint64_t>(tpb));
 }
 
 }  // namespace
