@@ -96,6 +96,7 @@ uint64_t KvService::spill_all(std::chrono::steady_clock::time_point deadline) {
     }
   }
   const size_t unfinished = spill_->drain(deadline);
+  spill_->sync_dirs();
   spdlog::info("KV spill tier: {} published blocks kept at stop ({} not kept, {} writes unfinished)", kept, lost + unfinished,
                unfinished);
   return kept;

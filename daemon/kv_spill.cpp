@@ -379,6 +379,15 @@ size_t SpillStore::drain(std::chrono::steady_clock::time_point deadline) {
   return pending_.size();
 }
 
+void SpillStore::sync_dirs() const {
+  auto sync = [](const std::string& d) {
+    sys::UniqueFd fd(::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd || ::fsync(fd.get()) != 0) spdlog::warn("KV spill tier: fsync {}: {}", d, std::strerror(errno));
+  };
+  for (const uint32_t uid : uid_dirs_) sync(uid_dir(uid));
+  sync(dir_);
+}
+
 SpillStats SpillStore::stats() const {
   SpillStats s = stats_;
   s.entries = index_.size();

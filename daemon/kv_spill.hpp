@@ -112,6 +112,10 @@ class SpillStore {
   // many are still in flight.
   size_t drain(std::chrono::steady_clock::time_point deadline);
 
+  // fsyncs the store's directories, so renamed entries survive a power
+  // cut (a clean stop calls it; an entry lost to a crash is only a miss).
+  void sync_dirs() const;
+
   [[nodiscard]] SpillStats stats() const;
   [[nodiscard]] const std::string& dir() const { return dir_; }
 

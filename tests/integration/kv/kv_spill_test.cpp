@@ -342,6 +342,26 @@ TEST_F(KvSpill, CorruptEntryIsRejectedAndRecomputed) {
   s = share(hashes);
   EXPECT_EQ(s.n, 3);
   EXPECT_EQ(s.bad, 0);
+
+  // A torn entry (cut short, as a crash mid-write could leave it without
+  // the rename) is rejected when a fresh daemon indexes the store.
+  ASSERT_TRUE(stop_daemon());  // spills the recomputed blocks 1 and 2 (2 is on disk still)
+  char hex2[17];
+  std::snprintf(hex2, sizeof hex2, "%016llx", static_cast<unsigned long long>(hashes[2]));
+  std::string torn;
+  for (const auto& e : fs::directory_iterator(uid_dir(::getuid())))
+    if (e.path().filename().string().ends_with(hex2)) torn = e.path();
+  ASSERT_FALSE(torn.empty());
+  fs::resize_file(torn, 64 + geo_.block_bytes / 2);
+  ASSERT_TRUE(start_daemon());
+  EXPECT_NE(daemon_->log().find("rejected: " + std::to_string(64 + geo_.block_bytes / 2) + " bytes"), std::string::npos)
+      << daemon_->log();
+  EXPECT_FALSE(fs::exists(torn));
+  EXPECT_EQ(spill_status()["entries"].get<uint64_t>(), 2u);
+  s = share(hashes);
+  EXPECT_EQ(s.n, 2);
+  EXPECT_EQ(s.restored, 2u);
+  EXPECT_EQ(s.bad, 0);
 }
 
 TEST_F(KvSpill, AnotherUidNeverMatches) {
