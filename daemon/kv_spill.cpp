@@ -233,7 +233,7 @@ void SpillStore::touch(const SpillKey& k) {
   lru_[it->second.seq] = k;
 }
 
-void SpillStore::remove(const SpillKey& k, const char* why) {
+void SpillStore::remove(SpillKey k, const char* why) {
   auto it = index_.find(k);
   if (it == index_.end()) return;
   const std::string path = uid_dir(k.uid) + "/" + k.file_name();
@@ -333,7 +333,11 @@ void SpillStore::finish(uint64_t id) {
     return;
   }
   stats_.written_bytes += size;
-  if (index_.contains(p.key)) remove(p.key, "replaced");
+  if (auto old = index_.find(p.key); old != index_.end()) {  // replaced by the rename: forget, do not unlink
+    stats_.used_bytes -= old->second.bytes;
+    lru_.erase(old->second.seq);
+    index_.erase(old);
+  }
   insert(p.key, size, next_seq_++);
 }
 

@@ -137,7 +137,7 @@ class SpillStore {
   void on_completion(uint64_t user_data, int32_t res);
   void finish(uint64_t id);
   void touch(const SpillKey& k);
-  void remove(const SpillKey& k, const char* why);
+  void remove(SpillKey k, const char* why);  // by value: callers pass keys held by lru_
   void insert(const SpillKey& k, uint64_t bytes, uint64_t seq);
   [[nodiscard]] std::string uid_dir(uint32_t uid) const;
   Status ensure_uid_dir(uint32_t uid);
