@@ -219,6 +219,13 @@ Status Daemon::init() {
                                           it->second->emitEvicted(blocks, reason);
                                         if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
                                       });
+    if (!cfg_.daemon.state_dir.empty() && cfg_.kv.spill_limit > 0) {
+      // Without the tier the daemon still serves: evicted prefixes are recomputed.
+      if (auto st = SpillStore::open(*loop_, cfg_.daemon.state_dir + "/kv", cfg_.kv.spill_limit))
+        kv_->set_spill_store(std::move(st).value());
+      else
+        spdlog::warn("KV spill tier off: {}", st.error().message);
+    }
     policy::Config pc;
     pc.idle_threshold = cfg_.kv.idle_threshold;
     pc.target_some_bytes = cfg_.pressure.target_some_bytes;
@@ -680,6 +687,7 @@ int Daemon::run() {
     pump_bus();
   }
   sys::notify("STOPPING=1");
+  if (kv_) (void)kv_->spill_all(std::chrono::steady_clock::now() + cfg_.kv.spill_stop_timeout);
   try {
     bus_->releaseName(dbus::kBusName);
   } catch (const sdbus::Error&) {

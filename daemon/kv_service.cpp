@@ -54,6 +54,54 @@ void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) 
   std::memcpy(a.map.bytes() + a.geo.block_offset(dst), a.map.bytes() + a.geo.block_offset(src), a.geo.block_bytes);
 }
 
+std::optional<SpillKey> KvService::spill_key(Arena& a) {
+  if (!spill_) return std::nullopt;
+  if (const ModelEntry* m = models_.find(a.model); m != nullptr && m->content_id) a.content_id = m->content_id;
+  if (!a.content_id) return std::nullopt;  // not hashed yet: nothing to tie an entry to
+  SpillKey k;
+  k.model_high = a.content_id->high;
+  k.model_low = a.content_id->low;
+  k.uid = a.uid;
+  k.tokens_per_block = a.geo.tokens_per_block;
+  k.block_bytes = static_cast<uint32_t>(a.geo.block_bytes);
+  return k;
+}
+
+bool KvService::spill_block(kv::ArenaId arena, kv::BlockId block, uint64_t hash) {
+  auto& a = arenas_.at(arena);
+  auto k = spill_key(a);
+  if (!k) return false;
+  k->hash = hash;
+  if (spill_->put(*k, a.map.bytes() + a.geo.block_offset(block)) == SpillStore::Put::Kept) return true;
+  spill_->count_dropped();
+  return false;
+}
+
+uint64_t KvService::spill_all(std::chrono::steady_clock::time_point deadline) {
+  if (!spill_) return 0;
+  uint64_t kept = 0, lost = 0;
+  for (auto& [aid, a] : arenas_) {
+    auto k = spill_key(a);
+    if (!k) continue;
+    for (const auto& [b, h] : alloc_.published(aid)) {
+      k->hash = h;
+      SpillStore::Put r = SpillStore::Put::Busy;
+      // Busy: the writes in flight are at their bound; let some finish.
+      while ((r = spill_->put(*k, a.map.bytes() + a.geo.block_offset(b))) == SpillStore::Put::Busy &&
+             std::chrono::steady_clock::now() < deadline) {
+        (void)spill_->drain(std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+      }
+      if (r == SpillStore::Put::Kept) ++kept;
+      else ++lost;
+    }
+  }
+  const size_t unfinished = spill_->drain(deadline);
+  spill_->sync_dirs();
+  spdlog::info("KV spill tier: {} published blocks kept at stop ({} not kept, {} writes unfinished)", kept, lost + unfinished,
+               unfinished);
+  return kept;
+}
+
 Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority,
                                          bool admin) {
   if (!model.meta.geometry)
@@ -94,6 +142,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
     a.pages_per_chunk = geo->chunk_bytes / pool_.page_size();
     a.model = model.id;
     a.uid = caller.uid;
+    a.content_id = model.content_id;
     arenas_.emplace(*aid, std::move(a));
   }
   auto sid = alloc_.create_session(*aid, priority, Clock::now());
@@ -160,7 +209,7 @@ void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
     auto it = sessions_.find(n.session);
     if (it == sessions_.end()) continue;
     auto& s = *it->second;
-    s.notices.append(n.blocks);
+    s.notices.append(n.blocks, n.spilled);
     (void)sys::eventfd_signal(s.event_fd.get());
     s.evicted_blocks += n.blocks.size();
     const uint64_t bytes = n.blocks.size() * arenas_.at(n.arena).geo.block_bytes;
@@ -215,7 +264,51 @@ Status KvService::commit(KvSession& s, const std::vector<uint32_t>& blocks, cons
 Result<std::vector<uint32_t>> KvService::match_prefix(KvSession& s, const std::vector<uint64_t>& hashes) {
   std::vector<kv::BlockId> blocks;
   AIRS_TRY(alloc_.match_prefix(s.id, std::span<const uint64_t>(hashes.data(), hashes.size()), Clock::now(), blocks));
-  return std::vector<uint32_t>(blocks.begin(), blocks.end());
+  std::vector<uint32_t> out(blocks.begin(), blocks.end());
+  if (spill_ && out.size() < hashes.size()) restore_spilled(s, hashes, out);
+  return out;
+}
+
+void KvService::restore_spilled(KvSession& s, const std::vector<uint64_t>& hashes, std::vector<uint32_t>& out) {
+  auto& a = arenas_.at(s.arena);
+  auto k = spill_key(a);
+  if (!k) return;
+  // hashes[i] names logical block table_size+i at the call; the in-memory
+  // run took the first out.size(), so fresh blocks appended now get the
+  // indices of the rest.
+  std::vector<uint64_t> run;
+  for (size_t i = out.size(); i < hashes.size(); ++i) {
+    k->hash = hashes[i];
+    if (!spill_->contains(*k)) break;
+    run.push_back(hashes[i]);
+  }
+  if (run.empty()) {
+    spill_->count_miss();
+    return;
+  }
+  const auto now = Clock::now();
+  std::vector<kv::BlockId> fresh;
+  std::vector<kv::EvictionNotice> notices;
+  auto r = alloc_.allocate(s.id, static_cast<uint32_t>(run.size()), now, fresh, notices);
+  publish(notices);
+  if (!r) {
+    spdlog::info("session {}: {} spilled blocks not restored: {}", s.path, run.size(), r.error().message);
+    return;
+  }
+  size_t ok = 0;
+  for (; ok < run.size(); ++ok) {
+    k->hash = run[ok];
+    if (!spill_->get(*k, a.map.bytes() + a.geo.block_offset(fresh[ok]))) break;
+  }
+  if (ok < fresh.size())
+    (void)alloc_.free(s.id, std::span<const kv::BlockId>(fresh.data() + ok, fresh.size() - ok), now);
+  if (auto p = alloc_.publish_restored(s.id, std::span<const kv::BlockId>(fresh.data(), ok),
+                                       std::span<const uint64_t>(run.data(), ok));
+      !p)
+    spdlog::error("session {}: publishing restored blocks: {}", s.path, p.error().message);
+  s.restored_blocks += ok;
+  s.notices.add_restored(ok);
+  out.insert(out.end(), fresh.begin(), fresh.begin() + static_cast<std::ptrdiff_t>(ok));
 }
 
 Result<uint32_t> KvService::prepare_write(KvSession& s, uint32_t block) {
@@ -340,6 +433,23 @@ dbus::Dict KvService::stats() const {
   d["waste_bytes"] = sdbus::Variant(t.waste_bytes());
   d["shared_blocks"] = sdbus::Variant(t.shared_blocks);
   d["waste_ratio"] = sdbus::Variant(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes) : 0.0);
+  dbus::Dict sp;
+  sp["enabled"] = sdbus::Variant(spill_ != nullptr);
+  if (spill_) {
+    const SpillStats st = spill_->stats();
+    sp["dir"] = sdbus::Variant(spill_->dir());
+    sp["used_bytes"] = sdbus::Variant(st.used_bytes);
+    sp["limit_bytes"] = sdbus::Variant(st.limit_bytes);
+    sp["entries"] = sdbus::Variant(st.entries);
+    sp["hits"] = sdbus::Variant(st.hits);
+    sp["misses"] = sdbus::Variant(st.misses);
+    sp["rejected"] = sdbus::Variant(st.rejected);
+    sp["written_bytes"] = sdbus::Variant(st.written_bytes);
+    sp["read_bytes"] = sdbus::Variant(st.read_bytes);
+    sp["dropped"] = sdbus::Variant(st.dropped);
+    sp["inflight_bytes"] = sdbus::Variant(st.inflight_bytes);
+  }
+  d["spill"] = sdbus::Variant(sp);
   return d;
 }
 
@@ -360,6 +470,7 @@ std::vector<dbus::Dict> KvService::list() const {
     d["tokens"] = sdbus::Variant(info->length);
     d["idle_s"] = sdbus::Variant(std::chrono::duration<double>(now - info->last_used).count());
     d["evicted_blocks"] = sdbus::Variant(s->evicted_blocks);
+    d["restored_blocks"] = sdbus::Variant(s->restored_blocks);
     out.push_back(std::move(d));
   }
   return out;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/kv_spill.hpp"
 #include "daemon/models.hpp"
 #include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
@@ -42,6 +43,7 @@ struct KvSession {
   client::NoticeWriter notices;
   sys::UniqueFd event_fd;
   uint64_t evicted_blocks = 0;
+  uint64_t restored_blocks = 0;  // restored from the spill tier by MatchPrefix
 };
 
 struct CreatedSession {
@@ -70,6 +72,12 @@ class KvService final : public kv::ChunkOps {
   Result<std::vector<uint32_t>> allocate(KvSession& s, uint32_t n);
   Status free(KvSession& s, const std::vector<uint32_t>& blocks);
   Status commit(KvSession& s, const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes);
+  // The longest run of blocks for hashes[0..]: first those in memory, then
+  // those in the spill tier, read back into fresh blocks of the session
+  // (published again) before this returns — so the reply lists only blocks
+  // whose bytes are there. An entry that fails validation ends the run (the
+  // client recomputes from there); so does a pool without room for the
+  // restored blocks.
   Result<std::vector<uint32_t>> match_prefix(KvSession& s, const std::vector<uint64_t>& hashes);
   Result<uint32_t> prepare_write(KvSession& s, uint32_t block);
   Status set_length(KvSession& s, uint32_t tokens);
@@ -104,10 +112,19 @@ class KvService final : public kv::ChunkOps {
   [[nodiscard]] std::optional<kv::SessionInfo> info(const std::string& path) const;
   [[nodiscard]] kv::Allocator& allocator() { return alloc_; }
 
+  // The spill tier (none: published blocks are dropped when evicted).
+  void set_spill_store(std::unique_ptr<SpillStore> store) { spill_ = std::move(store); }
+  [[nodiscard]] const SpillStore* spill_store() const { return spill_.get(); }
+  // A clean stop: keeps every published block still in memory (cached or
+  // held) in the spill tier, waiting for the writes until `deadline`.
+  // Returns how many blocks were kept.
+  uint64_t spill_all(std::chrono::steady_clock::time_point deadline);
+
   // kv::ChunkOps
   Status commit_chunk(kv::ArenaId arena, uint32_t chunk) override;
   void release_chunk(kv::ArenaId arena, uint32_t chunk) override;
   void copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) override;
+  bool spill_block(kv::ArenaId arena, kv::BlockId block, uint64_t hash) override;
 
  private:
   struct Arena {
@@ -117,8 +134,12 @@ class KvService final : public kv::ChunkOps {
     uint64_t pages_per_chunk = 1;
     uint64_t model = 0;
     uid_t uid = 0;
+    std::optional<gguf::ContentId> content_id;  // kept: the model entry may be gone when the arena closes
   };
   void publish(std::vector<kv::EvictionNotice>& notices);
+  // The spill key of the arena's blocks (hash 0), if the tier is on and the model's content id is known.
+  std::optional<SpillKey> spill_key(Arena& a);
+  void restore_spilled(KvSession& s, const std::vector<uint64_t>& hashes, std::vector<uint32_t>& out);
   Status make_room(KvSession& s, uint64_t bytes);
 
   pool::Pool& pool_;
@@ -126,6 +147,7 @@ class KvService final : public kv::ChunkOps {
   config::KvConfig cfg_;
   EvictedFn on_evicted_;
   RoomMaker make_room_;
+  std::unique_ptr<SpillStore> spill_;
   kv::Allocator alloc_;
   std::map<kv::ArenaId, Arena> arenas_;
   std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;

@@ -128,8 +128,15 @@ int airs_session_free(airs_session *s, const uint32_t *blocks, size_t n);
 /* Publish full blocks under their chained hashes (airs_kv_chain_hash). */
 int airs_session_commit(airs_session *s, const uint32_t *blocks, const uint64_t *hashes, size_t n);
 /* Longest cached prefix for hashes[0..n); returns how many blocks were
- * matched (written to blocks_out). */
+ * matched (written to blocks_out). Blocks evicted to the daemon's KV spill
+ * tier match too: the daemon reads them back into fresh blocks of this
+ * session before it replies, so every block returned holds its bytes. A
+ * spilled entry that fails validation (torn, corrupt, another model or uid)
+ * ends the match there: recompute from that block. */
 int airs_session_match_prefix(airs_session *s, const uint64_t *hashes, size_t n, uint32_t *blocks_out);
+/* Blocks MatchPrefix restored from the spill tier into this session so far
+ * (read from the notice page: no call to the daemon). */
+uint64_t airs_session_restored_blocks(const airs_session *s);
 /* Copy-on-write: the block to write into instead of `block`. */
 int airs_session_prepare_write(airs_session *s, uint32_t block, uint32_t *writable);
 int airs_session_set_length(airs_session *s, uint32_t tokens);
@@ -142,6 +149,9 @@ int airs_session_notice_fd(const airs_session *s);
  * -EOVERFLOW if more were evicted than the notice ring holds (treat every
  * block as lost). */
 int airs_session_read_notices(airs_session *s, uint32_t *blocks_out, size_t cap);
+/* The same, with spilled_out[i] = 1 if block i's bytes were kept in the
+ * spill tier (matching its prefix hash again restores it; no recompute). */
+int airs_session_read_notices_spilled(airs_session *s, uint32_t *blocks_out, uint8_t *spilled_out, size_t cap);
 void airs_session_close(airs_session *s);
 
 /* The chained hash of a full block: parent is the previous block's hash (0

@@ -62,6 +62,16 @@ void print_human(const dbus::Dict& s) {
     fmt::print("\nKV  sessions {}  used {}  cached {}  free {}  waste {}\n", val<uint32_t>(kv, "sessions"),
                bytes(val<uint64_t>(kv, "used_bytes")), bytes(val<uint64_t>(kv, "cached_bytes")),
                bytes(val<uint64_t>(kv, "free_bytes")), percent(val<double>(kv, "waste_ratio")));
+    auto sp = val<dbus::Dict>(kv, "spill");
+    if (val<bool>(sp, "enabled")) {
+      fmt::print("  spill tier {}  used {} of {} ({} entries)  hits {}  misses {}  rejected {}  written {}  read {}\n",
+                 printable_name(val<std::string>(sp, "dir")), bytes(val<uint64_t>(sp, "used_bytes")),
+                 bytes(val<uint64_t>(sp, "limit_bytes")), val<uint64_t>(sp, "entries"), val<uint64_t>(sp, "hits"),
+                 val<uint64_t>(sp, "misses"), val<uint64_t>(sp, "rejected"), bytes(val<uint64_t>(sp, "written_bytes")),
+                 bytes(val<uint64_t>(sp, "read_bytes")));
+    } else if (!sp.empty()) {
+      fmt::print("  spill tier off (no daemon.state_dir, or kv.spill_limit = 0): evicted prefixes are recomputed\n");
+    }
   }
   auto pr = val<dbus::Dict>(s, "pressure");
   if (!pr.empty()) {

@@ -606,13 +606,19 @@ void* airs_session_block_ptr(airs_session* s, uint32_t block) {
 int airs_session_notice_fd(const airs_session* s) { return s == nullptr ? -1 : s->notice_event.get(); }
 
 int airs_session_read_notices(airs_session* s, uint32_t* blocks_out, size_t cap) {
+  return airs_session_read_notices_spilled(s, blocks_out, nullptr, cap);
+}
+
+int airs_session_read_notices_spilled(airs_session* s, uint32_t* blocks_out, uint8_t* spilled_out, size_t cap) {
   if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
   uint64_t v;
   (void)!::read(s->notice_event.get(), &v, sizeof v);  // reset the eventfd (non-blocking)
-  const int64_t n = s->reader.read(blocks_out, cap);
+  const int64_t n = s->reader.read(blocks_out, cap, spilled_out);
   if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
   return static_cast<int>(n);
 }
+
+uint64_t airs_session_restored_blocks(const airs_session* s) { return s == nullptr ? 0 : s->reader.restored_blocks(); }
 
 void airs_session_close(airs_session* s) {
   if (s == nullptr) return;

@@ -355,6 +355,8 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_int("max_blocks_per_uid", c.kv.max_blocks_per_uid, 0, INT64_MAX));
     AIRS_TRY(s.get_int("max_fds_per_uid", c.kv.max_fds_per_uid, 4, 1 << 20));
     AIRS_TRY(s.get_bytes("max_arena_bytes", c.kv.max_arena_bytes));
+    AIRS_TRY(s.get_bytes("spill_limit", c.kv.spill_limit));
+    AIRS_TRY(s.get_duration("spill_stop_timeout", c.kv.spill_stop_timeout));
     AIRS_TRY(s.finish());
   }
   {
@@ -599,9 +601,11 @@ std::string to_toml(const Config& c) {
       share(c.models.max_pool_bytes_per_uid), secs(c.models.keep_alive), strs(c.models.preload));
   out += fmt::format(
       "[kv]\ntokens_per_block = {}\nkv_type = \"{}\"\nidle_threshold = \"{}s\"\nmax_sessions_per_uid = {}\n"
-      "max_blocks_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\n\n",
+      "max_blocks_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\nspill_limit = {}\n"
+      "spill_stop_timeout = \"{}s\"\n\n",
       c.kv.tokens_per_block, to_string(c.kv.kv_type), c.kv.idle_threshold.count(), c.kv.max_sessions_per_uid,
-      c.kv.max_blocks_per_uid, c.kv.max_fds_per_uid, c.kv.max_arena_bytes);
+      c.kv.max_blocks_per_uid, c.kv.max_fds_per_uid, c.kv.max_arena_bytes, c.kv.spill_limit,
+      c.kv.spill_stop_timeout.count());
   out += fmt::format(
       "[pressure]\nsource = \"{}\"\nsome_threshold = {}\nsome_window = {}\nfull_threshold = {}\nfull_window = {}\n"
       "poll_interval = {}\nmem_available_low = {}\ntarget_some_bytes = {}\ntarget_full_bytes = {}\n"

@@ -102,6 +102,8 @@ struct KvConfig {
   uint64_t max_blocks_per_uid = 0;         // 0 = bounded by the pool only
   uint32_t max_fds_per_uid = 256;
   uint64_t max_arena_bytes = 0;            // per (model, uid) arena; 0 = pool size
+  uint64_t spill_limit = 1ull << 30;       // the KV spill tier in <daemon.state_dir>/kv; 0 = off
+  std::chrono::seconds spill_stop_timeout{5};  // a clean stop spills what is cached, for at most this long
 };
 
 struct PressureConfig {

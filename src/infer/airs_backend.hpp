@@ -22,6 +22,7 @@ class AirsKv final : public KvBackend {
   Result<std::vector<uint32_t>> read_notices() override;
   bool wait_notice(int timeout_ms) override;  // poll(2) on the notice eventfd
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const override;
+  uint64_t restored_blocks() const override { return airs_session_restored_blocks(s_); }
 
  private:
   airs_session* s_;

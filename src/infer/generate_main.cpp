@@ -12,6 +12,7 @@
 // prompt has the same leading blocks and shares them through MatchPrefix.
 // Tokens are printed as they come; --json instead prints one object:
 //   {"token_ids": [...], "prompt_tokens": N, "matched_tokens": N,
+//    "restored_tokens": N (of the matched, restored from the spill tier),
 //    "ttft_ms": x, "decode_tok_s": x (a --pause-at wait excluded),
 //    "max_token_ms": x (slowest decode step), "kv_blocks": [...], "backend":
 //    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
@@ -303,6 +304,7 @@ int run(const Options& o) {
     j["token_ids"] = out;
     j["prompt_tokens"] = prompt.size();
     j["matched_tokens"] = seq.matched_tokens();
+    j["restored_tokens"] = seq.restored_tokens();
     j["ttft_ms"] = ttft;
     j["decode_tok_s"] = out.size() > 1 && decode_s > 0 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
     j["max_token_ms"] = max_token_ms;

@@ -174,8 +174,11 @@ Result<std::span<const float>> Sequence::prefill(std::span<const int32_t> tokens
       hashes.push_back(parent);
     }
     if (!hashes.empty()) {
+      const uint64_t restored_before = kv_.restored_blocks();
       auto matched = kv_.match_prefix(hashes);
       if (!matched) return std::move(matched).error();
+      restored_tokens_ = static_cast<uint32_t>(
+          std::min<uint64_t>(kv_.restored_blocks() - restored_before, matched->size()) * tpb_);
       for (size_t b = 0; b < matched->size(); ++b) {
         const uint32_t id = (*matched)[b];
         std::byte* p = kv_.block_ptr(id);

@@ -61,6 +61,8 @@ class KvBackend {
   // explains, to catch a notice published after the evicting call returned.
   [[nodiscard]] virtual bool wait_notice(int timeout_ms) = 0;
   [[nodiscard]] virtual uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const = 0;
+  // Blocks match_prefix restored from a spill tier so far (0: there is none).
+  [[nodiscard]] virtual uint64_t restored_blocks() const { return 0; }
 };
 
 // The chained block hash every process agrees on (as airs_kv_chain_hash).
@@ -122,6 +124,8 @@ class Sequence {
 
   [[nodiscard]] uint32_t size() const noexcept { return static_cast<uint32_t>(tokens_.size()); }
   [[nodiscard]] uint32_t matched_tokens() const noexcept { return matched_tokens_; }
+  // Of those, the tokens whose KV the daemon restored from its spill tier.
+  [[nodiscard]] uint32_t restored_tokens() const noexcept { return restored_tokens_; }
   [[nodiscard]] const std::vector<uint32_t>& block_ids() const noexcept { return ids_; }
   [[nodiscard]] uint32_t recomputed_blocks() const noexcept { return recomputed_; }
 
@@ -143,6 +147,7 @@ class Sequence {
   std::vector<bool> committed_;
   std::vector<float> logits_;
   uint32_t matched_tokens_ = 0;
+  uint32_t restored_tokens_ = 0;
   uint32_t recomputed_ = 0;
 };
 

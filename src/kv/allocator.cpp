@@ -220,6 +220,22 @@ struct Allocator::Impl {
     bl.prev = bl.next = kNil;
   }
 
+  // Publishes each block under its hash unless it is published already or
+  // another block carries the hash (then it stays private). Returns how many.
+  static uint32_t publish_all(ArenaRec& a, std::span<const BlockId> list, std::span<const uint64_t> hashes) {
+    uint32_t published = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      Block& bl = a.blocks[list[i]];
+      if (bl.published) continue;
+      const auto [it, inserted] = a.index.try_emplace(hashes[i], list[i]);
+      if (!inserted) continue;  // another block already carries this prefix
+      bl.published = true;
+      bl.hash = hashes[i];
+      ++published;
+    }
+    return published;
+  }
+
   static void unpublish(ArenaRec& a, BlockId b) {
     Block& bl = a.blocks[b];
     if (!bl.published) return;
@@ -228,8 +244,9 @@ struct Allocator::Impl {
     bl.hash = 0;
   }
 
-  void drop_cached_lru(ArenaRec& a) {
+  void drop_cached_lru(ArenaId aid, ArenaRec& a) {
     const BlockId b = a.lru_head;
+    (void)ops.spill_block(aid, b, a.blocks[b].hash);
     lru_unlink(a, b);
     --a.cached;
     unpublish(a, b);
@@ -447,7 +464,9 @@ struct Allocator::Impl {
     for (size_t i = s.table.size(); i-- > 0 && taken < n;) {
       const BlockId b = s.table[i];
       if (b == kNoBlock || a.blocks[b].refcount != 1) continue;  // shared: evicting frees nothing
+      const bool spilled = a.blocks[b].published && ops.spill_block(s.arena, b, a.blocks[b].hash);
       drop_ref(a, b, s.id, /*evicting=*/true, now);
+      notice.spilled.push_back(spilled ? 1 : 0);
       s.table[i] = kNoBlock;
       --s.entries;
       notice.blocks.push_back(b);
@@ -525,7 +544,7 @@ struct Allocator::Impl {
                         s.id, a.uid, a.model, n, missing, format_bytes(uint64_t{missing} * a.g.block_bytes),
                         format_bytes(a.g.block_bytes), why);
     }
-    for (uint32_t i = 0; i < from_cache; ++i) drop_cached_lru(a);
+    for (uint32_t i = 0; i < from_cache; ++i) drop_cached_lru(aid, a);
     for (const policy::Action& act : plan.actions) {
       SessionRec* v = find_session(act.id);
       evict_session_blocks(a, *v, act.blocks, act.reason, now, notices);
@@ -596,7 +615,7 @@ Status Allocator::close_arena(ArenaId aid) {
     return make_error(EBUSY, "KV arena {} (model {}, uid {}): {} sessions still open; close them first", aid, a->model,
                       a->uid, a->sessions.size());
   }
-  while (a->lru_head != kNil) m.drop_cached_lru(*a);
+  while (a->lru_head != kNil) m.drop_cached_lru(aid, *a);
   m.settle(aid, *a, false);
   for (uint32_t c = 0; c < a->high_water; ++c) {
     if (a->chunks[c].committed) m.release_chunk(aid, *a, c);
@@ -754,16 +773,7 @@ Result<uint32_t> Allocator::commit(SessionId sid, std::span<const BlockId> list,
                         sid, b);
     }
   }
-  uint32_t published = 0;
-  for (size_t i = 0; i < list.size(); ++i) {
-    Block& bl = a.blocks[list[i]];
-    if (bl.published) continue;
-    const auto [it, inserted] = a.index.try_emplace(hashes[i], list[i]);
-    if (!inserted) continue;  // another block already carries this prefix
-    bl.published = true;
-    bl.hash = hashes[i];
-    ++published;
-  }
+  const uint32_t published = Impl::publish_all(a, list, hashes);
   s->last_used = now;
   return published;
 }
@@ -906,7 +916,7 @@ Result<uint32_t> Allocator::evict(const policy::Action& action, TimePoint now, s
       ArenaRec* a = m.find_arena(aid);
       if (a == nullptr) return make_error(ENOENT, "KV arena {}: no such arena", action.id);
       const uint32_t n = std::min(action.blocks, a->cached);
-      for (uint32_t i = 0; i < n; ++i) m.drop_cached_lru(*a);
+      for (uint32_t i = 0; i < n; ++i) m.drop_cached_lru(aid, *a);
       m.settle(aid, *a, false);
       return n;
     }
@@ -926,6 +936,34 @@ Result<uint32_t> Allocator::evict(const policy::Action& action, TimePoint now, s
 }
 
 uint32_t Allocator::trim() { return impl_->trim_all(); }
+
+Result<uint32_t> Allocator::publish_restored(SessionId sid, std::span<const BlockId> list,
+                                             std::span<const uint64_t> hashes) {
+  Impl& m = *impl_;
+  SessionRec* s = m.find_session(sid);
+  if (s == nullptr) return Impl::no_session(sid);
+  ArenaRec& a = *m.arenas[s->arena];
+  if (list.size() != hashes.size()) {
+    return make_error(EINVAL, "KV session {}: {} restored blocks with {} hashes", sid, list.size(), hashes.size());
+  }
+  const uint32_t epoch = ++m.epoch;
+  for (const BlockId b : list) {
+    if (m.find_ref(a, b, sid) == kNil) return make_error(EPERM, "KV session {}: block {} is not in its block table", sid, b);
+    if (a.blocks[b].mark == epoch) return make_error(EINVAL, "KV session {}: block {} listed twice", sid, b);
+    a.blocks[b].mark = epoch;
+  }
+  return Impl::publish_all(a, list, hashes);
+}
+
+std::vector<std::pair<BlockId, uint64_t>> Allocator::published(ArenaId aid) const {
+  std::vector<std::pair<BlockId, uint64_t>> out;
+  const ArenaRec* a = impl_->find_arena(aid);
+  if (a == nullptr) return out;
+  out.reserve(a->index.size());
+  for (const auto& [h, b] : a->index) out.emplace_back(b, h);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 namespace {
 

@@ -85,6 +85,13 @@ class ChunkOps {
   virtual void release_chunk(ArenaId arena, uint32_t chunk) = 0;
   // Copy one block's bytes (copy-on-write) within the arena.
   virtual void copy_block(ArenaId arena, BlockId src, BlockId dst) = 0;
+  // A published block (full, carrying the prefix hash `hash`) is about to be
+  // freed for memory (a cached block dropped, a session's block evicted, an
+  // arena closed). The implementation may keep its bytes elsewhere (the
+  // daemon's spill tier copies them out, then writes them in the
+  // background); it must be done with the block's memory when it returns.
+  // Returns whether the bytes were kept (the eviction notice says so).
+  virtual bool spill_block(ArenaId /*arena*/, BlockId /*block*/, uint64_t /*hash*/) { return false; }
 };
 
 struct Config {
@@ -103,6 +110,7 @@ struct EvictionNotice {
   ArenaId arena = 0;
   std::vector<BlockId> blocks;
   std::vector<uint32_t> indices;
+  std::vector<uint8_t> spilled;  // per block: 1 if ChunkOps::spill_block kept its bytes
   std::string reason;
 };
 
@@ -223,6 +231,17 @@ class Allocator {
   // EvictModel. Returns the blocks freed.
   [[nodiscard]] Result<uint32_t> evict(const policy::Action& action, TimePoint now,
                                        std::vector<EvictionNotice>& notices);
+
+  // Publishes blocks the session holds under `hashes` without the length
+  // check of commit: for blocks whose bytes the daemon restored from the
+  // spill tier (they were full when they were spilled). Same duplicate and
+  // already-published rules as commit. Returns how many were newly published.
+  [[nodiscard]] Result<uint32_t> publish_restored(SessionId session, std::span<const BlockId> blocks,
+                                                  std::span<const uint64_t> hashes);
+
+  // Every published block of the arena (held or cached) with its hash, for
+  // spilling what is still in memory at a clean stop.
+  [[nodiscard]] std::vector<std::pair<BlockId, uint64_t>> published(ArenaId arena) const;
 
   // Releases every empty chunk kept as a session's spare. Returns how many.
   uint32_t trim();

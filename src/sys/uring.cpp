@@ -44,6 +44,23 @@ bool Ring::queue_madvise(void* addr, uint32_t len, int advice, uint64_t user_dat
   return true;
 }
 
+bool Ring::queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return false;
+  io_uring_prep_write(sqe, fd, buf, len, offset);
+  io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+  io_uring_sqe_set_data64(sqe, user_data);
+  return true;
+}
+
+bool Ring::queue_fsync(int fd, uint64_t user_data) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return false;
+  io_uring_prep_fsync(sqe, fd, 0);
+  io_uring_sqe_set_data64(sqe, user_data);
+  return true;
+}
+
 Status Ring::submit() {
   for (;;) {
     const int rc = io_uring_submit(&ring_);
@@ -74,6 +91,19 @@ Status Ring::wait_and_reap(const std::function<void(uint64_t, int32_t)>& fn) {
     if (rc == 0) break;
     if (rc == -EINTR || rc == -EAGAIN) continue;
     return make_error(-rc, "io_uring_wait_cqe: {}", std::strerror(-rc));
+  }
+  reap(fn);
+  return {};
+}
+
+Status Ring::wait_and_reap_for(int timeout_ms, const std::function<void(uint64_t, int32_t)>& fn) {
+  io_uring_cqe* cqe = nullptr;
+  __kernel_timespec ts{timeout_ms / 1000, static_cast<long long>(timeout_ms % 1000) * 1000000};
+  for (;;) {
+    const int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+    if (rc == 0) break;
+    if (rc == -EINTR || rc == -EAGAIN) continue;
+    return make_error(-rc, "io_uring_wait_cqe_timeout: {}", std::strerror(-rc));
   }
   reap(fn);
   return {};

@@ -38,6 +38,15 @@ class Ring {
   // there, off the submitting thread. Completion res is 0 or -errno. Returns
   // false if the submission queue is full.
   bool queue_madvise(void* addr, uint32_t len, int advice, uint64_t user_data);
+  // Queue a write of `len` bytes of `buf` at `offset` of `fd`, linked to the
+  // next queued entry (IOSQE_IO_LINK: that one runs only after this one
+  // completed in full, else it completes with -ECANCELED). Returns false if
+  // the submission queue is full.
+  bool queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data);
+  // Queue fsync(fd). Returns false if the submission queue is full.
+  bool queue_fsync(int fd, uint64_t user_data);
+  // Free submission slots (a caller that needs two linked slots checks first).
+  [[nodiscard]] unsigned sq_space() { return io_uring_sq_space_left(&ring_); }
   // Submit queued entries. Errors: io_uring_submit's.
   Status submit();
   // Drain the eventfd and call `fn(user_data, res)` for every completion
@@ -45,6 +54,8 @@ class Ring {
   void reap(const std::function<void(uint64_t, int32_t)>& fn);
   // Block until at least one completion is available, then reap.
   Status wait_and_reap(const std::function<void(uint64_t, int32_t)>& fn);
+  // Like wait_and_reap, but waits at most `timeout_ms`; ETIME when nothing came.
+  Status wait_and_reap_for(int timeout_ms, const std::function<void(uint64_t, int32_t)>& fn);
 
  private:
   Ring() = default;

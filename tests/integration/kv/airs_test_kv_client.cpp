@@ -15,6 +15,11 @@
 //       drops to UID; one session of priority P with N blocks; "ready
 //       session=PATH", waits for a stdin line, then reports how many blocks
 //       its notice page lists ("notices n=").
+//   match --bus ADDR --as-uid UID --model OBJ --hashes H1,H2,..
+//       drops to UID; one interactive session on the model over D-Bus;
+//       MatchPrefix(hashes); "matched n=".
+// share also reports how many of the matched blocks the daemon restored
+// from its spill tier ("matched ... restored=").
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/mman.h>
@@ -95,7 +100,7 @@ int share(const Args& a) {
   }
   std::string ids;
   for (int i = 0; i < n; ++i) ids += (i ? "," : "") + std::to_string(blocks[static_cast<size_t>(i)]);
-  say("matched n=%d blocks=%s", n, ids.c_str());
+  say("matched n=%d blocks=%s restored=%" PRIu64, n, ids.c_str(), airs_session_restored_blocks(s));
   int bad = 0;
   for (int i = 0; i < n; ++i) {
     const void* p = airs_session_block_ptr(s, blocks[static_cast<size_t>(i)]);
@@ -147,15 +152,19 @@ int hold(const Args& a) {
   return 0;
 }
 
-int intruder(const Args& a) {
-  if (a.uid >= 0) {
-    // Before any connection: the bus authenticates this process as `uid`.
-    const auto id = static_cast<uid_t>(a.uid);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(id)) != 0 || ::setuid(id) != 0) {
-      std::perror("dropping privileges");
-      return 16;
-    }
+// Before any connection: the bus authenticates this process as `uid` (< 0: stay).
+bool drop_to(long uid) {
+  if (uid < 0) return true;
+  const auto id = static_cast<uid_t>(uid);
+  if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(id)) != 0 || ::setuid(id) != 0) {
+    std::perror("dropping privileges");
+    return false;
   }
+  return true;
+}
+
+int intruder(const Args& a) {
+  if (!drop_to(a.uid)) return 16;
   say("uid now=%u", ::getuid());
   auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
   auto victim = sdbus::createProxy(*bus, "org.aios.Airs1", a.victim);
@@ -246,24 +255,38 @@ int intruder(const Args& a) {
   return 0;
 }
 
-int fill(const Args& a) {
-  if (a.uid >= 0) {
-    const auto id = static_cast<uid_t>(a.uid);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(id)) != 0 || ::setuid(id) != 0) {
-      std::perror("dropping privileges");
-      return 16;
-    }
-  }
-  auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
-  auto mgr = sdbus::createProxy(*bus, "org.aios.Airs1", "/org/aios/Airs1");
-  sdbus::ObjectPath path;
-  sdbus::UnixFd arena, notice, event;
+// A session of `priority` on the model over D-Bus; its notice page fd in `notice`.
+std::unique_ptr<sdbus::IProxy> bus_session(sdbus::IConnection& bus, const std::string& model, const std::string& priority,
+                                           sdbus::ObjectPath& path, sdbus::UnixFd& notice) {
+  auto mgr = sdbus::createProxy(bus, "org.aios.Airs1", "/org/aios/Airs1");
+  sdbus::UnixFd arena, event;
   airs::dbus::Dict geo;
   mgr->callMethod("CreateSession")
       .onInterface("org.aios.Airs1.Manager")
-      .withArguments(sdbus::ObjectPath(a.model), a.priority, airs::dbus::Dict{})
+      .withArguments(sdbus::ObjectPath(model), priority, airs::dbus::Dict{})
       .storeResultsTo(path, arena, notice, event, geo);
-  auto own = sdbus::createProxy(*bus, "org.aios.Airs1", path);
+  return sdbus::createProxy(bus, "org.aios.Airs1", path);
+}
+
+int match(const Args& a) {
+  if (!drop_to(a.uid)) return 16;
+  auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  sdbus::ObjectPath path;
+  sdbus::UnixFd notice;
+  auto own = bus_session(*bus, a.model, "interactive", path, notice);
+  std::vector<uint32_t> blocks;
+  own->callMethod("MatchPrefix").onInterface("org.aios.Airs1.Session").withArguments(parse_list(a.hashes)).storeResultsTo(blocks);
+  say("matched n=%zu", blocks.size());
+  own->callMethod("Close").onInterface("org.aios.Airs1.Session");
+  return 0;
+}
+
+int fill(const Args& a) {
+  if (!drop_to(a.uid)) return 16;
+  auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  sdbus::ObjectPath path;
+  sdbus::UnixFd notice;
+  auto own = bus_session(*bus, a.model, a.priority, path, notice);
   std::vector<uint32_t> blocks;
   own->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(a.blocks).storeResultsTo(blocks);
   say("ready session=%s blocks=%zu", std::string(path).c_str(), blocks.size());
@@ -311,6 +334,7 @@ int main(int argc, char** argv) {
     if (a.cmd == "hold") return hold(a);
     if (a.cmd == "intruder") return intruder(a);
     if (a.cmd == "fill") return fill(a);
+    if (a.cmd == "match") return match(a);
   } catch (const sdbus::Error& e) {
     std::fprintf(stderr, "D-Bus: %s: %s\n", e.getName().c_str(), e.getMessage().c_str());
     return 19;

@@ -297,6 +297,71 @@ TEST_F(KvAllocatorTest, CachedBlocksAreDroppedLruWhenMemoryIsNeeded) {
   audit();
 }
 
+// Issue 17: every published block freed for memory is offered to the spill
+// tier first, while its chunk is still committed; the notice says which.
+TEST_F(KvAllocatorTest, EvictedPublishedBlocksAreOfferedToTheSpillTier) {
+  const ArenaId a = arena(1, 1000, 2);  // 4 blocks
+  const SessionId bg = session(a, Priority::Background);
+  allocate(bg, 3);
+  ASSERT_TRUE(alloc_.set_length(bg, 48, kT0).ok());
+  ASSERT_TRUE(alloc_.commit(bg, std::vector<BlockId>{0, 1}, std::vector<uint64_t>{11, 12}, kT0).ok());  // 2 stays private
+  const SessionId fg = session(a, Priority::Interactive);
+  allocate(fg, 4);
+  ASSERT_EQ(notices_.size(), 1u);
+  EXPECT_EQ(notices_[0].blocks, (std::vector<BlockId>{2, 1, 0}));
+  EXPECT_EQ(notices_[0].spilled, (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(ops_.spills, (std::vector<FakeChunkOps::Spill>{{a, 1, 12}, {a, 0, 11}}));
+  audit();
+
+  // A tier that does not keep them: the notice says so.
+  ops_.keep_spills = false;
+  ops_.spills.clear();
+  ASSERT_TRUE(alloc_.close(fg, kT0).ok());
+  const SessionId bg2 = session(a, Priority::Background);
+  allocate(bg2, 1);
+  ASSERT_TRUE(alloc_.set_length(bg2, 16, kT0).ok());
+  ASSERT_TRUE(alloc_.commit(bg2, table(bg2), std::vector<uint64_t>{13}, kT0).ok());
+  const SessionId fg2 = session(a, Priority::Interactive);
+  allocate(fg2, 4);
+  ASSERT_EQ(notices_.size(), 1u);
+  EXPECT_EQ(notices_[0].spilled, (std::vector<uint8_t>{0}));
+  EXPECT_EQ(ops_.spills.size(), 1u);
+  audit();
+}
+
+TEST_F(KvAllocatorTest, CachedDropsAndClosedArenasAreOfferedAndRestoredBlocksPublish) {
+  const ArenaId a = arena(1, 1000, 2);
+  const SessionId s1 = session(a);
+  allocate(s1, 2);
+  ASSERT_TRUE(alloc_.set_length(s1, 32, kT0).ok());
+  ASSERT_TRUE(alloc_.commit(s1, std::vector<BlockId>{0, 1}, std::vector<uint64_t>{21, 22}, kT0).ok());
+  ASSERT_TRUE(alloc_.close(s1, kT0).ok());
+  const SessionId s2 = session(a);
+  allocate(s2, 4);  // both cached blocks are dropped for memory
+  EXPECT_TRUE(notices_.empty());
+  ASSERT_EQ(ops_.spills.size(), 2u);
+  std::set<uint64_t> spilled{ops_.spills[0].hash, ops_.spills[1].hash};
+  EXPECT_EQ(spilled, (std::set<uint64_t>{21, 22}));
+
+  // Restored bytes publish without the length check commit makes.
+  const auto t = table(s2);
+  EXPECT_FALSE(alloc_.commit(s2, std::vector<BlockId>{t[0]}, std::vector<uint64_t>{31}, kT0).ok());
+  EXPECT_EQ(alloc_.publish_restored(s2, std::vector<BlockId>{t[0]}, std::vector<uint64_t>{31}).value(), 1u);
+  EXPECT_EQ(alloc_.publish_restored(s2, std::vector<BlockId>{t[1]}, std::vector<uint64_t>{31}).value(), 0u);  // taken
+  EXPECT_EQ(alloc_.publish_restored(s2, std::vector<BlockId>{t[0], t[0]}, std::vector<uint64_t>{1, 2}).error().code, EINVAL);
+  EXPECT_TRUE(info(a, t[0]).published);
+  using P = std::pair<BlockId, uint64_t>;
+  EXPECT_EQ(alloc_.published(a), (std::vector<P>{{t[0], 31}}));
+  audit();
+
+  // Closing the arena (the model unloaded) offers its cached blocks too.
+  ASSERT_TRUE(alloc_.close(s2, kT0).ok());
+  ops_.spills.clear();
+  ASSERT_TRUE(alloc_.close_arena(a).ok());
+  EXPECT_EQ(ops_.spills, (std::vector<FakeChunkOps::Spill>{{a, t[0], 31}}));
+  EXPECT_TRUE(ops_.errors.empty());
+}
+
 TEST_F(KvAllocatorTest, UidsNeverShare) {
   const ArenaId a = arena(1, 1000), b = arena(1, 1001);
   EXPECT_NE(a, b);

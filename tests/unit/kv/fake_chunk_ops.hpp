@@ -44,6 +44,22 @@ class FakeChunkOps final : public ChunkOps {
     else mem[{arena, dst}] = it->second;
   }
 
+  // Records the offer; the block must still be committed (its bytes are read now).
+  bool spill_block(ArenaId arena, BlockId block, uint64_t hash) override {
+    const uint32_t bpc = bpc_[arena];
+    if (bpc == 0 || !ledger.count({arena, block / bpc})) errors.push_back("spill of a block outside committed chunks");
+    spills.push_back({arena, block, hash});
+    return keep_spills;
+  }
+
+  struct Spill {
+    ArenaId arena;
+    BlockId block;
+    uint64_t hash;
+    friend bool operator==(const Spill&, const Spill&) = default;
+  };
+  std::vector<Spill> spills;
+  bool keep_spills = true;
   std::set<std::pair<ArenaId, uint32_t>> ledger;
   std::map<std::pair<ArenaId, BlockId>, uint64_t> mem;
   std::vector<std::pair<BlockId, BlockId>> copies;
