@@ -10,6 +10,11 @@
 #             [--userland host|own]  (default: host for this machine's
 #                                architecture, own for another)
 #             [--pre-job CMD]    a shell command run in the guest before ctest
+#             [--host-setup R]   ctest -R R in the build tree here, before the
+#                                boot (fixture setups that need what the guest
+#                                has not: the network, the cross compiler)
+#             [--fixture-exclude-setup F]  ctest -FS F in the guest (the
+#                                fixtures --host-setup has set up)
 #             [--tcg-exclude R]  tests not run when the guest runs under TCG
 #                                (those that race a client's start against a
 #                                timed load: TCG starts processes ~10x slower)
@@ -51,7 +56,7 @@
 # Timings of each stage are printed as "vm-timing:" lines.
 set -euo pipefail
 
-arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job=""
+arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job="" host_setup="" fixture_exclude_setup=""
 mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs=""
 while (($#)); do
   case $1 in
@@ -71,6 +76,8 @@ while (($#)); do
     --hugepagesz) hugepagesz=$2; shift 2 ;;
     --userland) userland=$2; shift 2 ;;
     --pre-job) pre_job=$2; shift 2 ;;
+    --host-setup) host_setup=$2; shift 2 ;;
+    --fixture-exclude-setup) fixture_exclude_setup=$2; shift 2 ;;
     --timeout) vm_timeout=$2; shift 2 ;;
     --ctest-timeout) ctest_timeout=$2; shift 2 ;;
     --ctest-jobs) ctest_jobs=$2; shift 2 ;;
@@ -80,6 +87,7 @@ while (($#)); do
 done
 [[ -n $kernel_pkg && -n $build ]] || { echo "run-vm.sh: --kernel and --build are required" >&2; exit 2; }
 [[ -n $label || -n $regex ]] || label=integration
+[[ -f $build/CTestTestfile.cmake ]] || { echo "SKIP: ${name:-$kernel_pkg-$arch}: no build tree at $build (for arm64: scripts/cross-arm64.sh builds build-arm64)"; exit 77; }
 build=$(cd "$build" && pwd -P)
 [[ $build != *[[:space:]]* ]] || { echo "run-vm.sh: the build path must not contain spaces" >&2; exit 2; }
 host_suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
@@ -215,9 +223,9 @@ echo "vm-timing: $name download $(took "$t") s ($(basename "$kdeb"))"
 # --- the guest's own userland (--userland own) -----------------------------------
 [[ -n $userland ]] || { if [[ $arch == "$host_arch" ]]; then userland=host; else userland=own; fi; }
 # What the tests need: a shell and core tools, ctest, dbus-daemon (private
-# buses), script(1), kmod, python3, and the runtime libraries the build links.
-userland_pkgs=dash,bash,coreutils,util-linux,bsdutils,procps,findutils,grep,sed,gawk,diffutils,tar,gzip,xz-utils,zstd
-userland_pkgs+=,kmod,base-passwd,base-files,busybox,python3-minimal,cmake,dbus-daemon
+# buses), script(1), kmod, and the runtime libraries the build links.
+userland_pkgs=dash,bash,libc-bin,coreutils,util-linux,bsdutils,procps,findutils,grep,sed,gawk,diffutils,tar,gzip,xz-utils,zstd
+userland_pkgs+=,kmod,base-passwd,base-files,busybox,cmake,dbus-daemon
 userland_pkgs+=,libstdc++6,libsdbus-c++1,liburing2,libnuma1,libspdlog1.10,libfmt9,libsystemd0,libxxhash0,libtomlplusplus3
 guest_root=/ overlays=""
 if [[ $userland == own ]]; then
@@ -306,6 +314,13 @@ if [[ ! -f $initrd || $initrd -ot $0 || $initrd -ot $(dirname "$0")/guest-init.s
 fi
 flock -u 8
 
+if [[ -n $host_setup ]]; then
+  t=$(stamp)
+  timeout 900 ctest --test-dir "$build" --output-on-failure -R "$host_setup" > "$kdir/host-setup.log" 2>&1 ||
+    { cat "$kdir/host-setup.log"; echo "FAIL: $name: the host-side setup ($host_setup) failed"; exit 1; }
+  echo "vm-timing: $name host setup ($host_setup) $(took "$t") s"
+fi
+
 # --- the job, the scratch disk, the boot ----------------------------------------
 results=$build/vm-results/$name
 rm -rf "$results"; mkdir -p "$results"
@@ -318,6 +333,7 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   [[ -z $label ]] || selector+=(-L "$label")
   [[ -z $regex ]] || selector+=(-R "$regex")
   [[ -z $ex ]] || selector+=(-E "$ex")
+  [[ -z $fixture_exclude_setup ]] || selector+=(-FS "$fixture_exclude_setup")
   {
     echo "#!/bin/sh"
     echo "# Runs inside the guest, in the host's root (chroot), on kernel $kver."
