@@ -29,6 +29,7 @@
 #include "sys/notify.hpp"
 #include "sys/numa.hpp"
 #include "sys/procfs.hpp"
+#include "sys/uffd.hpp"
 #include "sys/files.hpp"
 #include "util/text.hpp"
 #include "util/units.hpp"
@@ -126,6 +127,12 @@ Status Daemon::init() {
     spdlog::warn("{}", a.text);
   }
   spdlog::info("mode {}: {}", mode_, mode_reason_);
+  // How a failed model read reaches a lazily mapped client (the pager's
+  // sys::uffd_poison_or_sigbus): UFFDIO_POISON (Linux 6.6) makes the
+  // faulting thread's access raise SIGBUS (BUS_ADRERR); without it the
+  // daemon sends SIGBUS to the client process through its pidfd. Either way
+  // the client never hangs and never reads zeros.
+  read_error_ = caps.uffd.has(UFFD_FEATURE_POISON) ? "poison" : "sigbus";
 
   if (pool_target_ > 0) {
     const sys::NumaPolicy numa = cfg_.pool.numa_policy == config::NumaPolicy::Bind ? sys::NumaPolicy::Bind
@@ -707,6 +714,7 @@ dbus::Dict Daemon::status() {
   s["mode"] = sdbus::Variant(mode_);
   s["mode_reason"] = sdbus::Variant(mode_reason_);
   s["advice"] = sdbus::Variant(advice_);
+  s["read_error"] = sdbus::Variant(read_error_);
   dbus::Dict caps;
   for (auto& [k, v] : capabilities_) caps[k] = sdbus::Variant(v);
   s["capabilities"] = sdbus::Variant(caps);

@@ -124,6 +124,7 @@ class Daemon {
   std::string numa_;  // the pool's NUMA policy and the nodes it uses, for status
   std::string mode_reason_;
   std::vector<std::string> advice_;
+  std::string read_error_;  // "poison" or "sigbus": what a lazy client gets on a failed read
   std::map<std::string, std::string> capabilities_;
   std::unique_ptr<pool::Pool> pool_;
   std::unique_ptr<pager::Pager> pager_;

@@ -22,6 +22,10 @@ void print_human(const dbus::Dict& s) {
   fmt::print("airs-memd {}  profile {}  mode {}  up {} s\n", val<std::string>(s, "version"),
              val<std::string>(s, "profile"), val<std::string>(s, "mode", "-"), val<uint64_t>(s, "uptime_s"));
   if (auto why = dbus::get<std::string>(s, "mode_reason")) fmt::print("  mode: {}\n", *why);
+  if (auto how = dbus::get<std::string>(s, "read_error"); how && val<std::string>(s, "mode") != "cooperative")
+    fmt::print("  read errors: {}\n",
+               *how == "poison" ? "UFFDIO_POISON: the faulting access gets SIGBUS (BUS_ADRERR)"
+                                : "no UFFDIO_POISON (Linux < 6.6): the client process gets SIGBUS through its pidfd");
   if (auto adv = dbus::get<std::vector<std::string>>(s, "advice"))
     for (auto& a : *adv) fmt::print("  to enable more: {}\n", a);
   auto pool = val<dbus::Dict>(s, "pool");

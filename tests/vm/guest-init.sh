@@ -15,6 +15,8 @@ for arg in $(cat /proc/cmdline); do
     airs.job=*) job=${arg#airs.job=} ;;
     airs.results=*) results=${arg#airs.results=} ;;
     airs.kver=*) kver=${arg#airs.kver=} ;;
+    airs.root=*) root=${arg#airs.root=} ;;
+    airs.overlays=*) overlays=${arg#airs.overlays=} ;;
   esac
 done
 
@@ -26,13 +28,31 @@ die() {
 
 for m in $(cat /modules/load); do insmod /modules/$m 2>/dev/null; done
 p9="trans=virtio,version=9p2000.L,msize=512000"
-mount -t 9p -o "$p9,ro,cache=loose" hostroot /lower || die "cannot mount the host root (9p hostroot)"
+# The root: this host's (airs.root=host, the default) or the guest
+# architecture's own userland (airs.root=own), with the host root beside it
+# at /host for the overlaid build-tree paths.
+if [ "${root:-host}" = own ]; then
+  mount -t 9p -o "$p9,ro,cache=loose" guestroot /lower || die "cannot mount the guest userland (9p guestroot)"
+  mkdir -p /host
+  mount -t 9p -o "$p9,ro,cache=loose" hostroot /host || die "cannot mount the host root (9p hostroot)"
+else
+  mount -t 9p -o "$p9,ro,cache=loose" hostroot /lower || die "cannot mount the host root (9p hostroot)"
+fi
 mount -t ext4 /dev/vda /scratch || die "cannot mount the scratch disk"
 mkdir -p /scratch/upper /scratch/work /scratch/tmp /scratch/var-tmp
 chmod 1777 /scratch/tmp /scratch/var-tmp
 mount -t overlay -o lowerdir=/lower,upperdir=/scratch/upper,workdir=/scratch/work overlay /newroot \
   || die "cannot mount the overlay root"
 r=/newroot
+# Host paths (the build tree) at their own paths in the guest's own root,
+# writable through an overlay on the scratch disk.
+i=0
+for p in $(echo "${overlays:-}" | tr ',' ' '); do
+  i=$((i + 1))
+  mkdir -p /scratch/ov$i/upper /scratch/ov$i/work $r$p
+  mount -t overlay -o lowerdir=/host$p,upperdir=/scratch/ov$i/upper,workdir=/scratch/ov$i/work overlay $r$p \
+    || die "cannot overlay $p from the host"
+done
 mount -t proc proc $r/proc
 mount -t sysfs sysfs $r/sys
 mount -t devtmpfs devtmpfs $r/dev

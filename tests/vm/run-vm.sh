@@ -7,6 +7,14 @@
 #             [--mem MiB] [--smp N] [--hugepages N] [--timeout SEC]
 #             [--ctest-timeout SEC] [--ctest-jobs N] [--hugepagesz SIZE]
 #             [--accel auto|kvm|tcg]   (or AIRS_VM_ACCEL; auto = kvm when native)
+#             [--userland host|own]  (default: host for this machine's
+#                                architecture, own for another)
+#             [--pre-job CMD]    a shell command run in the guest before ctest
+#             [--host-setup R]   ctest -R R in the build tree here, before the
+#                                boot (fixture setups that need what the guest
+#                                has not: the network, the cross compiler)
+#             [--fixture-exclude-setup F]  ctest -FS F in the guest (the
+#                                fixtures --host-setup has set up)
 #             [--tcg-exclude R]  tests not run when the guest runs under TCG
 #                                (those that race a client's start against a
 #                                timed load: TCG starts processes ~10x slower)
@@ -26,6 +34,18 @@
 #   hugetlbfs at /dev/hugepages, the kernel's own modules at
 #   /lib/modules/$(uname -r), and a writable 9p share for the results only;
 # - no network device.
+# With --userland own (the default for an architecture that is not this
+# machine's), the root is instead a minimal Debian userland of the guest's
+# architecture and of this machine's suite (the build tree links against
+# this machine's :ARCH multiarch libraries, so the same versions): the
+# packages below and their dependencies, extracted (mmdebstrap
+# --variant=extract: no maintainer scripts, so no binfmt/qemu-user needed)
+# from the Debian archive this machine's apt uses, cached under
+# $AIRS_VM_CACHE/userland-$suite-$arch. The build tree's source and build
+# directories are overlaid at their own paths from the host root (read-only
+# 9p, writes stay in the guest). ctest's cross-compiling emulator
+# (/usr/bin/qemu-aarch64 in the test commands) is an `exec "$@"` there: the
+# guest runs the binaries natively.
 # It chroots into that root, runs ctest in the build tree (same absolute path
 # as here), writes ctest's output and exit code to the results share, and
 # powers off. This script then prints the output and exits with ctest's code.
@@ -36,7 +56,7 @@
 # Timings of each stage are printed as "vm-timing:" lines.
 set -euo pipefail
 
-arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name=""
+arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job="" host_setup="" fixture_exclude_setup=""
 mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs=""
 while (($#)); do
   case $1 in
@@ -54,6 +74,10 @@ while (($#)); do
     --smp) smp=$2; shift 2 ;;
     --hugepages) hugepages=$2; shift 2 ;;
     --hugepagesz) hugepagesz=$2; shift 2 ;;
+    --userland) userland=$2; shift 2 ;;
+    --pre-job) pre_job=$2; shift 2 ;;
+    --host-setup) host_setup=$2; shift 2 ;;
+    --fixture-exclude-setup) fixture_exclude_setup=$2; shift 2 ;;
     --timeout) vm_timeout=$2; shift 2 ;;
     --ctest-timeout) ctest_timeout=$2; shift 2 ;;
     --ctest-jobs) ctest_jobs=$2; shift 2 ;;
@@ -63,6 +87,7 @@ while (($#)); do
 done
 [[ -n $kernel_pkg && -n $build ]] || { echo "run-vm.sh: --kernel and --build are required" >&2; exit 2; }
 [[ -n $label || -n $regex ]] || label=integration
+[[ -f $build/CTestTestfile.cmake ]] || { echo "SKIP: ${name:-$kernel_pkg-$arch}: no build tree at $build (for arm64: scripts/cross-arm64.sh builds build-arm64)"; exit 77; }
 build=$(cd "$build" && pwd -P)
 [[ $build != *[[:space:]]* ]] || { echo "run-vm.sh: the build path must not contain spaces" >&2; exit 2; }
 host_suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
@@ -75,8 +100,8 @@ took() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # --- what the host must have -------------------------------------------------
 case $arch in
-  amd64) qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86 console=ttyS0 ;;
-  arm64) qemu=qemu-system-aarch64 qemu_pkg=qemu-system-arm console=ttyAMA0 ;;
+  amd64) qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86 console=ttyS0 qemu_user=qemu-x86_64 ;;
+  arm64) qemu=qemu-system-aarch64 qemu_pkg=qemu-system-arm console=ttyAMA0 qemu_user=qemu-aarch64 ;;
   *) echo "run-vm.sh: unsupported --arch $arch (amd64, arm64)" >&2; exit 2 ;;
 esac
 host_arch=$(dpkg --print-architecture)
@@ -84,10 +109,32 @@ command -v "$qemu" >/dev/null || skip "$qemu is not installed (apt-get install $
 if [[ $accel_opt == auto ]]; then
   if [[ $arch == "$host_arch" ]]; then accel_opt=kvm; else accel_opt=tcg; fi
 fi
-if [[ $accel_opt == kvm ]]; then
-  [[ -c /dev/kvm ]] || skip "no /dev/kvm: a native $arch guest needs KVM (enable virtualisation or nested KVM)"
-  { exec 9<>/dev/kvm; } 2>/dev/null || skip "/dev/kvm is not usable by $(id -un) (needs read-write access, group kvm)"
+# Why KVM cannot boot a stock kernel here, or nothing when it can: no
+# /dev/kvm, no access to it, or (x86) a CPU without vmx/svm, where /dev/kvm
+# comes from kvm_pvm (PVM runs only guest kernels built for PVM; Debian's
+# stock kernels are not) or another software-only KVM. Instant; no boot try.
+kvm_unusable() {
+  [[ -c /dev/kvm ]] || { echo "no /dev/kvm"; return; }
+  { exec 9<>/dev/kvm; } 2>/dev/null || { echo "/dev/kvm is not usable by $(id -un) (needs read-write access, group kvm)"; return; }
   exec 9>&-
+  if [[ $host_arch == amd64 ]] && ! grep -qwE 'vmx|svm' /proc/cpuinfo; then
+    if [[ -d /sys/module/kvm_pvm ]]; then
+      echo "/dev/kvm is kvm_pvm (the CPU has no vmx/svm; PVM boots only PVM-built guest kernels, not Debian's)"
+    else
+      echo "/dev/kvm exists but the CPU has no vmx/svm flag (no hardware virtualisation to run a stock kernel)"
+    fi
+  fi
+}
+why=""
+if [[ $accel_opt == kvm ]]; then
+  why=$(kvm_unusable)
+  if [[ -n $why && $accel_forced == no && ${AIRS_VM_ACCEL:-auto} == auto ]]; then
+    echo "NOTE: $name: KVM cannot boot this guest: $why; using TCG"
+    accel_opt=tcg
+  fi
+fi
+if [[ $accel_opt == kvm ]]; then
+  [[ -z $why ]] || skip "--accel kvm: $why"
   accel=(-accel kvm -cpu host)
 else
   accel=(-accel tcg,thread=multi -cpu max)
@@ -173,6 +220,42 @@ image_pkg=$(resolve_image "$kernel_pkg")
 kdeb=$(download "$image_pkg")
 bdeb=$(download busybox-static)
 echo "vm-timing: $name download $(took "$t") s ($(basename "$kdeb"))"
+# --- the guest's own userland (--userland own) -----------------------------------
+[[ -n $userland ]] || { if [[ $arch == "$host_arch" ]]; then userland=host; else userland=own; fi; }
+# What the tests need: a shell and core tools, ctest, dbus-daemon (private
+# buses), script(1), kmod, and the runtime libraries the build links.
+userland_pkgs=dash,bash,libc-bin,coreutils,util-linux,bsdutils,procps,findutils,grep,sed,gawk,diffutils,tar,gzip,xz-utils,zstd
+userland_pkgs+=,kmod,base-passwd,base-files,busybox,cmake,dbus-daemon
+userland_pkgs+=,libstdc++6,libsdbus-c++1,liburing2,libnuma1,libspdlog1.10,libfmt9,libsystemd0,libxxhash0,libtomlplusplus3
+guest_root=/ overlays=""
+if [[ $userland == own ]]; then
+  command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap): it builds the $arch userland"
+  guest_root=$cache/userland-$host_suite-$arch
+  if [[ ! -f $guest_root/.done || $(cat "$guest_root/.done") != "$userland_pkgs" ]]; then
+    t=$(stamp)
+    src_list=""
+    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do [[ -s $f ]] && { src_list=$f; break; }; done
+    [[ -n $src_list ]] || { echo "run-vm.sh: no apt sources on this machine to build the $arch userland from" >&2; exit 1; }
+    rm -rf "$guest_root" "$guest_root.tmp"
+    timeout 900 mmdebstrap --quiet --mode=root --variant=extract --architectures="$arch" --include="$userland_pkgs" \
+      "$host_suite" "$guest_root.tmp" "$src_list" || { echo "run-vm.sh: mmdebstrap of the $arch userland failed" >&2; exit 1; }
+    cp "$guest_root.tmp/usr/share/base-passwd/passwd.master" "$guest_root.tmp/etc/passwd"
+    cp "$guest_root.tmp/usr/share/base-passwd/group.master" "$guest_root.tmp/etc/group"
+    printf '%s\n' 0123456789abcdef0123456789abcdef > "$guest_root.tmp/etc/machine-id"
+    printf '#!/bin/sh\n# ctest cross-compiling emulator: the guest runs %s natively.\nexec "$@"\n' "$arch" \
+      > "$guest_root.tmp/usr/bin/$qemu_user"
+    chmod 755 "$guest_root.tmp/usr/bin/$qemu_user"
+    echo "$userland_pkgs" > "$guest_root.tmp/.done"
+    mv "$guest_root.tmp" "$guest_root"
+    echo "vm-timing: $name userland ($arch, $host_suite) $(took "$t") s"
+  fi
+  # The build tree's source and build directories, at their own paths.
+  src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  overlays=$build
+  [[ -z $src_dir || $build == "$src_dir"/* ]] || overlays=$src_dir,$build
+  [[ -z $src_dir || $build != "$src_dir"/* ]] || overlays=$src_dir
+fi
+
 kroot=$kdir/root
 if [[ ! -f $kroot/.done || $kroot/.done -ot $kdeb ]]; then
   rm -rf "$kroot"; mkdir -p "$kroot"
@@ -231,6 +314,13 @@ if [[ ! -f $initrd || $initrd -ot $0 || $initrd -ot $(dirname "$0")/guest-init.s
 fi
 flock -u 8
 
+if [[ -n $host_setup ]]; then
+  t=$(stamp)
+  timeout 900 ctest --test-dir "$build" --output-on-failure -R "$host_setup" > "$kdir/host-setup.log" 2>&1 ||
+    { cat "$kdir/host-setup.log"; echo "FAIL: $name: the host-side setup ($host_setup) failed"; exit 1; }
+  echo "vm-timing: $name host setup ($host_setup) $(took "$t") s"
+fi
+
 # --- the job, the scratch disk, the boot ----------------------------------------
 results=$build/vm-results/$name
 rm -rf "$results"; mkdir -p "$results"
@@ -243,11 +333,15 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   [[ -z $label ]] || selector+=(-L "$label")
   [[ -z $regex ]] || selector+=(-R "$regex")
   [[ -z $ex ]] || selector+=(-E "$ex")
+  [[ -z $fixture_exclude_setup ]] || selector+=(-FS "$fixture_exclude_setup")
   {
     echo "#!/bin/sh"
     echo "# Runs inside the guest, in the host's root (chroot), on kernel $kver."
     echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb LANG=C.UTF-8"
+    # An extracted userland has no linker cache yet.
+    [[ $userland != own ]] || echo "ldconfig"
     echo "cd $build || exit 1"
+    [[ -z $pre_job ]] || echo "$pre_job"
     printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q' "$build" "$ctest_timeout" "$ctest_jobs"
     printf ' %q' "${selector[@]}"
     echo " > $results/ctest.log 2>&1"
@@ -271,6 +365,7 @@ mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$scratch"
 cmdline="console=$console panic=-1 oops=panic loglevel=4 psi=1 hugepages=$hugepages"
 [[ -z $hugepagesz ]] || cmdline="hugepagesz=$hugepagesz default_hugepagesz=$hugepagesz $cmdline"
 cmdline="$cmdline airs.job=$results/job.sh airs.results=$results airs.kver=$kver"
+[[ $userland != own ]] || cmdline="$cmdline airs.root=own airs.overlays=$overlays"
 case $arch in
   amd64) machine=(-M q35) ;;
   arm64) machine=(-M virt) ;;
@@ -281,6 +376,7 @@ boot() {  # accel args... ; runs qemu under timeout, in the background
     -nographic -no-reboot -nodefaults -serial "file:$results/console.log" -monitor none \
     -kernel "$vmlinuz" -initrd "$initrd" -append "$cmdline" -nic none \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs local,path="$guest_root",mount_tag=guestroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs local,path="$moddir",mount_tag=modules,security_model=none,readonly=on \
     -virtfs local,path="$results",mount_tag=results,security_model=none \
     -drive file="$scratch",if=none,id=scratch,format=raw,cache=unsafe,discard=unmap \
@@ -291,17 +387,17 @@ boot() {  # accel args... ; runs qemu under timeout, in the background
 t=$(stamp)
 set +e
 boot "${accel[@]}"
-# Nested KVM can hang in the kernel's first 64-bit code (seen on a
-# Firecracker host: no console output, one vCPU spinning). With --accel
-# auto, a KVM guest that has not reached its init in 60 s is stopped and
-# the boot is redone under TCG (slower, same kernel), loudly.
+# A KVM that passed kvm_unusable can still hang in the kernel's first
+# 64-bit code (no console output, one vCPU spinning). With --accel auto, a
+# KVM guest that has not reached its init in 30 s (a KVM boot reaches it in
+# under 5) is stopped and the boot is redone under TCG, loudly.
 if [[ $accel_opt == kvm && ${AIRS_VM_ACCEL:-auto} == auto && $accel_forced == no ]]; then
-  for _ in $(seq 60); do
+  for _ in $(seq 30); do
     [[ -f $results/booted ]] || ! kill -0 "$qpid" 2>/dev/null && break
     sleep 1
   done
   if [[ ! -f $results/booted ]] && kill -0 "$qpid" 2>/dev/null; then
-    echo "WARNING: $name: the KVM guest did not reach its init in 60 s (nested KVM hang?); booting again under TCG"
+    echo "WARNING: $name: the KVM guest did not reach its init in 30 s (nested KVM hang?); booting again under TCG"
     kill "$qpid"; wait "$qpid"
     rm -f "$results/console.log"
     accel=(-accel tcg,thread=multi -cpu max); accel_opt=tcg-fallback

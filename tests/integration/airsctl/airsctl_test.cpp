@@ -5,9 +5,14 @@
 // progress bar of `load` as a terminal shows it (a pty under script(1)).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +29,24 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kPool = "[pool]\nsize = \"64M\"\n";
+
+#ifndef UFFD_FEATURE_POISON
+#define UFFD_FEATURE_POISON (1 << 14)
+#endif
+
+// Whether this kernel's userfaultfd offers POISON (Linux 6.6), asked here
+// directly (UFFDIO_API), not through the daemon's probe; nullopt when this
+// process cannot create a userfaultfd.
+std::optional<bool> kernel_has_uffd_poison() {
+  const int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  if (fd < 0) return std::nullopt;
+  uffdio_api api{};
+  api.api = UFFD_API;
+  const int rc = ::ioctl(fd, UFFDIO_API, &api);
+  ::close(fd);
+  if (rc != 0) return std::nullopt;
+  return (api.features & UFFD_FEATURE_POISON) != 0;
+}
 
 size_t count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -175,6 +198,31 @@ TEST(Airsctl, EveryJsonDocumentHasSchema1AndSessionsListsALiveSession) {
   airs_disconnect(c);
   auto un = json_of({"unload", "--force", "json-model"});
   EXPECT_EQ(un["unloaded"], "json-model");
+  EXPECT_EQ(d.stop(), 0) << d.log();
+}
+
+// Debian 12's 6.1 has no UFFDIO_POISON: status names the fallback
+// (SIGBUS through the client's pidfd) there, and POISON on 6.6 and later.
+TEST(Airsctl, StatusSaysHowAReadErrorReachesALazyClientOnThisKernel) {
+  const auto poison = kernel_has_uffd_poison();
+  if (!poison) GTEST_SKIP() << "this process cannot create a userfaultfd: no lazy mode to report on";
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), kPool);
+  ASSERT_TRUE(d.started()) << d.log();
+  auto j = run_process({airsctl_path(), "--bus", bus.address(), "--json", "status"}, std::chrono::seconds(60));
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << j.out;
+  EXPECT_EQ(doc.value("read_error", ""), *poison ? "poison" : "sigbus") << j.out;
+  auto h = run_process({airsctl_path(), "--bus", bus.address(), "status"}, std::chrono::seconds(60));
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  if (doc.value("mode", "") != "cooperative") {
+    EXPECT_NE(h.out.find(*poison ? "read errors: UFFDIO_POISON: the faulting access gets SIGBUS (BUS_ADRERR)"
+                                 : "read errors: no UFFDIO_POISON (Linux < 6.6): the client process gets SIGBUS "
+                                   "through its pidfd"),
+              std::string::npos)
+        << h.out;
+  }
   EXPECT_EQ(d.stop(), 0) << d.log();
 }
 

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -437,8 +438,12 @@ TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
 // ---- 6. a read error during the load ----
 
 TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
-  auto m = make_model(dir_, "m.gguf", "shrinking", 32 * kMiB);
-  if (!start(64, "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
+  // Eight huge pages at least, so the slowed load is whole units short of
+  // the new end when the file shrinks (a unit is a huge page: 32 MiB with
+  // 16 KiB base pages, where a 32 MiB model is one unit).
+  const uint64_t size = std::max<uint64_t>(32 * kMiB, 8 * huge_page_size());
+  auto m = make_model(dir_, "m.gguf", "shrinking", size);
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB), "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
   const uint64_t last = m.size() - 1;
   Child c(client(m, {"--order", "none", "--wait-go", "--touch", std::to_string(last)}));
   auto o = c.expect_line("opened");
@@ -467,8 +472,9 @@ TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
 TEST_F(ClientIntegration, EvictedByAnotherModelThenRefilledLazily) {
   auto a = make_model(dir_, "a.gguf", "first", 24 * kMiB, 8, 1);
   auto b = make_model(dir_, "b.gguf", "second", 40 * kMiB, 8, 2);
-  // A pool that holds either model but not both.
-  const uint64_t pool_mib = (round_up_pages(b.size()) + round_up_pages(a.size() / 2)) / kMiB;
+  // A pool that holds either model but not both: one huge page short of
+  // both (half of the first model is no whole page when a page is 32 MiB).
+  const uint64_t pool_mib = (round_up_pages(b.size()) + round_up_pages(a.size()) - huge_page_size()) / kMiB;
   ASSERT_GT(round_up_pages(a.size()) + round_up_pages(b.size()), pool_mib * kMiB);
   // Slowed, so the refill after the eviction is still running when the
   // client reports.

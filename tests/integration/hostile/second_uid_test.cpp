@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -266,8 +267,11 @@ TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
 
 TEST_F(Hostile2, WaitingOpensAreBoundedPerClient) {
   // Paced so the model stays loading while the Opens wait.
-  if (!start(64, "[models]\nwarmup_rate = \"4M\"\n")) return;
-  auto m = model("m.gguf", "slow", 24 * kMiB);
+  // Three huge pages at least: with 32 MiB pages a 24 MiB model is one unit,
+  // resident at once.
+  const uint64_t size = std::max<uint64_t>(24 * kMiB, 3 * huge_page_size());
+  if (!start(std::max<uint64_t>(64, round_up_pages(size) / kMiB), "[models]\nwarmup_rate = \"4M\"\n")) return;
+  auto m = model("m.gguf", "slow", size);
   const std::string obj = load(m);
   auto r = as_user(kNobody, [&] {
     // One connection (one client), six Opens in flight at once.
@@ -331,7 +335,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReadOnlyRegion, ::testing::Values("full", "small
 // ---- 3. quotas and loads that cannot fit ----
 
 TEST_F(Hostile2, AFloodOfModelsStopsAtTheQuotaAndEvictsNobodyElses) {
-  if (!start(64, "[models]\nmax_models_per_uid = 3\n")) return;
+  // Room for root's model and the three allowed, a huge page each at least.
+  if (!start(std::max<uint64_t>(64, 5 * huge_page_size() / kMiB), "[models]\nmax_models_per_uid = 3\n")) return;
   auto roots = model("root.gguf", "roots", 16 * kMiB, 0644, 9);
   const std::string root_obj = load(roots);
   const int fds_before = daemon_fd_count(daemon_->pid());
@@ -383,13 +388,17 @@ TEST_F(Hostile2, PoolShareBoundsWhatAnotherUidCanPushOut) {
 }
 
 TEST_F(Hostile2, AnImpossibleLoadFailsBeforeEvictingAnything) {
-  if (!start(56)) return;
-  auto roots = model("root.gguf", "roots", 16 * kMiB, 0644, 5);
+  // Sizes in units of 8 MiB or one huge page, whichever is larger (with
+  // 32 MiB pages: a 224 MiB pool), so the pool is whole pages everywhere.
+  const uint64_t hp = std::max<uint64_t>(8 * kMiB, huge_page_size());
+  const uint64_t pool = 7 * hp;
+  if (!start(pool / kMiB)) return;
+  auto roots = model("root.gguf", "roots", 2 * hp, 0644, 5);
   const std::string root_obj = load(roots);
   ASSERT_TRUE(wait_until(
       [&] { return model_in(dbus_->status(), root_obj).value("state", "") == "resident"; }, 20000ms));
-  auto huge = model("huge.gguf", "huge", 100 * kMiB, 0644, 6);
-  ASSERT_GT(huge.size(), 56 * kMiB);
+  auto huge = model("huge.gguf", "huge", 12 * hp, 0644, 6);
+  ASSERT_GT(huge.size(), pool);
   for (uid_t who : {uid_t{0}, kNobody}) {
     auto r = as_user(who, [&] {
       (void)load_model(*connect(), huge.path);
@@ -402,9 +411,9 @@ TEST_F(Hostile2, AnImpossibleLoadFailsBeforeEvictingAnything) {
   }
   // A load that fits only without the idle model: it is evicted for it (and
   // the evicted model leaves the table).
-  auto fits = model("fits.gguf", "fits", 40 * kMiB, 0644, 7);
-  ASSERT_GT(round_up_pages(fits.size()), 56 * kMiB - round_up_pages(roots.size())) << fits.size() << " " << roots.size();
-  ASSERT_LE(round_up_pages(fits.size()), 56 * kMiB);
+  auto fits = model("fits.gguf", "fits", 6 * hp, 0644, 7);
+  ASSERT_GT(round_up_pages(fits.size()), pool - round_up_pages(roots.size())) << fits.size() << " " << roots.size();
+  ASSERT_LE(round_up_pages(fits.size()), pool);
   const std::string fits_obj = load(fits);
   auto st = dbus_->status();
   EXPECT_TRUE(model_in(st, root_obj).is_null()) << st.dump(1);

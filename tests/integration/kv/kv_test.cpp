@@ -54,7 +54,11 @@ std::set<std::string> session_paths(const nlohmann::json& list) {
 
 class KvIntegration : public ::testing::Test {
  protected:
+  // `pool_mib` as with 2 MiB huge pages: with larger ones (32 MiB with 16 KiB
+  // base pages) the pool has the same number of pages, so as many KV chunks
+  // and the same room beside the model, whatever the page size.
   bool start(uint64_t pool_mib, const std::string& kv_toml = "") {
+    pool_mib *= std::max<uint64_t>(1, huge_page_size() / (2 * kMiB));
     if (auto why = hugepages_missing(pool_mib * kMiB)) {
       ADD_FAILURE() << "huge pages missing: " << *why;
       return false;
@@ -311,8 +315,9 @@ TEST_F(KvIntegration, KilledClientLosesItsSessionsWithinOneSecond) {
   const auto before = session_paths(dbus_->list_sessions());
   const uint64_t kv0 = kv_pool_bytes();
 
+  // More blocks than our chunk has left, so the pool's KV bytes grow.
   Child c({kv_client_path(), "hold", "--bus", bus_->address(), "--file", file_.path, "--sessions", "3", "--blocks",
-           "40"});
+           std::to_string(std::max<uint32_t>(40, mine.blocks_per_chunk + 1))});
   ASSERT_TRUE(c.expect_line("ready")) << c.transcript();
   auto during = session_paths(dbus_->list_sessions());
   EXPECT_EQ(during.size(), before.size() + 3);
