@@ -104,7 +104,11 @@ struct airs_model {
   std::string mode = "full";
 
   const std::byte* data() const { return lazy ? lazy->data() : plain.bytes(); }
-  bool serving_itself() const { return in_fallback.load() || (coop && coop->taken_over()); }
+  // A touch that found the daemon dead maps the file at once (guard); the
+  // watcher records it (coop) a futex slice later: either one says so.
+  bool serving_itself() const {
+    return in_fallback.load() || (coop && coop->taken_over()) || (guard && guard->taken_over());
+  }
   void watch();
   void watch_guard();
   void start_fallback(const char* why);
@@ -464,6 +468,9 @@ void airs_model_close(airs_model* m) {
     if (m->stop) (void)!::write(m->stop.get(), &one, sizeof one);
     m->watcher.join();
   }
+  // A take-over the watcher had no time to record (closed right after the
+  // touch): recorded and announced now, once.
+  if (m->guard && m->coop && m->guard->taken_over()) m->coop->adopt();
   m->guard.reset();
   if (!m->serving_itself()) {
     try {

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon_fixture.hpp"
+#include "test_model.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
@@ -73,17 +74,9 @@ void put_bytes(const std::string& p, const std::vector<uint8_t>& b) {
 }  // namespace
 
 TEST(AccessOrder, RecordedOnFirstUseReplayedAfterRestartAndABadRecordingFallsBackToLayerOrder) {
-  const auto dir = fs::temp_directory_path() / ("airs-access-order-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  airs::gguf::ModelSpec spec;
-  spec.name = "order-model";
-  spec.n_layers = 8;
-  spec.n_embd = 1024;
-  spec.n_ff = 2048;
-  auto plan = airs::gguf::plan_model(spec);
-  ASSERT_TRUE(plan);
-  const auto model = (dir / "m.gguf").string();
-  ASSERT_TRUE(airs::gguf::write_model_file(*plan, model));
+  const auto tm = write_test_model("airs-access-order", "order-model", 8, 1024, 2048);
+  const auto& dir = tm.dir;
+  const auto& model = tm.path;
   const uint64_t size = fs::file_size(model);
   const auto units = static_cast<uint32_t>((size + kUnit - 1) / kUnit);
   ASSERT_GE(units, 6U) << "the test model is too small to show an order";

@@ -17,6 +17,7 @@
 #include "gguf/content_id.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
+#include "test_model.hpp"
 
 using namespace airs::test;
 namespace fs = std::filesystem;
@@ -57,16 +58,9 @@ nlohmann::json model_when(const PrivateBus& bus, const std::function<bool(const 
 }  // namespace
 
 TEST(ContentId, FoundFromTheRegionRememberedAcrossRestartsAndNewForAChangedFile) {
-  const auto dir = fs::temp_directory_path() / ("airs-content-id-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  airs::gguf::ModelSpec spec;
-  spec.name = "id-model";
-  spec.n_layers = 4;
-  spec.n_embd = 512;
-  auto plan = airs::gguf::plan_model(spec);
-  ASSERT_TRUE(plan);
-  const auto model = (dir / "m.gguf").string();
-  ASSERT_TRUE(airs::gguf::write_model_file(*plan, model));
+  const auto tm = write_test_model("airs-content-id", "id-model", 4, 512);
+  const auto& dir = tm.dir;
+  const auto& model = tm.path;
   const std::string want = file_content_id(model);
   const std::string state = (dir / "state").string();
   const std::string conf = "[daemon]\nstate_dir = \"" + state + "\"\n[pool]\nsize = \"64M\"\n[models]\nmode = \"full\"\n";

@@ -11,6 +11,7 @@
 #include "daemon_fixture.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
+#include "test_model.hpp"
 
 using namespace airs::test;
 namespace fs = std::filesystem;
@@ -19,16 +20,9 @@ class ForcedMode : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForcedMode, GivesTheFileBytesAndSaysWhichModeItRuns) {
   const std::string mode = GetParam();
-  const auto dir = fs::temp_directory_path() / ("airs-mode-" + std::to_string(::getpid()) + "-" + mode);
-  fs::create_directories(dir);
-  airs::gguf::ModelSpec spec;
-  spec.name = "mode-model";
-  spec.n_layers = 6;
-  spec.n_embd = 1024;
-  auto plan = airs::gguf::plan_model(spec);
-  ASSERT_TRUE(plan);
-  const auto model = (dir / "m.gguf").string();
-  ASSERT_TRUE(airs::gguf::write_model_file(*plan, model));
+  const auto tm = write_test_model("airs-mode-" + mode, "mode-model", 6, 1024);
+  const auto& dir = tm.dir;
+  const auto& model = tm.path;
 
   PrivateBus bus;
   DaemonProcess d(bus.address(), "[pool]\nsize = \"128M\"\n[models]\nmode = \"" + mode + "\"\n");

@@ -145,18 +145,6 @@ class KvIntegration : public ::testing::Test {
   std::vector<airs_session*> sessions_;
 };
 
-// The chained hashes of `blocks` full blocks of a fixed token stream.
-std::vector<uint64_t> chain(uint32_t blocks, uint32_t tokens_per_block, int32_t first_token = 100) {
-  std::vector<uint64_t> h;
-  uint64_t parent = 0;
-  for (uint32_t b = 0; b < blocks; ++b) {
-    std::vector<int32_t> t(tokens_per_block);
-    for (uint32_t i = 0; i < tokens_per_block; ++i) t[i] = first_token + static_cast<int32_t>(b * tokens_per_block + i);
-    parent = airs_kv_chain_hash(parent, t.data(), t.size());
-    h.push_back(parent);
-  }
-  return h;
-}
 
 // ---- 11. the whole session API, prefix sharing and copy-on-write ----
 
