@@ -128,6 +128,13 @@ Status Sequence::commit_if_full(uint32_t index) {
   return {};
 }
 
+namespace {
+// Rounds of recovery one call tolerates while the service keeps taking
+// blocks (each round waits at most 1 s for the notice that explains a
+// refusal, and returns at once when it comes).
+constexpr int kMaxRecoveries = 30;
+}  // namespace
+
 Status Sequence::step(std::span<const int32_t> batch, float* logits) {
   for (int32_t token : batch) {
     if (token < 0 || static_cast<uint32_t>(token) >= engine_.config().n_vocab) {
@@ -153,7 +160,7 @@ Status Sequence::step(std::span<const int32_t> batch, float* logits) {
       if (!st) return st;
       break;
     }
-    if (attempt == 3) return make_error(EAGAIN, "sequence: blocks keep being evicted during step {}", pos);
+    if (attempt == kMaxRecoveries) return make_error(EAGAIN, "sequence: blocks keep being evicted during step {}", pos);
   }
   for (uint32_t b = pos / tpb_; b <= (end - 1) / tpb_; ++b) AIRS_TRY(commit_if_full(b));
   return {};
@@ -259,7 +266,10 @@ Result<uint32_t> Sequence::recover() {
   // Blocks recomputed by this call. The service can take blocks again while
   // they are being recomputed (pressure goes on): then the calls of this
   // pass fail or the next notices name them, and the pass is repeated.
+  // Blocks named by notices already read stay to be done (`need`) until
+  // they are recomputed: a pass cut short by a refusal must not forget them.
   std::vector<bool> redone(ids_.size(), false);
+  std::vector<bool> need(ids_.size(), false);
   uint32_t n = 0;
   for (int attempt = 0;; ++attempt) {
     auto lost = kv_.read_notices();
@@ -275,14 +285,15 @@ Result<uint32_t> Sequence::recover() {
     // A block recomputed in this call at or after a block lost now may have
     // read that block while it was being taken: recompute it too.
     const auto first = static_cast<size_t>(std::find(hit.begin(), hit.end(), true) - hit.begin());
-    for (size_t i = first; i < hit.size(); ++i) hit[i] = hit[i] || redone[i];
+    for (size_t i = 0; i < hit.size(); ++i) need[i] = need[i] || hit[i] || (i >= first && redone[i]);
     Status st;
     bool any = false;
-    for (uint32_t i = 0; i < hit.size() && st; ++i) {
-      if (!hit[i]) continue;
-      const bool tail = std::all_of(hit.begin() + i, hit.end(), [](bool b) { return b; });
+    for (uint32_t i = 0; i < need.size() && st; ++i) {
+      if (!need[i]) continue;
+      const bool tail = std::all_of(need.begin() + i, need.end(), [](bool b) { return b; });
       st = recompute(i, tail);
       if (!st) break;
+      need[i] = false;
       redone[i] = true;
       any = true;
       ++n;
@@ -290,7 +301,10 @@ Result<uint32_t> Sequence::recover() {
     if (st && any) st = kv_.set_length(size());
     if (st) return n;
     // Refused because blocks went meanwhile: their notices come; repeat.
-    if (attempt == 3 || !kv_.wait_notice(1000)) return std::move(st).error();
+    // Pressure can go on taking a low-priority session's blocks while it
+    // recomputes them (slow engines, a pressure loop still above its
+    // threshold after the hog stopped): keep up while notices keep coming.
+    if (attempt == kMaxRecoveries || !kv_.wait_notice(1000)) return std::move(st).error();
   }
 }
 

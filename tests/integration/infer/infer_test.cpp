@@ -417,7 +417,7 @@ TEST_F(InferIntegration, RealPressureEvictsBackgroundFirstAndBothOutputsStayIden
 
   ASSERT_TRUE(bg.send(""));
   const auto lb = bg.expect_line("{", 120s);
-  ASSERT_TRUE(lb) << bg.err();
+  ASSERT_TRUE(lb) << bg.err() << "\ndaemon log:\n" << daemon_->log();
   const auto jb = nlohmann::json::parse(*lb);
   EXPECT_GT(jb["recomputed_blocks"].get<int>(), 0);
   EXPECT_EQ(jb["token_ids"], ref_b["token_ids"]) << "recomputed blocks changed the output";
