@@ -68,14 +68,7 @@ done
 build=$(cd "$build" && pwd)
 work=${work:-$build/bench/llama/work}
 mkdir -p "$work"
-llama_work=$build/tests/llama/work
-[[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
-gen=$llama_work/llama-gen
-mk=$build/src/gguf/airs-mkmodel
-memd=$build/daemon/airs-memd
-ctl=$build/src/airsctl/airsctl
-preload=$build/src/preload/libairs-preload.so
-for f in "$gen" "$mk" "$memd" "$ctl" "$preload"; do [[ -e $f ]] || { echo "bench_llama: $f missing (build it)" >&2; exit 1; }; done
+bench_tools bench_llama
 plain=$work/plain_mmap.so
 "${CC:-cc}" -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC "$here/plain_mmap.c" -o "$plain" -ldl
 

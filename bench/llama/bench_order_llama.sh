@@ -33,13 +33,7 @@ done
 build=$(cd "$build" && pwd)
 work=${work:-/var/tmp/airs-bench-order-llama}
 mkdir -p "$work"
-llama_work=$build/tests/llama/work
-[[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
-gen=$llama_work/llama-gen
-mk=$build/src/gguf/airs-mkmodel
-memd=$build/daemon/airs-memd
-preload=$build/src/preload/libairs-preload.so
-for f in "$gen" "$mk" "$memd" "$preload"; do [[ -e $f ]] || { echo "bench_order_llama: $f missing (build it)" >&2; exit 1; }; done
+bench_tools bench_order_llama
 
 model=$work/order-llama-v$vocab.gguf
 [[ -f $model ]] || "$mk" --llama --out "$model" --layers 8 --embd 1024 --ff 2816 --vocab "$vocab" --types q8_0 \

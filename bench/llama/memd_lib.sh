@@ -9,3 +9,16 @@ wait_memd_up() {
   done
   echo "$3: airs-memd did not start" >&2; exit 1
 }
+
+# bench_tools WHO: the built programs every bench/llama script runs ($build
+# and $src set; llama.cpp set up on first use): gen, mk, memd, ctl, preload.
+bench_tools() {
+  llama_work=$build/tests/llama/work
+  [[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
+  gen=$llama_work/llama-gen
+  mk=$build/src/gguf/airs-mkmodel
+  memd=$build/daemon/airs-memd
+  ctl=$build/src/airsctl/airsctl
+  preload=$build/src/preload/libairs-preload.so
+  for f in "$gen" "$mk" "$memd" "$ctl" "$preload"; do [[ -e $f ]] || { echo "$1: $f missing (build it)" >&2; exit 1; }; done
+}
