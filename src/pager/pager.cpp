@@ -713,6 +713,9 @@ void Pager::on_requests(ModelId id, ClientKey key) {
     if (n == 0) eof = true;
     if (n <= 0) break;
     if (n != sizeof u || u >= m->plan.unit_count()) continue;
+    // A cooperative client's wait is its first touch of the unit: recorded
+    // like a fault (AccessRecorder keeps each unit's first only).
+    if (m->recorder) m->recorder->note(u);
     const UnitState s = m->plan.state(u);
     if (s != UnitState::Empty && s != UnitState::InFlight) continue;
     ++m->faults;

@@ -161,3 +161,38 @@ TEST(AccessOrder, RecordedOnFirstUseReplayedAfterRestartAndABadRecordingFallsBac
   }
   fs::remove_all(dir);
 }
+
+// Cooperative mode: the daemon sees a client's first wait on each unit
+// (its touch guard's request, Model.Follow), and records that order.
+TEST(AccessOrder, CooperativeTouchesAreRecorded) {
+  const auto tm = write_test_model("airs-access-order-coop", "order-coop", 8, 1024, 2048);
+  const uint64_t size = fs::file_size(tm.path);
+  const auto units = static_cast<uint32_t>((size + kUnit - 1) / kUnit);
+  const int fd = ::open(tm.path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto cid = airs::gguf::content_id_of_fd(fd, size);
+  ::close(fd);
+  ASSERT_TRUE(cid);
+  const std::string state = (tm.dir / "state").string();
+  const std::string order_file = state + "/order/" + cid->hex();
+  PrivateBus bus;
+  // The warm-up off (1 byte/s): every unit is read because a touch asked.
+  DaemonProcess d(bus.address(), "[daemon]\nstate_dir = \"" + state +
+                                     "\"\n[pool]\nsize = \"160M\"\ngrow_nr_hugepages = false\n[models]\n"
+                                     "mode = \"cooperative\"\nwarmup_rate = 1\n");
+  ASSERT_TRUE(d.started()) << d.log();
+  auto load = run_process({airsctl_path(), "--bus", bus.address(), "load", "--no-wait", tm.path});
+  ASSERT_EQ(load.exit_code, 0) << load.out << load.err << d.log();
+  auto client = run_process(
+      {AIRS_TEST_CLIENT_PATH, "--bus", bus.address(), "--file", tm.path, "--on-touch", "--order", "random:3"},
+      std::chrono::seconds(120));
+  ASSERT_EQ(client.exit_code, 0) << client.out << client.err << d.log();
+  ASSERT_TRUE(log_has(d, "stored as " + order_file)) << d.log();
+  const auto bytes = file_bytes(order_file);
+  auto parsed = airs::pager::parse_access_order(bytes.data(), bytes.size(), kUnit, units);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  ASSERT_FALSE(parsed->empty());
+  EXPECT_FALSE(std::is_sorted(parsed->begin(), parsed->end()))
+      << "a shuffled cooperative client recorded in layer order: " << join(*parsed);
+  EXPECT_EQ(d.stop(), 0) << d.log();
+  fs::remove_all(tm.dir);
+}
