@@ -169,9 +169,15 @@ Status Daemon::init() {
     }
     // Regions an earlier daemon filled, handed back by the service manager:
     // their pages are in use, so the reserve is made without them.
+    // Without its state directory the daemon still serves; it only keeps
+    // nothing across restarts (said once, here).
     if (!cfg_.daemon.state_dir.empty())
-      if (auto st = sys::make_dir(cfg_.daemon.state_dir, 0700); !st)
-        return make_error(st.error().code, "daemon.state_dir: {}", st.error().message);
+      if (auto st = sys::make_dir(cfg_.daemon.state_dir, 0700); !st) {
+        spdlog::warn("daemon.state_dir: {}; keeping nothing across restarts (no content-id cache, KV spill tier, "
+                     "access orders or kept regions)",
+                     st.error().message);
+        cfg_.daemon.state_dir.clear();
+      }
     kept_ = std::make_unique<KeptModels>(cfg_.daemon.state_dir);
     auto kept = kept_->collect();
     uint64_t kept_bytes = 0;
