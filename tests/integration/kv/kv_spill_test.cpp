@@ -49,16 +49,20 @@ struct Shared {
 class KvSpill : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto why = hugepages_missing(32 * kMiB)) GTEST_SKIP() << "huge pages missing: " << *why;
+    if (auto why = hugepages_missing(pool_bytes())) GTEST_SKIP() << "huge pages missing: " << *why;
     file_ = make_model(dir_, "kv.gguf", "kvmodel", 8 * kMiB, 4);
     bus_ = std::make_unique<PrivateBus>();
   }
 
+  // The model's page(s), one KV chunk and room to spare, in whole huge pages
+  // (32 MiB ones on a 16 KiB-page arm64 kernel): 32 MiB with 2 MiB pages.
+  static uint64_t pool_bytes() { return std::max<uint64_t>(32 * kMiB, 4 * huge_page_size()); }
+
   // A daemon on state_dir_ whose KV arenas hold one chunk: a second session
   // filling it evicts the first one's blocks.
   bool start_daemon() {
-    const std::string toml = "[daemon]\nstate_dir = \"" + state_dir() +
-                             "\"\n[pool]\nsize = \"32M\"\ngrow_nr_hugepages = false\n[kv]\nmax_arena_bytes = \"" +
+    const std::string toml = "[daemon]\nstate_dir = \"" + state_dir() + "\"\n[pool]\nsize = " +
+                             std::to_string(pool_bytes()) + "\ngrow_nr_hugepages = false\n[kv]\nmax_arena_bytes = \"" +
                              std::to_string(huge_page_size()) + "\"\n";
     daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
     if (model_path_.empty()) model_path_ = file_.path;
