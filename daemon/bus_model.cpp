@@ -53,7 +53,7 @@ Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObje
   } catch (const sdbus::Error& e) {
     return make_error(EDQUOT, "{}", e.getMessage());
   }
-  auto r = d_.models().open(*m, c.name, proof, lazy, nowait);
+  auto r = d_.models().open(*m, c, proof, lazy, nowait);
   if (!r) {
     d_.fds_returned(c, 2);  // nothing was handed out
     return std::move(r).error();

@@ -536,6 +536,13 @@ std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict>
                       "CreateSession: priority '" + priority + "' is not one of interactive, system, background");
   auto* m = models_->find_by_path(model_path);
   if (m == nullptr) dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + model_path + " is loaded");
+  // KV of a model is for those who may read it (SECURITY.md rule 5): the
+  // same proof as Open, given once to LoadModel or Open by this uid.
+  if (!is_admin(caller) && !m->readers.contains(caller.uid))
+    dbus::throw_error(dbus::kErrAccessDenied,
+                      fmt::format("CreateSession on model '{}': uid {} has not proven it can read the model's file; "
+                                  "call LoadModel or Model.Open with its own fd of the GGUF first",
+                                  m->name, caller.uid));
   check_fd_quota(caller, 3);
   auto r = kv_->create(*m, caller, *prio, is_admin(caller));
   if (!r) {

@@ -84,6 +84,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   for (auto& [mid, m] : models_) {
     if (m->file.same_inode(*id) && m->file.size == id->size && m->file.mtime_ns == id->mtime_ns) {
       m->last_used = Clock::now();
+      m->readers.insert(req.uid);
       return m.get();
     }
   }
@@ -143,6 +144,7 @@ std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, int gguf_
   e->region_bytes = round_up(file.size, pool_.page_size()).value_or(UINT64_MAX);
   e->meta = std::move(meta);
   e->owner_uid = req.uid;
+  e->readers.insert(req.uid);  // it passed its fd of the file (or owned it before a restart)
   e->owner_exempt = req.exempt;
   e->name = req.name;
   if (e->name.empty()) {
@@ -226,13 +228,14 @@ void Models::store_order(const ModelEntry& m, const std::vector<uint32_t>& order
                  orders_.path_of(*m.content_id));
 }
 
-Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait) {
+Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int proof_fd, bool lazy, bool nowait) {
   auto id = sys::readable_file_identity(proof_fd, "Open: gguf_fd");
   if (!id) return std::move(id).error();
   if (!id->same_inode(m.file))
     return make_error(EACCES, "Open on model '{}': the passed fd is not this model's GGUF file; pass an fd of the file "
                               "itself, opened for reading",
                       m.name);
+  m.readers.insert(caller.uid);  // proven, whether or not the open succeeds now
   auto st = pager_.stats(m.pager_id);
   if (!st) return std::move(st).error();
   const bool resident = st->state == client::ModelLoadState::Resident;
@@ -255,7 +258,7 @@ Result<OpenResult> Models::open(ModelEntry& m, const std::string& caller, int pr
   r.size = pager_.region_size(m.pager_id);
   r.resident = resident;
   r.unit_size = st->unit_size;
-  ++m.refs[caller];
+  ++m.refs[caller.name];
   m.last_used = Clock::now();
   return r;
 }

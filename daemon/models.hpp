@@ -62,6 +62,10 @@ struct ModelEntry {
   uid_t owner_uid = 0;       // charged to this uid (the first loader)
   bool owner_exempt = false;  // loaded by an admin or by the daemon itself: no quota
   std::map<std::string, uint32_t> refs;                          // bus unique name → Open count
+  // Uids that proved read access to the GGUF (an fd of the very file, to
+  // LoadModel or Open) while this entry lives: only they (and admins) may
+  // have KV sessions on it (SECURITY.md rule 5).
+  std::set<uid_t> readers;
   std::map<std::string, std::vector<pager::ClientKey>> clients;  // bus unique name → attached mappings
   Clock::time_point last_used{};
   bool pinned = false;
@@ -144,7 +148,7 @@ class Models {
   // client (the caller checks trust first; refused in cooperative mode).
   // Otherwise read-only: EAGAIN while not resident, unless `nowait` in
   // cooperative mode (the client waits per layer). EACCES wrong file.
-  Result<OpenResult> open(ModelEntry& m, const std::string& caller, int proof_fd, bool lazy, bool nowait);
+  Result<OpenResult> open(ModelEntry& m, const dbus::Caller& caller, int proof_fd, bool lazy, bool nowait);
   Status attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd notify, sys::UniqueFd uffd, uint64_t addr,
                 uint64_t length);
   // Cooperative mode: registers the caller's request socket (pager::follow),

@@ -6,18 +6,21 @@
 //       check every matched block holds kv_pattern(S, index).
 //   hold --bus ADDR --file MODEL --sessions N --blocks M
 //       libairs: N sessions with M blocks each, written; "ready", then waits.
-//   intruder --bus ADDR --as-uid UID --model OBJ --victim SESSION --seed S --blocks N
+//   intruder --bus ADDR --as-uid UID [--file MODEL] --model OBJ --victim SESSION --seed S --blocks N
 //       drops to UID before connecting; calls every Session method on the
 //       victim (prints the D-Bus error of each), then makes its own session
 //       on the model, reports its arena file and whether any of its N new
 //       blocks shows the victim's bytes, writes its own, "holding", waits.
-//   fill --bus ADDR --as-uid UID --model OBJ --priority P --blocks N
+//   fill --bus ADDR --as-uid UID [--file MODEL] --model OBJ --priority P --blocks N
 //       drops to UID; one session of priority P with N blocks; "ready
 //       session=PATH", waits for a stdin line, then reports how many blocks
 //       its notice page lists ("notices n=").
-//   match --bus ADDR --as-uid UID --model OBJ --hashes H1,H2,..
+//   match --bus ADDR --as-uid UID [--file MODEL] --model OBJ --hashes H1,H2,..
 //       drops to UID; one interactive session on the model over D-Bus;
 //       MatchPrefix(hashes); "matched n=".
+// With --as-uid, --file is opened before the uid is dropped and passed to
+// LoadModel once connected: the proof of read access a session needs
+// (SECURITY.md rule 5). Without it, CreateSession is refused.
 // share also reports how many of the matched blocks the daemon restored
 // from its spill tier ("matched ... restored=").
 #include <fcntl.h>
@@ -152,6 +155,8 @@ int hold(const Args& a) {
   return 0;
 }
 
+int proof_fd = -1;  // --file, opened before drop_to
+
 // Before any connection: the bus authenticates this process as `uid` (< 0: stay).
 bool drop_to(long uid) {
   if (uid < 0) return true;
@@ -163,10 +168,24 @@ bool drop_to(long uid) {
   return true;
 }
 
+// LoadModel with the --file fd, if any, on `bus`: the daemon records this
+// uid as one that can read the model's file.
+void prove(sdbus::IConnection& bus) {
+  if (proof_fd < 0) return;
+  auto mgr = sdbus::createProxy(bus, "org.aios.Airs1", "/org/aios/Airs1");
+  sdbus::ObjectPath obj;
+  mgr->callMethod("LoadModel")
+      .onInterface("org.aios.Airs1.Manager")
+      .withArguments(sdbus::UnixFd(proof_fd), airs::dbus::Dict{})
+      .storeResultsTo(obj);
+  say("proved model=%s", std::string(obj).c_str());
+}
+
 int intruder(const Args& a) {
   if (!drop_to(a.uid)) return 16;
   say("uid now=%u", ::getuid());
   auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  prove(*bus);
   auto victim = sdbus::createProxy(*bus, "org.aios.Airs1", a.victim);
   auto attempt = [&](const char* method, auto&& call) {
     try {
@@ -271,6 +290,7 @@ std::unique_ptr<sdbus::IProxy> bus_session(sdbus::IConnection& bus, const std::s
 int match(const Args& a) {
   if (!drop_to(a.uid)) return 16;
   auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  prove(*bus);
   sdbus::ObjectPath path;
   sdbus::UnixFd notice;
   auto own = bus_session(*bus, a.model, "interactive", path, notice);
@@ -284,6 +304,7 @@ int match(const Args& a) {
 int fill(const Args& a) {
   if (!drop_to(a.uid)) return 16;
   auto bus = sdbus::createSessionBusConnectionWithAddress(a.bus);
+  prove(*bus);
   sdbus::ObjectPath path;
   sdbus::UnixFd notice;
   auto own = bus_session(*bus, a.model, a.priority, path, notice);
@@ -329,6 +350,10 @@ int main(int argc, char** argv) {
     }
   }
   ::alarm(60);
+  if (a.uid >= 0 && !a.file.empty() && (proof_fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC)) < 0) {
+    std::perror(a.file.c_str());
+    return 10;
+  }
   try {
     if (a.cmd == "share") return share(a);
     if (a.cmd == "hold") return hold(a);

@@ -362,7 +362,7 @@ TEST_F(KvSpill, AnotherUidNeverMatches) {
   const auto hashes = chain(3, 16, 700);
   spill_by_eviction(hashes);
   const uint64_t hits = spill_status()["hits"].get<uint64_t>();
-  Child other({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", std::to_string(kNobody), "--model",
+  Child other({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", std::to_string(kNobody), "--file", file_.path, "--model",
                model_obj_, "--hashes", join(hashes)});
   auto m = other.expect_line("matched");
   ASSERT_TRUE(m) << other.transcript();
@@ -384,7 +384,7 @@ TEST_F(KvSpill, AnotherUidNeverMatches) {
   ASSERT_TRUE(start_daemon());
   EXPECT_EQ(spill_status()["entries"].get<uint64_t>(), 3u) << daemon_->log();
   EXPECT_NE(daemon_->log().find("rejected: uid 0 in a directory of uid 65534"), std::string::npos) << daemon_->log();
-  Child again({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", std::to_string(kNobody), "--model",
+  Child again({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", std::to_string(kNobody), "--file", file_.path, "--model",
                model_obj_, "--hashes", join(hashes)});
   m = again.expect_line("matched");
   ASSERT_TRUE(m) << again.transcript();

@@ -248,8 +248,8 @@ TEST_F(KvIntegration, AnotherUidCannotTouchTheSessionAndNeverSharesTheArena) {
   struct stat st {};
   ASSERT_EQ(::fstat(mine.arena_fd, &st), 0);
 
-  Child other({kv_client_path(), "intruder", "--bus", bus_->address(), "--as-uid", "65534", "--model", model_obj_,
-               "--victim", mine.path, "--seed", std::to_string(seed), "--blocks", "4"});
+  Child other({kv_client_path(), "intruder", "--bus", bus_->address(), "--as-uid", "65534", "--file", file_.path,
+               "--model", model_obj_, "--victim", mine.path, "--seed", std::to_string(seed), "--blocks", "4"});
   auto u = other.expect_line("uid");
   ASSERT_TRUE(u) << other.transcript();
   EXPECT_EQ(field(*u, "now"), "65534");
@@ -290,6 +290,32 @@ TEST_F(KvIntegration, AnotherUidCannotTouchTheSessionAndNeverSharesTheArena) {
   ::munmap(map, mine.arena_bytes);
   ::close(mine.arena_fd);
   EXPECT_TRUE(dbus_->close_session(mine.path).ok());
+}
+
+TEST_F(KvIntegration, ASessionNeedsProofThatTheUidCanReadTheModel) {
+  if (!start(64)) return;
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
+  // No fd of the file: refused, naming the proof that is missing; nothing is held.
+  Child bare({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", "65534", "--model", model_obj_,
+              "--hashes", "1"});
+  EXPECT_EQ(bare.wait().exit_code, 19) << bare.transcript();
+  EXPECT_NE(bare.err().find("org.freedesktop.DBus.Error.AccessDenied"), std::string::npos) << bare.err();
+  EXPECT_NE(bare.err().find("uid 65534 has not proven it can read the model's file"), std::string::npos)
+      << bare.err();
+  EXPECT_TRUE(dbus_->list_sessions().empty()) << dbus_->list_sessions().dump(1);
+  // With its own fd of the file (opened before it dropped to 65534), LoadModel
+  // proves it: the same model, and a session of uid 65534 on it.
+  Child proven({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--file", file_.path,
+                "--model", model_obj_, "--priority", "interactive", "--blocks", "1"});
+  auto p = proven.expect_line("proved");
+  ASSERT_TRUE(p) << proven.transcript();
+  EXPECT_EQ(field(*p, "model"), model_obj_);
+  ASSERT_TRUE(proven.expect_line("ready")) << proven.transcript();
+  auto list = dbus_->list_sessions();
+  ASSERT_EQ(list.size(), 1u) << list.dump(1);
+  EXPECT_EQ(list[0]["uid"].get<uint32_t>(), 65534u);
+  proven.send("go");
+  EXPECT_EQ(proven.wait().exit_code, 0) << proven.transcript();
 }
 
 // ---- 13. crash clean-up ----
@@ -499,7 +525,8 @@ TEST_F(KvEviction, AcrossUidsBackgroundKvMakesRoomForInteractive) {
   const uint32_t pc = static_cast<uint32_t>(chunk / g.block_bytes);
   const uint64_t free_chunks = dbus_->status()["pool"]["free_bytes"].get<uint64_t>() / chunk;
   ASSERT_GE(free_chunks, 4u);
-  Child bg({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--model", model_obj_,
+  Child bg({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--file", file_.path, "--model",
+            model_obj_,
             "--priority", "background", "--blocks", std::to_string((free_chunks - 1) * pc)});
   ASSERT_TRUE(bg.expect_line("ready")) << bg.transcript();
   ASSERT_EQ(dbus_->status()["pool"]["free_bytes"].get<uint64_t>(), chunk);
