@@ -40,11 +40,26 @@ KvService::~KvService() = default;
 
 Status KvService::commit_chunk(kv::ArenaId arena, uint32_t chunk) {
   auto& a = arenas_.at(arena);
-  return pool_.alloc_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk});
+  uint64_t& held = committed_by_uid_[a.uid];
+  if (!a.exempt) {
+    const uint64_t share = cfg_.max_pool_bytes_per_uid.resolve(pool_.counts().total_bytes());
+    if (held + a.geo.chunk_bytes > share) {
+      share_refusal_ = fmt::format(
+          "uid {}: KV pool share exceeded: its KV arenas hold {}, one more chunk is {}, kv.max_pool_bytes_per_uid = {}; "
+          "free blocks or close sessions",
+          a.uid, format_bytes(held), format_bytes(a.geo.chunk_bytes), format_bytes(share));
+      return make_error(EDQUOT, "{}", *share_refusal_);
+    }
+  }
+  AIRS_TRY(pool_.alloc_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk}));
+  held += a.geo.chunk_bytes;
+  return {};
 }
 
 void KvService::release_chunk(kv::ArenaId arena, uint32_t chunk) {
   auto& a = arenas_.at(arena);
+  uint64_t& held = committed_by_uid_[a.uid];
+  held -= std::min(held, a.geo.chunk_bytes);
   if (auto s = pool_.free_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk}); !s)
     spdlog::error("KV arena {}: releasing chunk {}: {}", arena, chunk, s.error().message);
 }
@@ -142,6 +157,7 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
     a.pages_per_chunk = geo->chunk_bytes / pool_.page_size();
     a.model = model.id;
     a.uid = caller.uid;
+    a.exempt = admin;
     a.content_id = model.content_id;
     arenas_.emplace(*aid, std::move(a));
   }
@@ -231,8 +247,11 @@ Status KvService::make_room(KvSession& s, uint64_t bytes) {
 Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
   std::vector<kv::BlockId> blocks;
   std::vector<kv::EvictionNotice> notices;
+  share_refusal_.reset();
   auto r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
   publish(notices);
+  // Past its share, room made elsewhere would not be the uid's to take.
+  if (!r && r.error().code == ENOMEM && share_refusal_) return make_error(EDQUOT, "{}", *share_refusal_);
   if (!r && r.error().code == ENOMEM) {
     // Room across arenas: whole chunks are what the pool hands out.
     const auto& g = arenas_.at(s.arena).geo;

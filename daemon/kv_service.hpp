@@ -134,6 +134,7 @@ class KvService final : public kv::ChunkOps {
     uint64_t pages_per_chunk = 1;
     uint64_t model = 0;
     uid_t uid = 0;
+    bool exempt = false;  // an admin's: no pool share (config kv.max_pool_bytes_per_uid)
     std::optional<gguf::ContentId> content_id;  // kept: the model entry may be gone when the arena closes
   };
   void publish(std::vector<kv::EvictionNotice>& notices);
@@ -152,6 +153,12 @@ class KvService final : public kv::ChunkOps {
   std::map<kv::ArenaId, Arena> arenas_;
   std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;
   std::map<std::string, kv::SessionId> by_path_;
+  // Committed chunk bytes of each uid's arenas, against its pool share.
+  std::map<uid_t, uint64_t> committed_by_uid_;
+  // Set by commit_chunk when a uid's share refused a chunk (the allocator
+  // sees only "the pool refused"): allocate() then says so and evicts
+  // nothing across the pool for it.
+  std::optional<std::string> share_refusal_;
 };
 
 }  // namespace airs::daemon

@@ -353,6 +353,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_duration("idle_threshold", c.kv.idle_threshold));
     AIRS_TRY(s.get_int("max_sessions_per_uid", c.kv.max_sessions_per_uid, 1, 1 << 20));
     AIRS_TRY(s.get_int("max_blocks_per_uid", c.kv.max_blocks_per_uid, 0, INT64_MAX));
+    AIRS_TRY(s.get_share("max_pool_bytes_per_uid", c.kv.max_pool_bytes_per_uid));
     AIRS_TRY(s.get_int("max_fds_per_uid", c.kv.max_fds_per_uid, 4, 1 << 20));
     AIRS_TRY(s.get_bytes("max_arena_bytes", c.kv.max_arena_bytes));
     AIRS_TRY(s.get_bytes("spill_limit", c.kv.spill_limit));
@@ -422,9 +423,10 @@ Status validate(const Config& c) {
     return make_error(EINVAL, "pool.page_size = {} is not a power of two", c.pool.page_size);
   if (c.pool.numa_policy == NumaPolicy::Bind && c.pool.numa_nodes.empty())
     return make_error(EINVAL, "pool.numa_policy = \"bind\" needs pool.numa_nodes");
-  if (c.models.max_pool_bytes_per_uid.percent > 100 ||
-      (c.models.max_pool_bytes_per_uid.percent == 0) == (c.models.max_pool_bytes_per_uid.bytes == 0))
-    return make_error(EINVAL, "models.max_pool_bytes_per_uid must be a size or a percentage from 1% to 100%");
+  for (const auto& [share, key] : {std::pair{&c.models.max_pool_bytes_per_uid, "models.max_pool_bytes_per_uid"},
+                                   std::pair{&c.kv.max_pool_bytes_per_uid, "kv.max_pool_bytes_per_uid"}})
+    if (share->percent > 100 || (share->percent == 0) == (share->bytes == 0))
+      return make_error(EINVAL, "{} must be a size or a percentage from 1% to 100%", key);
   {
     std::set<std::string> seen;
     for (const auto& p : c.models.preload) {
@@ -601,10 +603,10 @@ std::string to_toml(const Config& c) {
       share(c.models.max_pool_bytes_per_uid), secs(c.models.keep_alive), strs(c.models.preload));
   out += fmt::format(
       "[kv]\ntokens_per_block = {}\nkv_type = \"{}\"\nidle_threshold = \"{}s\"\nmax_sessions_per_uid = {}\n"
-      "max_blocks_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\nspill_limit = {}\n"
-      "spill_stop_timeout = \"{}s\"\n\n",
+      "max_blocks_per_uid = {}\nmax_pool_bytes_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\n"
+      "spill_limit = {}\nspill_stop_timeout = \"{}s\"\n\n",
       c.kv.tokens_per_block, to_string(c.kv.kv_type), c.kv.idle_threshold.count(), c.kv.max_sessions_per_uid,
-      c.kv.max_blocks_per_uid, c.kv.max_fds_per_uid, c.kv.max_arena_bytes, c.kv.spill_limit,
+      c.kv.max_blocks_per_uid, share(c.kv.max_pool_bytes_per_uid), c.kv.max_fds_per_uid, c.kv.max_arena_bytes, c.kv.spill_limit,
       c.kv.spill_stop_timeout.count());
   out += fmt::format(
       "[pressure]\nsource = \"{}\"\nsome_threshold = {}\nsome_window = {}\nfull_threshold = {}\nfull_window = {}\n"

@@ -100,6 +100,7 @@ struct KvConfig {
   std::chrono::seconds idle_threshold{300};
   uint32_t max_sessions_per_uid = 64;
   uint64_t max_blocks_per_uid = 0;         // 0 = bounded by the pool only
+  PoolShare max_pool_bytes_per_uid{0, 50}; // committed KV chunk bytes of a non-admin uid's arenas
   uint32_t max_fds_per_uid = 256;
   uint64_t max_arena_bytes = 0;            // per (model, uid) arena; 0 = pool size
   uint64_t spill_limit = 1ull << 30;       // the KV spill tier in <daemon.state_dir>/kv; 0 = off

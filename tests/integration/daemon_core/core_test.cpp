@@ -66,6 +66,7 @@ class Core : public ::testing::Test {
     models_ = std::make_unique<Models>(*pool_, *pager_, mc, false, std::move(h));
     config::KvConfig kc;
     kc.max_arena_bytes = 0;  // the pool
+    kc.max_pool_bytes_per_uid = {0, 100};  // the cross-policy cases fill the pool; the share has its own test (kv_test)
     kv_ = std::make_unique<KvService>(*pool_, *models_, kc,
                                       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t,
                                              const std::string&) { lost_[s.id] += blocks.size(); });

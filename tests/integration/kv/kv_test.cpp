@@ -516,8 +516,9 @@ TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractiveThenIdleInteractive
 TEST_F(KvEviction, AcrossUidsBackgroundKvMakesRoomForInteractive) {
   // Background KV of another uid (another arena) fills the pool; an
   // interactive allocation of ours evicts it, only about as much as needed.
+  // (Its pool share is lifted so it can fill the pool.)
   if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
-  if (!start(32) || !open_lib()) return;
+  if (!start(32, "max_pool_bytes_per_uid = \"100%\"\n") || !open_lib()) return;
   airs_session* req = session(AIRS_PRIORITY_INTERACTIVE);
   ASSERT_NE(req, nullptr);
   const auto g = geometry(req);
@@ -544,6 +545,40 @@ TEST_F(KvEviction, AcrossUidsBackgroundKvMakesRoomForInteractive) {
   ASSERT_TRUE(n) << bg.transcript();
   EXPECT_EQ(field_u64(*n, "n"), evicted) << "the notice page and ListSessions disagree";
   EXPECT_EQ(bg.wait().exit_code, 0) << bg.transcript();
+}
+
+TEST_F(KvEviction, AnotherUidsKvStopsAtItsPoolShareAndEvictsNobodyElses) {
+  // Root's background KV holds one chunk; uid 65534's interactive KV (which
+  // outranks it) may hold half the pool and no more: past its share it gets
+  // QuotaExceeded, and nothing of root's is evicted for it.
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
+  if (!start(32, "max_pool_bytes_per_uid = \"50%\"\n") || !open_lib()) return;
+  airs_session* bg = session(AIRS_PRIORITY_BACKGROUND);
+  ASSERT_NE(bg, nullptr);
+  const auto g = geometry(bg);
+  const uint64_t chunk = huge_page_size();
+  const uint32_t pc = static_cast<uint32_t>(chunk / g.block_bytes);
+  std::vector<uint32_t> mine = allocate(bg, pc);
+  ASSERT_EQ(mine.size(), pc);
+  const uint64_t pool = dbus_->status()["pool"]["total_bytes"].get<uint64_t>();
+  const uint64_t share_chunks = (pool / 2) / chunk;
+  ASSERT_GE(share_chunks, 2u);
+  Child over({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--file", file_.path, "--model",
+              model_obj_, "--priority", "interactive", "--blocks", std::to_string((share_chunks + 1) * pc)});
+  EXPECT_EQ(over.wait().exit_code, 19) << over.transcript();
+  EXPECT_NE(over.err().find(kQuota), std::string::npos) << over.err();
+  EXPECT_NE(over.err().find("uid 65534: KV pool share exceeded"), std::string::npos) << over.err();
+  EXPECT_NE(over.err().find("kv.max_pool_bytes_per_uid"), std::string::npos) << over.err();
+  EXPECT_TRUE(notices(bg).empty()) << "root's KV was evicted for another uid past its share";
+  // Within its share it gets its blocks.
+  Child within({kv_client_path(), "fill", "--bus", bus_->address(), "--as-uid", "65534", "--file", file_.path,
+                "--model", model_obj_, "--priority", "interactive", "--blocks", std::to_string(share_chunks * pc)});
+  auto r = within.expect_line("ready");
+  ASSERT_TRUE(r) << within.transcript();
+  EXPECT_EQ(field_u64(*r, "blocks"), share_chunks * pc);
+  EXPECT_TRUE(notices(bg).empty());
+  within.send("go");
+  EXPECT_EQ(within.wait().exit_code, 0) << within.transcript();
 }
 
 TEST_F(KvEviction, FailedAllocateEvictsNothing) {
