@@ -229,7 +229,16 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   models_.emplace(id, std::move(m));
   if (filled) {
     // Every byte is there already (an earlier daemon filled it): ready as
-    // it is, nothing is read.
+    // it is, nothing is read. shmem: the pages are in the file but not in
+    // this daemon's mapping, so a lock-on-fault mapping holds none of them
+    // (no fault brought them in); pin the whole region as written by no one
+    // here, which maps and locks every page (mlock), like a fresh fill's.
+    if (auto st = pool_.backend().pin(ref.region->fd(), ref.region->data(), 0, units * unit, 0,
+                                      "model '" + ref.name + "' (adopted)");
+        !st) {
+      spdlog::warn("model '{}': {}", ref.name, st.error().message);
+      ref.pin_warned = true;
+    }
     ref.fill_start = Clock::now();
     for (uint32_t u = 0; u < units; ++u) {
       ref.plan.set_state(u, UnitState::Ready);

@@ -956,5 +956,68 @@ TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
   EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "evicted pages did not go back to the locked reserve";
 }
 
+// The mapping that starts at `addr` in /proc/self/smaps: its Rss in bytes,
+// and whether its VmFlags say locked ("lo"). (Its "Locked:" line is a
+// proportional share, halved by a second mapping of the same pages.)
+struct VmaLock {
+  uint64_t rss = 0;
+  bool locked = false;
+};
+std::optional<VmaLock> vma_lock(const void* addr) {
+  auto t = sys::read_text_file("/proc/self/smaps");
+  if (!t) return std::nullopt;
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(addr));
+  size_t pos = t->find(std::string("\n") + start);
+  if (pos == std::string::npos && t->rfind(start, 0) == 0) pos = 0;
+  if (pos == std::string::npos) return std::nullopt;
+  const size_t rss = t->find("\nRss:", pos), flags = t->find("\nVmFlags:", pos);
+  if (rss == std::string::npos || flags == std::string::npos) return std::nullopt;
+  VmaLock v;
+  v.rss = std::stoull(t->substr(rss + 5)) * 1024;
+  const std::string f = t->substr(flags + 9, t->find('\n', flags + 1) - flags - 9) + " ";
+  v.locked = f.find(" lo ") != std::string::npos;
+  return v;
+}
+
+TEST_F(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
+  // A restarted daemon adopts the region the previous one filled (its fd
+  // kept): resident at once, nothing read, and pinned like a fresh fill.
+  // shmem pages were never faulted into the new daemon's mapping, so a
+  // lock-on-fault mapping alone would leave every one of them swappable.
+  Daemon first = make_daemon(kPoolPages, {});
+  const ModelId id1 = load(first, g_src);
+  ASSERT_TRUE(run_until(first, [&] { return stats(first, id1).state == client::ModelLoadState::Resident; }));
+  sys::UniqueFd kept(::fcntl(first.pager->region_fd(id1), F_DUPFD_CLOEXEC, 3));
+  ASSERT_TRUE(kept.valid());
+
+  Daemon second = make_daemon(kPoolPages, {});
+  auto region = second.pool->adopt_model_region("m", std::move(kept));
+  ASSERT_TRUE(region.ok()) << region.error().message;
+  const std::byte* data = (*region)->data();
+  const uint64_t size = (*region)->size();
+  sys::UniqueFd gguf(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(gguf.valid());
+  auto id2 = second.pager->adopt({"m", std::move(gguf), g_file_size, g_extents, {}, false}, std::move(region).value());
+  ASSERT_TRUE(id2.ok()) << id2.error().message;
+  const auto st = stats(second, *id2);
+  EXPECT_EQ(st.state, client::ModelLoadState::Resident);
+  EXPECT_EQ(st.bytes_read, 0U) << "an adopted region was read again";
+  EXPECT_FALSE(st.pin_failed);
+  // Locked before anything here reads it (a read would fault pages in, and
+  // lock them on fault).
+  if (kMlockWorks) {
+    auto v = vma_lock(data);
+    ASSERT_TRUE(v) << "no mapping at the adopted region's address in /proc/self/smaps";
+    EXPECT_TRUE(v->locked) << "the adopted region's mapping is not mlocked";
+    EXPECT_EQ(v->rss, size) << "pages of the adopted region are not in the new daemon's locked mapping";
+  }
+  // Byte for byte the file, through the new daemon's own mapping.
+  const auto* words = reinterpret_cast<const uint64_t*>(data);
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < g_file_size / 8; ++i) wrong += words[i] != test::pattern_word(i);
+  EXPECT_EQ(wrong, 0U);
+}
+
 }  // namespace
 }  // namespace airs
