@@ -10,6 +10,8 @@
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <ctime>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -215,6 +217,7 @@ Status SpillStore::scan() {
     return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
   });
   for (const Found& f : found) insert(f.key, f.bytes, next_seq_++);
+  if (!found.empty()) last_stamp_ = found.back().mtime;
   while (stats_.used_bytes > limit_ && !lru_.empty()) remove(lru_.begin()->second, "over the limit");
   return {};
 }
@@ -339,6 +342,27 @@ void SpillStore::finish(uint64_t id) {
     index_.erase(old);
   }
   insert(p.key, size, next_seq_++);
+  stamp(-1, final_path);
+}
+
+void SpillStore::stamp(int fd, const std::string& path) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  // 1 µs past the last stamp at least: file systems keep µs or finer.
+  timespec next = last_stamp_;
+  next.tv_nsec += 1000;
+  if (next.tv_nsec >= 1'000'000'000) {
+    next.tv_nsec -= 1'000'000'000;
+    ++next.tv_sec;
+  }
+  if (std::tie(now.tv_sec, now.tv_nsec) > std::tie(next.tv_sec, next.tv_nsec)) next = now;
+  const timespec times[2] = {{0, UTIME_OMIT}, next};
+  const int r = fd >= 0 ? ::futimens(fd, times) : ::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW);
+  if (r != 0) {
+    spdlog::debug("KV spill tier: setting the mtime of {}: {}", path, std::strerror(errno));
+    return;
+  }
+  last_stamp_ = next;
 }
 
 Status SpillStore::get(const SpillKey& k, void* dst) {
@@ -368,6 +392,7 @@ Status SpillStore::get(const SpillKey& k, void* dst) {
   ++stats_.hits;
   stats_.read_bytes += want;
   touch(k);
+  stamp(fd.get(), path);
   return {};
 }
 

@@ -25,9 +25,12 @@
 // corrupt or foreign entry is deleted with a log line and never served.
 //
 // Limit: LRU within `limit` bytes (file bytes); the oldest entries are
-// deleted to make room. A fresh store indexes the directory at open,
-// checking each entry's name, size and header (the checksum is checked at
-// every read); leftovers of interrupted writes are deleted.
+// deleted to make room. The order outlives the process: an entry's mtime is
+// set when it is written and when it is read back, strictly increasing
+// (so the kernel's coarse clock cannot tie two), and a fresh store indexes
+// the directory at open oldest mtime first, checking each entry's name,
+// size and header (the checksum is checked at every read); leftovers of
+// interrupted writes are deleted.
 //
 // Thread: the event loop's only.
 #pragma once
@@ -142,6 +145,8 @@ class SpillStore {
   [[nodiscard]] std::string uid_dir(uint32_t uid) const;
   Status ensure_uid_dir(uint32_t uid);
   void reject(const SpillKey& k, const std::string& why);
+  // Sets the mtime of `fd` (or of `path`, fd < 0) to the next use stamp.
+  void stamp(int fd, const std::string& path);
 
   sys::EventLoop& loop_;
   sys::Ring ring_;
@@ -150,6 +155,7 @@ class SpillStore {
   std::map<SpillKey, Entry> index_;
   std::map<uint64_t, SpillKey> lru_;  // seq → key, oldest first
   uint64_t next_seq_ = 1;
+  timespec last_stamp_{};  // the latest mtime set or found
   std::map<uint64_t, Pending> pending_;  // by write id
   std::set<SpillKey> pending_keys_;
   uint64_t next_id_ = 1;
