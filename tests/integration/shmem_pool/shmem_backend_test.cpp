@@ -1,5 +1,5 @@
-// ShmemBackend on the real kernel: memfd pages, mlock, punch; /proc/meminfo
-// read from a fixture file for the kernel view.
+// ShmemBackend on the real kernel: memfd or huge-folio tmpfs pages, mlock,
+// punch; /proc/meminfo read from a fixture file for the kernel view.
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "pool/shmem_backend.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
+#include "sys/shmem.hpp"
 #include "util/units.hpp"
 
 namespace airs {
@@ -32,6 +34,74 @@ uint64_t locked_bytes() {
   if (!t) return UINT64_MAX;
   const auto pos = t->find("VmLck:");
   return pos == std::string::npos ? UINT64_MAX : std::stoull(t->substr(pos + 6)) * 1024;
+}
+
+// Sum of `field` (kB) over the /proc/self/smaps entries starting at `addr`.
+uint64_t smaps_field_kb(const void* addr, const std::string& field) {
+  auto t = sys::read_text_file("/proc/self/smaps", 64 << 20);
+  if (!t) return 0;
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(addr));
+  const auto at = t->find("\n" + std::string(start));
+  if (at == std::string::npos) return 0;
+  const auto f = t->find("\n" + field, at);
+  const auto next = t->find("VmFlags:", at);
+  if (f == std::string::npos || f > next) return 0;
+  return std::stoull(t->substr(f + 1 + field.size()));
+}
+
+std::string fd_link(int fd) {
+  char buf[256] = {};
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+TEST(ShmemBackend, HugeFoliosHoldEachUnitWhereTheKernelAllows) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  if (!(*b)->huge_folios())
+    GTEST_SKIP() << "no huge-folio tmpfs on this machine (the memfd path is what runs): " << (*b)->huge_folios_note();
+  const uint64_t u = (*b)->page_size();
+  const uint64_t pmd = sys::thp_pmd_size();
+  auto fd = (*b)->create_file("airs-model:huge-test", 4 * u);
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_EQ(fd_link(fd->get()), "/airs-model:huge-test (deleted)");
+  auto map = (*b)->map_region(fd->get(), 4 * u, "test");
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  std::memset(map->bytes() + u, 0xa5, u);
+  // The unit is held by PMD-sized folios, mapped whole in the writer.
+  EXPECT_EQ(smaps_field_kb(map->get(), "ShmemPmdMapped:") * 1024, u) << "PMD size " << pmd;
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), u);
+  // The bytes, through the file: the written unit, zeros on either side.
+  std::vector<unsigned char> got(3 * u);
+  ASSERT_EQ(::pread(fd->get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  for (uint64_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], i >= u && i < 2 * u ? 0xa5 : 0) << "byte " << i;
+  // Released (the pool drops its mapping first): every page goes back.
+  *map = sys::Mapping();
+  ASSERT_TRUE((*b)->release(fd->get(), u, u, "test"));
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), 0U);
+}
+
+TEST(ShmemBackend, HugeFoliosOffOrAUnitSmallerThanAHugePageMakeMemfds) {
+  pool::ShmemOptions off;
+  off.huge_folios = false;
+  auto b = pool::ShmemBackend::create(off);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE((*b)->huge_folios());
+  EXPECT_NE((*b)->huge_folios_note().find("off"), std::string::npos) << (*b)->huge_folios_note();
+  auto fd = (*b)->create_file("airs-model:memfd-test", (*b)->page_size());
+  ASSERT_TRUE(fd.ok());
+  EXPECT_EQ(fd_link(fd->get()).rfind("/memfd:airs-model:memfd-test", 0), 0U) << fd_link(fd->get());
+  const uint64_t pmd = sys::thp_pmd_size();
+  if (pmd <= sys::base_page_size()) GTEST_SKIP() << "no transparent huge pages: no unit smaller than one";
+  pool::ShmemOptions small;
+  small.unit = pmd / 2;
+  auto s = pool::ShmemBackend::create(small);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE((*s)->huge_folios());
+  EXPECT_NE((*s)->huge_folios_note().find("not a multiple"), std::string::npos) << (*s)->huge_folios_note();
 }
 
 TEST(ShmemBackend, UnitIsAMultipleOfTheBasePage) {
