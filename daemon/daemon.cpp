@@ -155,6 +155,7 @@ Status Daemon::init() {
       so.unit = cfg_.pool.page_size;
       so.numa_policy = numa;
       so.numa_nodes = cfg_.pool.numa_nodes;
+      so.huge_dir = cfg_.pool.shmem_mount;
       auto b = pool::ShmemBackend::create(so);
       if (!b) return std::move(b).error();
       spdlog::info("pool: {}", (*b)->huge_folios_note());

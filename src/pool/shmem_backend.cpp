@@ -1,7 +1,10 @@
 #include "pool/shmem_backend.hpp"
 
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/userfaultfd.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 
@@ -37,21 +40,45 @@ void ShmemBackend::init_huge_folios() {
     return;
   }
   const uint64_t pmd = sys::thp_pmd_size();
-  const std::string enabled = sys::thp_shmem_enabled();
   std::string why;
   if (pmd == 0) {
     why = "the kernel has no transparent huge pages";
   } else if (unit_ % pmd != 0) {
     why = fmt::format("the unit {} is not a multiple of the {} transparent huge page (a folio would span units)",
                       format_bytes(unit_), format_bytes(pmd));
-  } else if (enabled == "deny") {
-    why = "transparent_hugepage/shmem_enabled is \"deny\"";
-  } else if (auto m = sys::mount_huge_tmpfs(); !m) {
-    why = m.error().message;
   } else {
-    huge_mount_ = std::move(m).value();
-    huge_note_ = fmt::format("shmem files: a private tmpfs with {} huge folios (huge=within_size)", format_bytes(pmd));
-    return;
+    // The directory first (a daemon that may not mount is given one), then
+    // a mount of our own; each must give huge folios to be used.
+    auto usable = [&](sys::UniqueFd fd, const std::string& what) {
+      auto huge = sys::tmpfs_gives_huge_folios(fd.get(), pmd);
+      if (huge && *huge) {
+        huge_mount_ = std::move(fd);
+        // A directory passed over is named with its reason.
+        huge_note_ = fmt::format("shmem files: {} files in {} huge folios{}", what, format_bytes(pmd),
+                                 why.empty() ? "" : " (not " + why + ")");
+        return true;
+      }
+      why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", what,
+                         huge ? "base pages only (transparent_hugepage/shmem_enabled is \"" +
+                                    sys::thp_shmem_enabled() + "\")"
+                              : huge.error().message);
+      return false;
+    };
+    if (!opts_.huge_dir.empty()) {
+      sys::UniqueFd dir(::open(opts_.huge_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      struct statfs sfs {};
+      if (!dir) {
+        why = fmt::format("{}: {}", opts_.huge_dir, std::strerror(errno));
+      } else if (::fstatfs(dir.get(), &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
+        why = fmt::format("{} is not a tmpfs", opts_.huge_dir);
+      } else if (usable(std::move(dir), "tmpfs " + opts_.huge_dir)) {
+        return;
+      }
+    }
+    if (auto m = sys::mount_huge_tmpfs(); !m)
+      why += (why.empty() ? "" : "; ") + m.error().message;
+    else if (usable(std::move(m).value(), "a private tmpfs (huge=within_size)"))
+      return;
   }
   huge_note_ = "shmem files: memfds of base pages (no huge folios: " + why + ")";
 }

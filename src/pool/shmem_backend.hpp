@@ -15,9 +15,13 @@
 // naturally aligned, and the unit is a multiple of the PMD size), so
 // allocating one (a populate ahead, a read) zero-fills pages of that unit
 // only, which no client sees before the unit is READY, as with base pages.
-// Where the mount is refused (no CAP_SYS_ADMIN, the @mount syscalls filtered,
-// no THP, shmem_enabled "deny") the files are memfds, as before;
-// huge_folios_note() says which and why, for the daemon's log.
+// The tmpfs is the one mounted at ShmemOptions::huge_dir (a systemd drop-in
+// can mount one there for a daemon that may not mount) or, without it, a private mount
+// (sys::mount_huge_tmpfs). Either must pass a probe (a file of one PMD size
+// that one written byte fills). Where neither does (no CAP_SYS_ADMIN or the
+// @mount syscalls filtered and no directory, no THP, shmem_enabled "deny")
+// the files are memfds, as before; huge_folios_note() says which and why,
+// for the daemon's log.
 //
 // Pinning: mlock works on mappings, so the backend keeps its own whole-file
 // MAP_SHARED mapping of every file it populates (the reserve, KV arenas) and
@@ -52,9 +56,12 @@ struct ShmemOptions {
   sys::NumaPolicy numa_policy = sys::NumaPolicy::Local;
   std::vector<int> numa_nodes;  // for Bind/Interleave; empty = all
   std::string meminfo = "/proc/meminfo";
-  // Files on a private huge=within_size tmpfs where possible (see above);
-  // false: memfds of base pages always.
+  // Files on a huge=within_size tmpfs where possible (see above): on the one
+  // mounted at huge_dir (a unit drop-in's TemporaryFileSystem=, for a
+  // daemon that may not mount) if it gives huge folios, else on a private
+  // mount of our own; false: memfds of base pages always.
   bool huge_folios = true;
+  std::string huge_dir;
 };
 
 class ShmemBackend final : public PoolBackend {
@@ -104,7 +111,7 @@ class ShmemBackend final : public PoolBackend {
   Result<std::byte*> pin_map(int fd, uint64_t end, const std::string& what);
   ShmemOptions opts_;
   uint64_t unit_ = 0;
-  sys::UniqueFd huge_mount_;  // mount_huge_tmpfs, or invalid: memfds
+  sys::UniqueFd huge_mount_;  // the huge_dir directory or a mount_huge_tmpfs, or invalid: memfds
   std::string huge_note_;
   std::map<sys::InodeKey, sys::Mapping> maps_;
   // Base addresses of the region mappings map_region locked on fault (each

@@ -60,6 +60,19 @@ Result<UniqueFd> create_tmpfs_file(int mount, const std::string& name) {
   return fd;
 }
 
+Result<bool> tmpfs_gives_huge_folios(int dir, uint64_t pmd) {
+  auto fd = create_tmpfs_file(dir, "airs-huge-folio-probe");
+  if (!fd) return std::move(fd).error();
+  if (::ftruncate(fd->get(), static_cast<off_t>(pmd)) != 0)
+    return make_error(errno, "sizing the huge folio probe: {}", std::strerror(errno));
+  const char byte = 1;
+  if (::pwrite(fd->get(), &byte, 1, 0) != 1)
+    return make_error(errno, "writing the huge folio probe: {}", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0) return make_error(errno, "fstat of the huge folio probe: {}", std::strerror(errno));
+  return static_cast<uint64_t>(st.st_blocks) * 512 >= pmd;
+}
+
 uint64_t thp_pmd_size(const std::string& path) {
   auto v = read_u64_file(path);
   return v ? *v : 0;

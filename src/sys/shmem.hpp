@@ -27,10 +27,15 @@ namespace airs::sys {
 // EPERM (no CAP_SYS_ADMIN, or a seccomp filter without @mount), EINVAL (a
 // kernel without transparent huge pages refuses huge=).
 [[nodiscard]] Result<UniqueFd> mount_huge_tmpfs();
-// A new regular file on `mount` (a mount_huge_tmpfs fd), 0600, unlinked at
+// A new regular file on `mount` (a mount_huge_tmpfs fd or a directory on a
+// tmpfs), 0600, unlinked at
 // once: like a memfd, it lives as long as an fd or a mapping of it. `name`
 // (a '/' becomes '_') shows in /proc/PID/maps as "/NAME (deleted)".
 [[nodiscard]] Result<UniqueFd> create_tmpfs_file(int mount, const std::string& name);
+// Whether files on the tmpfs holding directory `dir` get PMD-sized folios:
+// a probe file (made and unlinked there) of `pmd` bytes takes one byte and
+// must then hold all `pmd` of them. Errors: the probe file's.
+[[nodiscard]] Result<bool> tmpfs_gives_huge_folios(int dir, uint64_t pmd);
 // The PMD size of transparent huge pages
 // (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size), 0 when the kernel has
 // none.

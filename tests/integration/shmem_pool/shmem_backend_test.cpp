@@ -1,7 +1,9 @@
 // ShmemBackend on the real kernel: memfd or huge-folio tmpfs pages, mlock,
 // punch; /proc/meminfo read from a fixture file for the kernel view.
 #include <linux/capability.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +104,80 @@ TEST(ShmemBackend, HugeFoliosOffOrAUnitSmallerThanAHugePageMakeMemfds) {
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE((*s)->huge_folios());
   EXPECT_NE((*s)->huge_folios_note().find("not a multiple"), std::string::npos) << (*s)->huge_folios_note();
+}
+
+// A tmpfs mounted at a fresh directory with `options` (root only); unmounted
+// and removed at the end.
+class TmpfsAt {
+ public:
+  explicit TmpfsAt(const std::string& options) {
+    char tmpl[] = "/var/tmp/airs-huge-dir-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    path_ = tmpl;
+    mounted_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~TmpfsAt() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+    if (!path_.empty()) ::rmdir(path_.c_str());
+  }
+  TmpfsAt(const TmpfsAt&) = delete;
+  TmpfsAt& operator=(const TmpfsAt&) = delete;
+  [[nodiscard]] bool mounted() const { return mounted_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::string error_ = "no directory";
+  bool mounted_ = false;
+};
+
+uint64_t device_of_fd(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
+}
+
+uint64_t device_of_path(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
+}
+
+TEST(ShmemBackend, AHugeDirIsUsedWhenItGivesHugeFoliosAndNamedWhenNot) {
+  const uint64_t pmd = sys::thp_pmd_size();
+  if (pmd == 0 || 2 * kMiB % pmd != 0) GTEST_SKIP() << "no transparent huge pages of at most 2 MiB here";
+  {
+    TmpfsAt huge("huge=within_size,size=0,mode=0700");
+    if (!huge.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (" << huge.error() << ")";
+    pool::ShmemOptions o;
+    o.huge_dir = huge.path();
+    auto b = pool::ShmemBackend::create(o);
+    ASSERT_TRUE(b.ok());
+    ASSERT_TRUE((*b)->huge_folios()) << (*b)->huge_folios_note();
+    EXPECT_NE((*b)->huge_folios_note().find(huge.path()), std::string::npos) << (*b)->huge_folios_note();
+    auto fd = (*b)->create_file("airs-model:in-dir", (*b)->page_size());
+    ASSERT_TRUE(fd.ok()) << fd.error().message;
+    EXPECT_EQ(device_of_fd(fd->get()), device_of_path(huge.path())) << "the file is not on the directory's tmpfs";
+  }
+  TmpfsAt small("huge=never,size=0,mode=0700");
+  ASSERT_TRUE(small.mounted()) << small.error();
+  char plain[] = "/var/tmp/airs-plain-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(plain), nullptr);
+  for (const std::string& dir : {small.path(), std::string(plain)}) {
+    pool::ShmemOptions o;
+    o.huge_dir = dir;
+    auto b = pool::ShmemBackend::create(o);
+    ASSERT_TRUE(b.ok());
+    const std::string note = (*b)->huge_folios_note();
+    // Named with what is wrong with it; the files go elsewhere (a private
+    // mount where this process may mount, which it may: it mounted above).
+    EXPECT_NE(note.find(dir + (dir == plain ? " is not a tmpfs" : ": base pages only")), std::string::npos) << note;
+    EXPECT_TRUE((*b)->huge_folios()) << note;
+    auto fd = (*b)->create_file("airs-model:elsewhere", (*b)->page_size());
+    ASSERT_TRUE(fd.ok());
+    EXPECT_NE(device_of_fd(fd->get()), device_of_path(dir));
+  }
+  ::rmdir(plain);
 }
 
 TEST(ShmemBackend, UnitIsAMultipleOfTheBasePage) {
