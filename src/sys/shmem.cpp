@@ -51,13 +51,19 @@ Result<UniqueFd> mount_huge_tmpfs() {
 Result<UniqueFd> create_tmpfs_file(int mount, const std::string& name) {
   std::string n = name.empty() ? std::string("airs") : name.substr(0, 200);
   std::replace(n.begin(), n.end(), '/', '_');
-  // The daemon creates its files one at a time, each unlinked at once, so a
-  // name is never taken; a second daemon has a mount of its own.
-  UniqueFd fd(::openat(mount, n.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd) return make_error(errno, "creating {} on the huge-page tmpfs: {}", n, std::strerror(errno));
-  if (::unlinkat(mount, n.c_str(), 0) != 0)
-    return make_error(errno, "unlinking {} on the huge-page tmpfs: {}", n, std::strerror(errno));
-  return fd;
+  // Each file is unlinked as soon as it exists, so a name is taken only for
+  // that moment: by another daemon sharing the directory (pool.shmem_mount),
+  // then the next suffix is tried.
+  for (int i = 0; i < 64; ++i) {
+    const std::string path = i == 0 ? n : n + "." + std::to_string(i);
+    UniqueFd fd(::openat(mount, path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd && errno == EEXIST) continue;
+    if (!fd) return make_error(errno, "creating {} on the huge-page tmpfs: {}", path, std::strerror(errno));
+    if (::unlinkat(mount, path.c_str(), 0) != 0)
+      return make_error(errno, "unlinking {} on the huge-page tmpfs: {}", path, std::strerror(errno));
+    return fd;
+  }
+  return make_error(EEXIST, "creating {} on the huge-page tmpfs: 64 names in use", n);
 }
 
 Result<bool> tmpfs_gives_huge_folios(int dir, uint64_t pmd) {

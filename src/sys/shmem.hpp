@@ -28,9 +28,9 @@ namespace airs::sys {
 // kernel without transparent huge pages refuses huge=).
 [[nodiscard]] Result<UniqueFd> mount_huge_tmpfs();
 // A new regular file on `mount` (a mount_huge_tmpfs fd or a directory on a
-// tmpfs), 0600, unlinked at
-// once: like a memfd, it lives as long as an fd or a mapping of it. `name`
-// (a '/' becomes '_') shows in /proc/PID/maps as "/NAME (deleted)".
+// tmpfs), 0600, unlinked at once: like a memfd, it lives as long as an fd or
+// a mapping of it. `name` (a '/' becomes '_'; ".N" appended while another
+// creator holds the name) shows in /proc/PID/maps as "/NAME (deleted)".
 [[nodiscard]] Result<UniqueFd> create_tmpfs_file(int mount, const std::string& name);
 // Whether files on the tmpfs holding directory `dir` get PMD-sized folios:
 // a probe file (made and unlinked there) of `pmd` bytes takes one byte and

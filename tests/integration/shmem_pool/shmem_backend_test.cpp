@@ -1,5 +1,6 @@
 // ShmemBackend on the real kernel: memfd or huge-folio tmpfs pages, mlock,
 // punch; /proc/meminfo read from a fixture file for the kernel view.
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -178,6 +179,26 @@ TEST(ShmemBackend, AHugeDirIsUsedWhenItGivesHugeFoliosAndNamedWhenNot) {
     EXPECT_NE(device_of_fd(fd->get()), device_of_path(dir));
   }
   ::rmdir(plain);
+}
+
+TEST(ShmemBackend, ATakenNameGetsASuffixAndTheOtherFileIsLeftAlone) {
+  char dir[] = "/var/tmp/airs-names-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  sys::UniqueFd d(::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(d.valid());
+  // Another creator's file, still linked under the name.
+  sys::UniqueFd other(::openat(d.get(), "airs-model:m", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  ASSERT_TRUE(other.valid());
+  ASSERT_EQ(::write(other.get(), "x", 1), 1);
+  auto fd = sys::create_tmpfs_file(d.get(), "airs-model:m");
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_EQ(fd_link(fd->get()), std::string(dir) + "/airs-model:m.1 (deleted)");
+  struct stat st {};
+  ASSERT_EQ(::fstatat(d.get(), "airs-model:m", &st, 0), 0) << "the other file must stay";
+  EXPECT_EQ(st.st_size, 1);
+  EXPECT_NE(::fstatat(d.get(), "airs-model:m.1", &st, 0), 0) << "ours is unlinked at once";
+  ::unlinkat(d.get(), "airs-model:m", 0);
+  ::rmdir(dir);
 }
 
 TEST(ShmemBackend, UnitIsAMultipleOfTheBasePage) {
