@@ -145,7 +145,8 @@ Status Daemon::init() {
                                            : fmt::format("{} over {}", sys::to_string(numa), sys::format_node_list(*nodes));
     spdlog::info("pool NUMA policy: {} ({} node(s) with memory)", numa_, sys::numa_node_count());
     // full: huge pages from hugetlbfs. small-pages and cooperative: shmem
-    // (memfd) pinned with mlock, for kernels without hugetlbfs or forced.
+    // (huge folios on a private tmpfs where the kernel allows, else memfds)
+    // pinned with mlock, for kernels without hugetlbfs or forced.
     std::unique_ptr<pool::PoolBackend> backend;
     const bool use_shmem =
         choice->mode != probe::Mode::Full || cfg_.pool.backend == config::Backend::Shmem;
@@ -154,8 +155,10 @@ Status Daemon::init() {
       so.unit = cfg_.pool.page_size;
       so.numa_policy = numa;
       so.numa_nodes = cfg_.pool.numa_nodes;
+      so.huge_dir = cfg_.pool.shmem_mount;
       auto b = pool::ShmemBackend::create(so);
       if (!b) return std::move(b).error();
+      spdlog::info("pool: {}", (*b)->huge_folios_note());
       backend = std::move(b).value();
     } else {
       pool::HugetlbfsOptions ho;

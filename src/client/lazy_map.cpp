@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@ Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBackin
   if ((acc & O_ACCMODE) != O_RDWR)
     return make_error(EPERM, "model region fd is not O_RDWR: userfaultfd registration needs a writable fd");
   LazyMapping lm;
+  lm.backing_ = backing;
   // No MAP_POPULATE, no MAP_LOCKED: nothing may touch the range before the
   // registration below.
   auto m = sys::map_shared(region_fd, size, PROT_READ, 0, "model region");
@@ -76,6 +78,10 @@ Status LazyMapping::unregister() {
   if (!registered_) return {};
   AIRS_TRY(sys::uffd_unregister(uffd_.get(), address(), size()));
   registered_ = false;
+  // The system call itself: libairs-preload.so interposes madvise() and
+  // absorbs it on model mappings.
+  if (backing_ == LazyBacking::Shmem && ::syscall(SYS_madvise, map_.get(), size(), MADV_DONTNEED) != 0)
+    return make_error(errno, "madvise(MADV_DONTNEED) of the resident model mapping: {}", std::strerror(errno));
   return {};
 }
 

@@ -326,6 +326,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_bytes("page_size", c.pool.page_size));
     AIRS_TRY(s.get("backend", c.pool.backend));
     AIRS_TRY(s.get("hugetlbfs_mount", c.pool.hugetlbfs_mount));
+    AIRS_TRY(s.get("shmem_mount", c.pool.shmem_mount));
     AIRS_TRY(s.get("grow_nr_hugepages", c.pool.grow_nr_hugepages));
     AIRS_TRY(s.get("numa_policy", c.pool.numa_policy));
     AIRS_TRY(s.get("numa_nodes", c.pool.numa_nodes));
@@ -590,9 +591,9 @@ std::string to_toml(const Config& c) {
   nodes += "]";
   out += fmt::format(
       "[pool]\nprofile = \"{}\"\nsize = {}\npage_size = {}\nbackend = \"{}\"\nhugetlbfs_mount = \"{}\"\n"
-      "grow_nr_hugepages = {}\nnuma_policy = \"{}\"\nnuma_nodes = {}\n\n",
+      "shmem_mount = \"{}\"\ngrow_nr_hugepages = {}\nnuma_policy = \"{}\"\nnuma_nodes = {}\n\n",
       to_string(c.pool.profile), c.pool.size ? fmt::format("{}", *c.pool.size) : "\"auto\"", c.pool.page_size,
-      to_string(c.pool.backend), c.pool.hugetlbfs_mount, c.pool.grow_nr_hugepages, to_string(c.pool.numa_policy),
+      to_string(c.pool.backend), c.pool.hugetlbfs_mount, c.pool.shmem_mount, c.pool.grow_nr_hugepages, to_string(c.pool.numa_policy),
       nodes);
   out += fmt::format(
       "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\ndirect_io = \"{}\"\n"

@@ -75,6 +75,10 @@ struct PoolConfig {
   uint64_t page_size = 0;                  // huge page size; 0 = the kernel's default
   Backend backend = Backend::Auto;
   std::string hugetlbfs_mount;             // empty = find a mount, else a hugetlb memfd
+  // shmem backend: a tmpfs mounted huge= to make the files on (a unit
+  // drop-in can mount one here); else a private mount, else memfds
+  // (docs/shmem-huge-folios.md). Empty: no directory.
+  std::string shmem_mount = "/run/airs/shm";
   bool grow_nr_hugepages = true;           // raise vm.nr_hugepages at start when short
   NumaPolicy numa_policy = NumaPolicy::Local;
   std::vector<int> numa_nodes;

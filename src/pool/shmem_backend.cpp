@@ -1,7 +1,10 @@
 #include "pool/shmem_backend.hpp"
 
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/userfaultfd.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 
@@ -27,7 +30,57 @@ Result<std::unique_ptr<ShmemBackend>> ShmemBackend::create(ShmemOptions opts) {
   if (!nodes) return std::move(nodes).error();
   opts.numa_nodes = std::move(nodes).value();
   b->opts_ = std::move(opts);
+  b->init_huge_folios();
   return b;
+}
+
+void ShmemBackend::init_huge_folios() {
+  if (!opts_.huge_folios) {
+    huge_note_ = "shmem files: memfds of base pages (huge folios off)";
+    return;
+  }
+  const uint64_t pmd = sys::thp_pmd_size();
+  std::string why;
+  if (pmd == 0) {
+    why = "the kernel has no transparent huge pages";
+  } else if (unit_ % pmd != 0) {
+    why = fmt::format("the unit {} is not a multiple of the {} transparent huge page (a folio would span units)",
+                      format_bytes(unit_), format_bytes(pmd));
+  } else {
+    // The directory first (a daemon that may not mount is given one), then
+    // a mount of our own; each must give huge folios to be used.
+    auto usable = [&](sys::UniqueFd fd, const std::string& what) {
+      auto huge = sys::tmpfs_gives_huge_folios(fd.get(), pmd);
+      if (huge && *huge) {
+        huge_mount_ = std::move(fd);
+        // A directory passed over is named with its reason.
+        huge_note_ = fmt::format("shmem files: {} files in {} huge folios{}", what, format_bytes(pmd),
+                                 why.empty() ? "" : " (not " + why + ")");
+        return true;
+      }
+      why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", what,
+                         huge ? "base pages only (transparent_hugepage/shmem_enabled is \"" +
+                                    sys::thp_shmem_enabled() + "\")"
+                              : huge.error().message);
+      return false;
+    };
+    if (!opts_.huge_dir.empty()) {
+      sys::UniqueFd dir(::open(opts_.huge_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      struct statfs sfs {};
+      if (!dir) {
+        why = fmt::format("{}: {}", opts_.huge_dir, std::strerror(errno));
+      } else if (::fstatfs(dir.get(), &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
+        why = fmt::format("{} is not a tmpfs", opts_.huge_dir);
+      } else if (usable(std::move(dir), "tmpfs " + opts_.huge_dir)) {
+        return;
+      }
+    }
+    if (auto m = sys::mount_huge_tmpfs(); !m)
+      why += (why.empty() ? "" : "; ") + m.error().message;
+    else if (usable(std::move(m).value(), "a private tmpfs (huge=within_size)"))
+      return;
+  }
+  huge_note_ = "shmem files: memfds of base pages (no huge folios: " + why + ")";
 }
 
 ShmemBackend::~ShmemBackend() = default;
@@ -35,16 +88,16 @@ ShmemBackend::~ShmemBackend() = default;
 uint64_t ShmemBackend::uffd_features() const { return UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MINOR_SHMEM; }
 
 Result<sys::UniqueFd> ShmemBackend::create_file(const std::string& name, uint64_t size) {
-  auto fd = sys::create_shmem_file(name);
+  auto fd = huge_mount_ ? sys::create_tmpfs_file(huge_mount_.get(), name) : sys::create_shmem_file(name);
   if (!fd) return std::move(fd).error();
   AIRS_TRY(sys::resize_file(fd->get(), size, name));
   return std::move(fd).value();
 }
 
 Result<std::byte*> ShmemBackend::pin_map(int fd, uint64_t end, const std::string& what) {
-  auto ino = sys::file_inode(fd);
-  if (!ino) return std::move(ino).error();
-  auto it = maps_.find(*ino);
+  auto id = sys::inode_key(fd);
+  if (!id) return std::move(id).error();
+  auto it = maps_.find(*id);
   if (it != maps_.end() && it->second.size() >= end) return it->second.bytes();
   auto size = sys::file_size(fd);
   if (!size) return std::move(size).error();
@@ -55,7 +108,7 @@ Result<std::byte*> ShmemBackend::pin_map(int fd, uint64_t end, const std::string
   if (!m) return std::move(m).error();
   AIRS_TRY(sys::numa_bind_range(m->get(), *size, opts_.numa_policy, opts_.numa_nodes, what + " (pin mapping)"));
   std::byte* p = m->bytes();
-  maps_.emplace(*ino, std::move(m).value());
+  maps_.emplace(*id, std::move(m).value());
   return p;
 }
 
@@ -77,9 +130,9 @@ Status ShmemBackend::populate(int fd, uint64_t offset, uint64_t len, const std::
 }
 
 Status ShmemBackend::release(int fd, uint64_t offset, uint64_t len, const std::string& what) {
-  auto ino = sys::file_inode(fd);
-  if (!ino) return std::move(ino).error();
-  if (auto it = maps_.find(*ino); it != maps_.end() && offset + len <= it->second.size())
+  auto id = sys::inode_key(fd);
+  if (!id) return std::move(id).error();
+  if (auto it = maps_.find(*id); it != maps_.end() && offset + len <= it->second.size())
     AIRS_TRY(sys::unlock_range(it->second.bytes() + offset, len, what));
   // Model regions are locked in the daemon's region mapping; the pool drops
   // it (and with it the lock) before it punches. The punch frees the pages
@@ -117,8 +170,8 @@ Status ShmemBackend::pin(int fd, std::byte* map, uint64_t offset, uint64_t len, 
 }
 
 void ShmemBackend::forget_file(int fd) {
-  auto ino = sys::file_inode(fd);
-  if (ino) maps_.erase(*ino);
+  auto id = sys::inode_key(fd);
+  if (id) maps_.erase(*id);
 }
 
 Result<uint64_t> ShmemBackend::kernel_available_pages() {

@@ -1,6 +1,6 @@
-// shmem (memfd without MFD_HUGETLB) files and page pinning with mlock: the
-// pool's memory on kernels without hugetlbfs (DESIGN §2.7, small-pages and
-// cooperative modes).
+// shmem files (memfds without MFD_HUGETLB, or files on a private tmpfs
+// mounted huge=within_size) and page pinning with mlock: the pool's memory on
+// kernels without hugetlbfs (DESIGN §2.7, small-pages and cooperative modes).
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +17,35 @@ namespace airs::sys {
 // with resize_file. `name` shows in /proc/PID/fd.
 [[nodiscard]] Result<UniqueFd> create_shmem_file(const std::string& name);
 
+// A tmpfs instance of our own, mounted huge=within_size with no size or inode
+// limit (the pool bounds what it holds): fsopen + fsmount, a detached mount in
+// no mount namespace, alive while the returned fd or a file on it is open.
+// Its files get transparent huge pages (PMD-sized folios) whatever
+// /sys/kernel/mm/transparent_hugepage/shmem_enabled says ("never" by
+// default), which governs memfds only; "deny" turns them off here too (the
+// caller checks). docs/shmem-huge-folios.md. Errors: ENOSYS (before 5.2),
+// EPERM (no CAP_SYS_ADMIN, or a seccomp filter without @mount), EINVAL (a
+// kernel without transparent huge pages refuses huge=).
+[[nodiscard]] Result<UniqueFd> mount_huge_tmpfs();
+// A new regular file on `mount` (a mount_huge_tmpfs fd or a directory on a
+// tmpfs), 0600, unlinked at once: like a memfd, it lives as long as an fd or
+// a mapping of it. `name` (a '/' becomes '_'; ".N" appended while another
+// creator holds the name) shows in /proc/PID/maps as "/NAME (deleted)".
+[[nodiscard]] Result<UniqueFd> create_tmpfs_file(int mount, const std::string& name);
+// Whether files on the tmpfs holding directory `dir` get PMD-sized folios:
+// a probe file (made and unlinked there) of `pmd` bytes takes one byte and
+// must then hold all `pmd` of them. Errors: the probe file's.
+[[nodiscard]] Result<bool> tmpfs_gives_huge_folios(int dir, uint64_t pmd);
+// The PMD size of transparent huge pages
+// (/sys/kernel/mm/transparent_hugepage/hpage_pmd_size), 0 when the kernel has
+// none.
+[[nodiscard]] uint64_t thp_pmd_size(
+    const std::string& path = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+// The bracketed choice of /sys/kernel/mm/transparent_hugepage/shmem_enabled
+// ("never", "deny", ...), empty when unreadable.
+[[nodiscard]] std::string thp_shmem_enabled(
+    const std::string& path = "/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+
 // mlock(addr, len): populates the range and keeps its pages unevictable for
 // as long as this mapping exists. Errors name RLIMIT_MEMLOCK and the fix
 // (LimitMEMLOCK=infinity or CAP_IPC_LOCK).
@@ -30,8 +59,14 @@ namespace airs::sys {
 // munlock(addr, len).
 [[nodiscard]] Status unlock_range(void* addr, uint64_t len, const std::string& what);
 
-// The file's inode number (identifies a memfd for as long as it is open).
-[[nodiscard]] Result<uint64_t> file_inode(int fd);
+// The file's device and inode numbers (identify a file, memfd or tmpfs, for
+// as long as it is open; inode numbers alone repeat across tmpfs instances).
+struct InodeKey {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  auto operator<=>(const InodeKey&) const = default;
+};
+[[nodiscard]] Result<InodeKey> inode_key(int fd);
 // The file's size (fstat st_size).
 [[nodiscard]] Result<uint64_t> file_size(int fd);
 

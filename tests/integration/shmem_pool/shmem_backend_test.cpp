@@ -1,7 +1,10 @@
-// ShmemBackend on the real kernel: memfd pages, mlock, punch; /proc/meminfo
-// read from a fixture file for the kernel view.
+// ShmemBackend on the real kernel: memfd or huge-folio tmpfs pages, mlock,
+// punch; /proc/meminfo read from a fixture file for the kernel view.
+#include <fcntl.h>
 #include <linux/capability.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +20,7 @@
 #include "pool/shmem_backend.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
+#include "sys/shmem.hpp"
 #include "util/units.hpp"
 
 namespace airs {
@@ -32,6 +37,168 @@ uint64_t locked_bytes() {
   if (!t) return UINT64_MAX;
   const auto pos = t->find("VmLck:");
   return pos == std::string::npos ? UINT64_MAX : std::stoull(t->substr(pos + 6)) * 1024;
+}
+
+// Sum of `field` (kB) over the /proc/self/smaps entries starting at `addr`.
+uint64_t smaps_field_kb(const void* addr, const std::string& field) {
+  auto t = sys::read_text_file("/proc/self/smaps", 64 << 20);
+  if (!t) return 0;
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(addr));
+  const auto at = t->find("\n" + std::string(start));
+  if (at == std::string::npos) return 0;
+  const auto f = t->find("\n" + field, at);
+  const auto next = t->find("VmFlags:", at);
+  if (f == std::string::npos || f > next) return 0;
+  return std::stoull(t->substr(f + 1 + field.size()));
+}
+
+std::string fd_link(int fd) {
+  char buf[256] = {};
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+TEST(ShmemBackend, HugeFoliosHoldEachUnitWhereTheKernelAllows) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  if (!(*b)->huge_folios())
+    GTEST_SKIP() << "no huge-folio tmpfs on this machine (the memfd path is what runs): " << (*b)->huge_folios_note();
+  const uint64_t u = (*b)->page_size();
+  const uint64_t pmd = sys::thp_pmd_size();
+  auto fd = (*b)->create_file("airs-model:huge-test", 4 * u);
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_EQ(fd_link(fd->get()), "/airs-model:huge-test (deleted)");
+  auto map = (*b)->map_region(fd->get(), 4 * u, "test");
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  std::memset(map->bytes() + u, 0xa5, u);
+  // The unit is held by PMD-sized folios, mapped whole in the writer.
+  EXPECT_EQ(smaps_field_kb(map->get(), "ShmemPmdMapped:") * 1024, u) << "PMD size " << pmd;
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), u);
+  // The bytes, through the file: the written unit, zeros on either side.
+  std::vector<unsigned char> got(3 * u);
+  ASSERT_EQ(::pread(fd->get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  for (uint64_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], i >= u && i < 2 * u ? 0xa5 : 0) << "byte " << i;
+  // Released (the pool drops its mapping first): every page goes back.
+  *map = sys::Mapping();
+  ASSERT_TRUE((*b)->release(fd->get(), u, u, "test"));
+  EXPECT_EQ(*sys::allocated_bytes(fd->get()), 0U);
+}
+
+TEST(ShmemBackend, HugeFoliosOffOrAUnitSmallerThanAHugePageMakeMemfds) {
+  pool::ShmemOptions off;
+  off.huge_folios = false;
+  auto b = pool::ShmemBackend::create(off);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE((*b)->huge_folios());
+  EXPECT_NE((*b)->huge_folios_note().find("off"), std::string::npos) << (*b)->huge_folios_note();
+  auto fd = (*b)->create_file("airs-model:memfd-test", (*b)->page_size());
+  ASSERT_TRUE(fd.ok());
+  EXPECT_EQ(fd_link(fd->get()).rfind("/memfd:airs-model:memfd-test", 0), 0U) << fd_link(fd->get());
+  const uint64_t pmd = sys::thp_pmd_size();
+  if (pmd <= sys::base_page_size()) GTEST_SKIP() << "no transparent huge pages: no unit smaller than one";
+  pool::ShmemOptions small;
+  small.unit = pmd / 2;
+  auto s = pool::ShmemBackend::create(small);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE((*s)->huge_folios());
+  EXPECT_NE((*s)->huge_folios_note().find("not a multiple"), std::string::npos) << (*s)->huge_folios_note();
+}
+
+// A tmpfs mounted at a fresh directory with `options` (root only); unmounted
+// and removed at the end.
+class TmpfsAt {
+ public:
+  explicit TmpfsAt(const std::string& options) {
+    char tmpl[] = "/var/tmp/airs-huge-dir-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    path_ = tmpl;
+    mounted_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~TmpfsAt() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+    if (!path_.empty()) ::rmdir(path_.c_str());
+  }
+  TmpfsAt(const TmpfsAt&) = delete;
+  TmpfsAt& operator=(const TmpfsAt&) = delete;
+  [[nodiscard]] bool mounted() const { return mounted_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::string error_ = "no directory";
+  bool mounted_ = false;
+};
+
+uint64_t device_of_fd(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
+}
+
+uint64_t device_of_path(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_dev) : 0;
+}
+
+TEST(ShmemBackend, AHugeDirIsUsedWhenItGivesHugeFoliosAndNamedWhenNot) {
+  const uint64_t pmd = sys::thp_pmd_size();
+  if (pmd == 0 || 2 * kMiB % pmd != 0) GTEST_SKIP() << "no transparent huge pages of at most 2 MiB here";
+  {
+    TmpfsAt huge("huge=within_size,size=0,mode=0700");
+    if (!huge.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (" << huge.error() << ")";
+    pool::ShmemOptions o;
+    o.huge_dir = huge.path();
+    auto b = pool::ShmemBackend::create(o);
+    ASSERT_TRUE(b.ok());
+    ASSERT_TRUE((*b)->huge_folios()) << (*b)->huge_folios_note();
+    EXPECT_NE((*b)->huge_folios_note().find(huge.path()), std::string::npos) << (*b)->huge_folios_note();
+    auto fd = (*b)->create_file("airs-model:in-dir", (*b)->page_size());
+    ASSERT_TRUE(fd.ok()) << fd.error().message;
+    EXPECT_EQ(device_of_fd(fd->get()), device_of_path(huge.path())) << "the file is not on the directory's tmpfs";
+  }
+  TmpfsAt small("huge=never,size=0,mode=0700");
+  ASSERT_TRUE(small.mounted()) << small.error();
+  char plain[] = "/var/tmp/airs-plain-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(plain), nullptr);
+  for (const std::string& dir : {small.path(), std::string(plain)}) {
+    pool::ShmemOptions o;
+    o.huge_dir = dir;
+    auto b = pool::ShmemBackend::create(o);
+    ASSERT_TRUE(b.ok());
+    const std::string note = (*b)->huge_folios_note();
+    // Named with what is wrong with it; the files go elsewhere (a private
+    // mount where this process may mount, which it may: it mounted above).
+    EXPECT_NE(note.find(dir + (dir == plain ? " is not a tmpfs" : ": base pages only")), std::string::npos) << note;
+    EXPECT_TRUE((*b)->huge_folios()) << note;
+    auto fd = (*b)->create_file("airs-model:elsewhere", (*b)->page_size());
+    ASSERT_TRUE(fd.ok());
+    EXPECT_NE(device_of_fd(fd->get()), device_of_path(dir));
+  }
+  ::rmdir(plain);
+}
+
+TEST(ShmemBackend, ATakenNameGetsASuffixAndTheOtherFileIsLeftAlone) {
+  char dir[] = "/var/tmp/airs-names-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  sys::UniqueFd d(::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(d.valid());
+  // Another creator's file, still linked under the name.
+  sys::UniqueFd other(::openat(d.get(), "airs-model:m", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  ASSERT_TRUE(other.valid());
+  ASSERT_EQ(::write(other.get(), "x", 1), 1);
+  auto fd = sys::create_tmpfs_file(d.get(), "airs-model:m");
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_EQ(fd_link(fd->get()), std::string(dir) + "/airs-model:m.1 (deleted)");
+  struct stat st {};
+  ASSERT_EQ(::fstatat(d.get(), "airs-model:m", &st, 0), 0) << "the other file must stay";
+  EXPECT_EQ(st.st_size, 1);
+  EXPECT_NE(::fstatat(d.get(), "airs-model:m.1", &st, 0), 0) << "ours is unlinked at once";
+  ::unlinkat(d.get(), "airs-model:m", 0);
+  ::rmdir(dir);
 }
 
 TEST(ShmemBackend, UnitIsAMultipleOfTheBasePage) {
