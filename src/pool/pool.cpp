@@ -1,5 +1,7 @@
 #include "pool/pool.hpp"
 
+#include <linux/magic.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -226,9 +228,14 @@ Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name
   if (!sr) return std::move(sr).error();
   const struct stat& st = *sr;
   const auto size = static_cast<uint64_t>(st.st_size);
-  // A hugetlbfs file's block is its huge page; a memfd's is the base page.
+  // hugetlbfs files (block: the huge page) for the hugetlbfs backend; shmem
+  // (a memfd, or a file on a huge tmpfs whose block is its huge page) for
+  // the shmem backend. A region of the other kind is never adopted: its
+  // pages would be counted as the wrong memory.
   const auto blk = static_cast<uint64_t>(st.st_blksize);
-  const bool same_kind = backend_->hands_over_per_unit() ? blk < ps : blk == ps;
+  auto fs = sys::fs_type_of(fd.get(), "model '" + name + "': the kept region");
+  if (!fs) return std::move(fs).error();
+  const bool same_kind = backend_->hands_over_per_unit() ? *fs == TMPFS_MAGIC : (*fs == HUGETLBFS_MAGIC && blk == ps);
   if (!S_ISREG(st.st_mode) || size == 0 || size % ps != 0 || !same_kind)
     return make_error(EINVAL, "model '{}': the kept region is not a file of whole {} pages ({} bytes, block size {})",
                       name, format_bytes(ps), size, static_cast<uint64_t>(st.st_blksize));

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +46,12 @@ Result<struct stat> stat_of(int fd, const std::string& what) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(errno, "{}: fstat: {}", what, std::strerror(errno));
   return st;
+}
+
+Result<uint64_t> fs_type_of(int fd, const std::string& what) {
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return make_error(errno, "{}: fstatfs: {}", what, std::strerror(errno));
+  return static_cast<uint64_t>(fs.f_type);
 }
 
 Result<std::pair<dev_t, ino_t>> inode_of(int fd) {

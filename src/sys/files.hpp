@@ -41,6 +41,8 @@ struct FileId {
 
 // fstat(fd), naming `what` in the error.
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);
+// fstatfs(fd).f_type (HUGETLBFS_MAGIC, TMPFS_MAGIC, ...), naming `what` in the error.
+[[nodiscard]] Result<uint64_t> fs_type_of(int fd, const std::string& what);
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 // Replaces `path` with `data` atomically: written to `path`.tmp (mode
