@@ -37,14 +37,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool write_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  return n == static_cast<ssize_t>(text.size());
-}
-
 uint64_t meminfo_kb(const std::string& key) {
   std::ifstream in("/proc/meminfo");
   std::string k;
