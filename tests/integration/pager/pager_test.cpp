@@ -344,6 +344,34 @@ class PagerTest : public ::testing::Test {
     return d;
   }
 
+  // Once every drain ended: the pool holds exactly what it held at `counts0`
+  // / `kv0`, and our files hold exactly the pool.
+  static void expect_pool_as(Daemon& d, const pool::PoolCounts& counts0, const pool::KernelView& kv0) {
+    ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
+    EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
+    auto kv1 = d.pool->kernel_view();
+    ASSERT_TRUE(kv1.ok());
+    // Global Free/Rsvd are not compared: other processes on the machine may
+    // use huge pages meanwhile.
+    EXPECT_EQ(kv1->files_pages, kv0.files_pages);
+    EXPECT_EQ(kv1->files_pages, counts0.total_pages());
+  }
+
+  // Holds this process's block reads in the device (a blkio throttle of
+  // 4 KiB/s on the disk of `file`) while held; the destructor lets them go,
+  // so the pager can drain whatever fails. Spawn clients before start():
+  // children inherit the group.
+  struct HeldReads {
+    test::BlkioThrottle throttle;
+    explicit HeldReads(const std::string& file) : throttle(file, 4096) {}
+    ~HeldReads() { (void)throttle.set_rate(0); }
+    HeldReads(const HeldReads&) = delete;
+    HeldReads& operator=(const HeldReads&) = delete;
+    bool start() { return throttle.add(::getpid()); }
+    bool hold() { return throttle.set_rate(4096); }
+    bool release() { return throttle.set_rate(0); }
+  };
+
   static pager::ModelStats stats(Daemon& d, ModelId id) {
     auto s = d.pager->stats(id);
     EXPECT_TRUE(s.ok());
@@ -575,14 +603,7 @@ TEST_P(PagerModeTest, KillDashNineOfAClientMidFault) {
   EXPECT_TRUE(WIFEXITED(gst) && WEXITSTATUS(gst) == 0) << describe(gst);
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
   ASSERT_TRUE(d.pager->unload(id));
-  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
-  EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
-  auto kv1 = d.pool->kernel_view();
-  ASSERT_TRUE(kv1.ok());
-  // Our files hold exactly the pool again (global Free/Rsvd are not compared
-  // here: other processes on the machine may use huge pages meanwhile).
-  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  EXPECT_EQ(kv1->files_pages, counts0.total_pages());
+  expect_pool_as(d, counts0, *kv0);
 }
 
 TEST_P(PagerModeTest, ReadErrorGivesSigbusNotZeros) {
@@ -735,17 +756,12 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
   auto kv0 = d.pool->kernel_view();
   ASSERT_TRUE(kv0.ok());
 
-  test::BlkioThrottle throttle(g_src, 4096);
-  if (!throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << throttle.why();
-  // Clients first: they must not inherit the throttle.
+  HeldReads held(g_src);
+  if (!held.throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << held.throttle.why();
   Child ca = spawn("touch:0");
   Child cb = spawn("seq", b_src);
   Child cc = spawn("seq", c_src);
-  struct Lift {
-    test::BlkioThrottle& t;
-    ~Lift() { (void)t.set_rate(0); }  // whatever fails below: the held reads go, the pager can drain
-  } lift{throttle};
-  ASSERT_TRUE(throttle.add(::getpid()));
+  ASSERT_TRUE(held.start());
 
   const ModelId a = load(d, g_src, "a");
   if (!stats(d, a).direct_io) GTEST_SKIP() << g_src << " takes no O_DIRECT: its reads would come from the page cache";
@@ -785,7 +801,7 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.error().code, ENOSPC) << early.error().message;
 
-  ASSERT_TRUE(throttle.set_rate(0));
+  ASSERT_TRUE(held.release());
   ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
   ASSERT_EQ(drained.size(), 1U);
   EXPECT_EQ(drained[0].first, a);
@@ -803,12 +819,7 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
   EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << "C's client saw other bytes than C's: " << describe(cst);
 
   for (ModelId id : {*b, *c}) ASSERT_TRUE(d.pager->unload(id));
-  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
-  EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
-  auto kv1 = d.pool->kernel_view();
-  ASSERT_TRUE(kv1.ok());
-  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  EXPECT_EQ(kv1->files_pages, counts0.total_pages());
+  expect_pool_as(d, counts0, *kv0);
 }
 
 // Evict while reads are held in the device: it returns at once, the pages
@@ -823,15 +834,13 @@ TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
   d.pager->set_drain_listener([&](ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
   const auto counts0 = d.pool->counts();
   const uint64_t a_pages = pool::pages_for(g_file_size, g_unit);
-  test::BlkioThrottle throttle(g_src, 4096);
-  if (!throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << throttle.why();
+  HeldReads held(g_src);
+  if (!held.throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << held.throttle.why();
   Child first = spawn("touch:0");
   Child later = spawn("seq");
-  struct Lift {
-    test::BlkioThrottle& t;
-    ~Lift() { (void)t.set_rate(0); }
-  } lift{throttle};
-  ASSERT_TRUE(throttle.add(::getpid()));
+  Child again = spawn("seq");
+  Child last = spawn("random:5");
+  ASSERT_TRUE(held.start());
   const ModelId id = load(d, g_src);
   if (!stats(d, id).direct_io) GTEST_SKIP() << g_src << " takes no O_DIRECT: its reads would come from the page cache";
   ASSERT_TRUE(attach(d, id, first, 1));
@@ -840,13 +849,12 @@ TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
   auto busy = d.pager->evict(id);
   ASSERT_FALSE(busy);
   EXPECT_EQ(busy.error().code, EBUSY);
-  ASSERT_TRUE(throttle.set_rate(0));
+  ASSERT_TRUE(held.release());
   const int fst = wait_child(&d, first.pid);
   EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << describe(fst);
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  // The window's reads are still in the device when the eviction starts?
-  // Hold the next ones: a fault-free prefetch (touch unit 0's neighbours).
-  ASSERT_TRUE(throttle.set_rate(4096));
+  // Hold the next reads: `later` faults on units not read yet.
+  ASSERT_TRUE(held.hold());
   ASSERT_TRUE(d.pager->ensure_loaded(id));
   ASSERT_TRUE(attach(d, id, later, 2));
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1 && stats(d, id).faults_waited >= 2; }));
@@ -861,7 +869,7 @@ TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
   EXPECT_EQ(d.pager->returning_pages(), a_pages);
   EXPECT_EQ(d.pool->counts().model_pages, a_pages) << "pages counted free while reads still write them";
   EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
-  ASSERT_TRUE(throttle.set_rate(0));
+  ASSERT_TRUE(held.release());
   ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
   ASSERT_EQ(drained.size(), 1U);
   EXPECT_EQ(drained[0].second, pager::Pager::Drained::Evicted);
@@ -872,9 +880,8 @@ TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
   EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
 
   // Given up: an attach while the eviction drains keeps the model.
-  Child again = spawn("seq");
   ASSERT_TRUE(d.pager->ensure_loaded(id));
-  ASSERT_TRUE(throttle.set_rate(4096));
+  ASSERT_TRUE(held.hold());
   ASSERT_TRUE(attach(d, id, again, 3));
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1; }));
   ::kill(again.pid, SIGKILL);
@@ -885,12 +892,11 @@ TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
   ASSERT_EQ(*d.pager->evict(id), pager::Pager::Drain::Pending);
   ASSERT_TRUE(d.pager->ensure_loaded(id));  // someone wants it again
   EXPECT_EQ(d.pager->returning_pages(), 0U);
-  ASSERT_TRUE(throttle.set_rate(0));
+  ASSERT_TRUE(held.release());
   ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
   EXPECT_EQ(drained[0].second, pager::Pager::Drained::Kept);
   EXPECT_EQ(d.pool->counts().model_pages, a_pages);
   EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
-  Child last = spawn("random:5");
   ASSERT_TRUE(attach(d, id, last, 4));
   const int lst = wait_child(&d, last.pid);
   EXPECT_TRUE(WIFEXITED(lst) && WEXITSTATUS(lst) == 0) << describe(lst);
