@@ -2,7 +2,8 @@
 // pressure loop and admin eviction all plan with policy::plan_eviction over
 // snapshot() and carry the plan out here: cached prefix blocks and session
 // KV through KvService, models through Models::unload (the entry goes, the
-// region is truncated). Loop thread only.
+// region is truncated; its pages follow once its reads landed, counted as
+// free meanwhile). Loop thread only.
 #pragma once
 
 #include <chrono>

@@ -183,7 +183,8 @@ Pager::Model* Pager::find_any(ModelId id) const {
 }
 
 uint32_t Pager::populates_active() const {
-  return static_cast<uint32_t>(std::count_if(populates_.begin(), populates_.end(), [](const Populate& p) { return p.active; }));
+  return static_cast<uint32_t>(
+      std::count_if(populates_.begin(), populates_.end(), [](const Populate& p) { return p.active; }));
 }
 
 namespace {
@@ -505,6 +506,8 @@ void Pager::end_drains() {
   for (auto& [id, m] : models_) {
     if (m->retire != Model::Retire::Evict || !m->idle()) continue;
     m->retire = Model::Retire::None;
+    // At shutdown nothing is punched: clients keep what they map (never zeros).
+    if (closing_) continue;
     if (m->keep || !m->waiting.empty()) {
       m->keep = false;
       spdlog::info("model '{}': eviction given up, a client wants it again", m->name);
