@@ -545,9 +545,17 @@ TEST_F(ClientIntegration, UnloadThenReopenRefills) {
 // pages not yet free: they come back only once the reads landed). A model
 // that needs those pages loads, with its own bytes, once they did.
 TEST_F(ClientIntegration, UnloadAnswersAtOnceWhileTheModelsReadsDrain) {
+  auto w = make_model(dir_, "w.gguf", "warm", 14 * kMiB);
   auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB);
   auto b = make_model(dir_, "b.gguf", "next", 20 * kMiB);
-  if (!start(32, "", 4096)) return;  // one of them at a time
+  if (!start(32, "", uint64_t{1} << 40)) return;  // room for one of a and b at a time
+  // Every daemon code path below runs once unthrottled first: a page-in of
+  // its binary queued behind held reads would wait for them.
+  const std::string warm = load(w);
+  ASSERT_TRUE(wait_until([&] { return model_status(warm).value("state", std::string()) == "resident"; }, 30000ms));
+  ASSERT_TRUE(dbus_->unload(warm, false).ok());
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
+  ASSERT_TRUE(throttle_->set_rate(4096));
   const std::string obj = load(a);
   if (!require_direct_io(obj)) return;
   auto before = dbus_->status();

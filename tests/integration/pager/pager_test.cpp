@@ -4,10 +4,12 @@
 // processes (pager_test_client) that check every byte against the file.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -360,14 +363,38 @@ class PagerTest : public ::testing::Test {
   // Holds this process's block reads in the device (a blkio throttle of
   // 4 KiB/s on the disk of `file`) while held; the destructor lets them go,
   // so the pager can drain whatever fails. Spawn clients before start():
-  // children inherit the group.
+  // children inherit the group. start() first locks every page of the files
+  // this process maps (its binary, its libraries): a page-in queued behind
+  // held reads would wait for them, and the test with it.
   struct HeldReads {
     test::BlkioThrottle throttle;
+    std::vector<std::pair<void*, size_t>> locked;
     explicit HeldReads(const std::string& file) : throttle(file, 4096) {}
-    ~HeldReads() { (void)throttle.set_rate(0); }
+    ~HeldReads() {
+      (void)throttle.set_rate(0);
+      for (auto [addr, len] : locked) ::munlock(addr, len);
+    }
     HeldReads(const HeldReads&) = delete;
     HeldReads& operator=(const HeldReads&) = delete;
-    bool start() { return throttle.add(::getpid()); }
+    bool start() {
+      auto maps = sys::read_text_file("/proc/self/maps", 16 << 20);
+      if (!maps) return false;
+      std::istringstream in(*maps);
+      std::string line;
+      while (std::getline(in, line)) {
+        unsigned long lo = 0, hi = 0;
+        char path[4096] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %*s %*s %*s %*s %4095s", &lo, &hi, path) != 3 || path[0] != '/')
+          continue;
+        struct stat st {};
+        // Only files on a block device can need a read from it.
+        if (::stat(path, &st) != 0 || !S_ISREG(st.st_mode) || major(st.st_dev) == 0) continue;
+        void* addr = reinterpret_cast<void*>(lo);
+        if (::mlock(addr, hi - lo) != 0) return false;
+        locked.emplace_back(addr, hi - lo);
+      }
+      return throttle.add(::getpid());
+    }
     bool hold() { return throttle.set_rate(4096); }
     bool release() { return throttle.set_rate(0); }
   };
