@@ -6,6 +6,9 @@
 // A very low rate holds reads in the device queue until set_rate() lifts it:
 // the kernel dispatches the queued bios as soon as the rule changes, so a
 // test can order "reads in flight" against other events without timing.
+// While reads are held, a held process must not page anything in from that
+// disk (its binary, its libraries): the page-in queues behind the held
+// reads. Lock those mappings first, or run every code path once before.
 #pragma once
 
 #include <sys/types.h>
