@@ -44,7 +44,10 @@ Daemon::Daemon(Options options) : cfg_(std::move(options.config)), bus_address_(
 Daemon::~Daemon() {
   // The pager may still finish reads while it drains: nothing above it may
   // hear about them any more.
-  if (pager_) pager_->set_state_listener({});
+  if (pager_) {
+    pager_->set_state_listener({});
+    pager_->set_drain_listener({});
+  }
   // Clients outlive us: their mappings keep the pages they map (a clean
   // exit must not hand a resident client zeros; a restart can re-adopt).
   if (pool_) pool_->leave_regions_in_place();
@@ -219,6 +222,11 @@ Status Daemon::init() {
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
+    // An eviction's pages are back in the pool: what the pressure loop
+    // meant to give the kernel goes now.
+    pager_->set_drain_listener([this](pager::ModelId, pager::Pager::Drained) {
+      if (pressure_) pressure_->pages_returned();
+    });
     if (!cfg_.daemon.state_dir.empty()) {
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
       models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));

@@ -5,6 +5,7 @@
 #include "daemon/kv_service.hpp"
 #include "daemon/models.hpp"
 #include "dbus/names.hpp"
+#include "util/units.hpp"
 
 namespace airs::daemon {
 
@@ -14,7 +15,9 @@ Evictor::Evictor(pool::Pool& pool, Models& models, KvService& kv, policy::Config
 policy::PoolState Evictor::snapshot() const {
   policy::PoolState s = kv_.snapshot();
   s.total_bytes = pool_.counts().total_bytes();
-  s.free_bytes = pool_.counts().free_bytes();
+  // Pages of unloaded models on their way back are as good as free: a
+  // plan that ignored them would evict a second model for the same need.
+  s.free_bytes = available_bytes();
   for (ModelEntry* m : models_.all()) {
     policy::ModelState ms;
     ms.id = m->id;
@@ -37,20 +40,37 @@ Result<uint64_t> Evictor::execute(const policy::Action& a) {
   if (a.kind != policy::ActionKind::EvictModel) return kv_.execute(a);
   ModelEntry* m = models_.find(a.id);
   if (m == nullptr) return make_error(ENOENT, "model {} is gone", a.id);
-  const uint64_t before = pool_.counts().free_bytes();
+  const uint64_t before = available_bytes();
   AIRS_TRY(models_.unload(*m, false, kv_.sessions_on(a.id) > 0, a.reason));
-  const uint64_t after = pool_.counts().free_bytes();
+  const uint64_t after = available_bytes();
   return after > before ? after - before : 0;
 }
 
+uint64_t Evictor::available_bytes() const {
+  return pool_.counts().free_bytes() + models_.returning_pages() * pool_.page_size();
+}
+
 Status Evictor::make_room(const policy::Request& req, const std::string& why) {
-  auto p = plan(req);
-  if (!p.satisfied) return make_error(ENOMEM, "{}: pool exhausted: {}", why, p.shortfall);
-  for (const auto& a : p.actions) {
-    if (auto r = execute(a); !r)
-      spdlog::warn("{}: evicting {} failed: {}", why, object_of(a), r.error().message);
-    else
-      spdlog::info("{}: evicted {} ({})", why, object_of(a), a.reason);
+  const uint64_t want_free = pool_.counts().free_bytes() + req.bytes;
+  // Pages on their way back cover that much of the need: plan the rest only.
+  policy::Request rest = req;
+  rest.bytes -= std::min(rest.bytes, models_.returning_pages() * pool_.page_size());
+  if (rest.bytes > 0 || req.bytes == 0) {
+    auto p = plan(rest);
+    if (!p.satisfied) return make_error(ENOMEM, "{}: pool exhausted: {}", why, p.shortfall);
+    for (const auto& a : p.actions) {
+      if (auto r = execute(a); !r)
+        spdlog::warn("{}: evicting {} failed: {}", why, object_of(a), r.error().message);
+      else
+        spdlog::info("{}: evicted {} ({})", why, object_of(a), a.reason);
+    }
+  }
+  if (pool_.counts().free_bytes() < want_free && models_.returning_pages() > 0) {
+    spdlog::info("{}: waiting for the reads in flight of unloaded models ({} on their way back to the pool)", why,
+                 format_bytes(models_.returning_pages() * pool_.page_size()));
+    if (!models_.finish_drains(Clock::now() + kRoomDrainLimit))
+      spdlog::warn("{}: {} still held by reads in flight after {} s", why,
+                   format_bytes(models_.returning_pages() * pool_.page_size()), kRoomDrainLimit.count());
   }
   return {};
 }

@@ -2,9 +2,11 @@
 // pressure loop and admin eviction all plan with policy::plan_eviction over
 // snapshot() and carry the plan out here: cached prefix blocks and session
 // KV through KvService, models through Models::unload (the entry goes, the
-// region is truncated). Loop thread only.
+// region is truncated; its pages follow once its reads landed, counted as
+// free meanwhile). Loop thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -25,11 +27,18 @@ class Evictor {
   // clients' references and its open KV sessions (both are users).
   [[nodiscard]] policy::PoolState snapshot() const;
   [[nodiscard]] policy::Plan plan(const policy::Request& req) const;
-  // Carries out one action. Returns the pool bytes it freed.
+  // Carries out one action. Returns the pool bytes it freed (a model's
+  // pages count though they may still be on their way back: returning).
   Result<uint64_t> execute(const policy::Action& a);
   // Plans `req` and acts only on a plan that covers it (nothing is lost for
   // a request that fails anyway). ENOMEM naming `why` and the shortfall.
+  // Pages of unloaded models still in flight back to the pool count as
+  // free in the plan; when the caller's pages are among them, this waits
+  // for those drains (serving the pager's completions, at most
+  // kRoomDrainLimit): the one place left where the loop waits for reads,
+  // and only for a request that cannot go on without them (docs/retire.md).
   Status make_room(const policy::Request& req, const std::string& why);
+  static constexpr auto kRoomDrainLimit = std::chrono::seconds(5);
   // The object an action names, for reports ("kv-arena:<id>" for cached blocks).
   [[nodiscard]] std::string object_of(const policy::Action& a) const;
   [[nodiscard]] const policy::Config& config() const { return cfg_; }
@@ -39,6 +48,7 @@ class Evictor {
   pool::Pool& pool_;
   Models& models_;
   KvService& kv_;
+  [[nodiscard]] uint64_t available_bytes() const;  // free + returning
   policy::Config cfg_;
 };
 

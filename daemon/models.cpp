@@ -328,9 +328,10 @@ Status Models::unload(ModelEntry& m, bool force, bool in_use, const std::string&
   const uint32_t refs = m.refcount();
   auto st = pager_.unload(m.pager_id);
   models_.erase(id);
-  if (!st) return st;
-  spdlog::info("model '{}' unloaded ({}){}", name, reason,
-               refs > 0 ? fmt::format(": {} references revoked, their mappings now get SIGBUS", refs) : std::string());
+  if (!st) return std::move(st).error();
+  spdlog::info("model '{}' unloaded ({}){}{}", name, reason,
+               refs > 0 ? fmt::format(": {} references revoked, their mappings now get SIGBUS", refs) : std::string(),
+               *st == pager::Pager::Drain::Pending ? "; its pages return once its reads in flight landed" : "");
   return {};
 }
 

@@ -4,10 +4,11 @@
 // needs. The mechanism (pool region, fills, faults) is the Pager's; what is
 // loaded, and when it goes, is decided here and nowhere else.
 //
-// A model is in the table exactly while its region is in the pool: eviction
-// and unload are the same operation (the entry is dropped, the region is
-// truncated so every remaining mapping gets SIGBUS, never zeros or stale
-// bytes), and a later LoadModel of the same file makes a new model.
+// A model is in the table until it is evicted or unloaded, the same
+// operation: the entry is dropped and the region truncated at once (every
+// remaining mapping gets SIGBUS, never zeros or stale bytes); its pages
+// return to the pool once its reads in flight landed (returning_pages(),
+// docs/retire.md). A later LoadModel of the same file makes a new model.
 //
 // Access (every call, not just the first loader's): LoadModel and Open take
 // the caller's own fd of the GGUF, which must be a regular file open for
@@ -162,10 +163,12 @@ class Models {
   // Everything `caller` held (it left the bus).
   void drop_caller(const std::string& caller);
 
-  // Drops the model: its region is truncated (every mapping SIGBUS on next
-  // access) and returned to the pool, the entry destroyed (`m` dangles
-  // after). Without `force`: EBUSY while it has references or `in_use`, and
-  // pinned models stay. `reason` goes to the log and the Evicted signal.
+  // Drops the model: the entry is destroyed (`m` dangles after) and its
+  // region truncated (every mapping SIGBUS on next access) at once; the
+  // pages return to the pool once the model's reads in flight landed, on
+  // the loop (returning_pages() until then; nothing waits for them).
+  // Without `force`: EBUSY while it has references or `in_use`, and pinned
+  // models stay. `reason` goes to the log and the Evicted signal.
   Status unload(ModelEntry& m, bool force, bool in_use, const std::string& reason);
 
   ModelEntry* find(uint64_t id);
@@ -174,6 +177,14 @@ class Models {
   std::vector<ModelEntry*> all();
   [[nodiscard]] Charge charged_to(uid_t uid) const;
   [[nodiscard]] std::optional<pager::ModelStats> stats(const ModelEntry& m) const;
+  // Pool pages of unloaded models that their reads still in flight hold
+  // (pager::Pager::returning_pages): the entries are gone, the pages come
+  // back once those reads landed. Every planner counts them as free, so
+  // nothing is evicted twice for one need.
+  [[nodiscard]] uint64_t returning_pages() const { return pager_.returning_pages(); }
+  // Serves the pager's completions until those pages are back or `deadline`
+  // passed (Evictor::make_room). True when nothing drains any more.
+  bool finish_drains(Clock::time_point deadline) { return pager_.finish_drains(deadline); }
   // The pool's and the status pages' inodes of every model (fd accounting).
   void add_inodes(sys::InodeSet& out) const;
 

@@ -244,7 +244,9 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
   for (const auto& a : r.plan.actions) r.outcomes.push_back(EvictionOutcome{a, evictor_.object_of(a), 0, {}});
   if (dry_run) return r;
 
-  const uint64_t free_before = pool_.counts().free_pages;
+  // Pages of models whose reads were in flight come back when those land
+  // (a drain): counted as freed now, given back to the kernel then.
+  const uint64_t free_before = available_pages();
   for (auto& o : r.outcomes) {
     auto freed = evictor_.execute(o.action);
     if (!freed) {
@@ -255,14 +257,14 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
     }
     o.freed_bytes = *freed;
   }
-  const uint64_t free_after = pool_.counts().free_pages;
+  const uint64_t free_after = available_pages();
   const uint64_t freed_pages = free_after > free_before ? free_after - free_before : 0;
   r.freed_bytes = freed_pages * ps;
 
-  // The pages sit free in the pool now; only a lower nr_hugepages turns
-  // them into memory the rest of the system can use. One write for the
-  // reserve share and everything just freed.
-  uint64_t give = std::min(pool_.counts().free_pages, reserve_pages + freed_pages);
+  // The pages sit free in the pool now (or soon); only a lower nr_hugepages
+  // turns them into memory the rest of the system can use. One write for
+  // the reserve share and everything just freed that is back already.
+  uint64_t give = std::min(free_after, reserve_pages + freed_pages);
   const uint64_t total = pool_.counts().total_pages();
   if (total - std::min(total, give) < floor_pages_) {
     give = total > floor_pages_ ? total - floor_pages_ : 0;
@@ -270,19 +272,9 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
                                 floor_pages_);
   }
   if (cfg_.resize_pool && give > 0) {
-    auto took = pool_.shrink(give);
-    if (!took) {
-      ++counters_.resize_failures;
-      r.resize_note = "giving pages back failed: " + took.error().message;
-    } else {
-      r.returned_bytes = *took * ps;
-      if (*took < give) {
-        ++counters_.resize_failures;
-        r.resize_note = fmt::format("the kernel took back {} of {} free huge pages (another process holds or "
-                                    "reserved free pages?)",
-                                    *took, give);
-      }
-    }
+    const uint64_t back = std::min(give, pool_.counts().free_pages);
+    owed_pages_ += give - back;
+    r.returned_bytes = give_back(back, r.resize_note) * ps;
     if (!r.resize_note.empty()) {
       last_resize_error_ = r.resize_note;
       spdlog::warn("pressure: {}", r.resize_note);
@@ -294,6 +286,46 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
   max_duration_us_ = std::max(max_duration_us_, r.duration_us);
   remember(r);
   return r;
+}
+
+uint64_t PressureLoop::available_pages() const {
+  const uint64_t have = pool_.counts().free_pages + models_.returning_pages();
+  return have - std::min(have, owed_pages_);
+}
+
+uint64_t PressureLoop::give_back(uint64_t pages, std::string& note) {
+  if (pages == 0) return 0;
+  auto took = pool_.shrink(pages);
+  if (!took) {
+    ++counters_.resize_failures;
+    note = "giving pages back failed: " + took.error().message;
+    return 0;
+  }
+  if (*took < pages) {
+    ++counters_.resize_failures;
+    note = fmt::format("the kernel took back {} of {} free huge pages (another process holds or reserved free pages?)",
+                       *took, pages);
+  }
+  return *took;
+}
+
+void PressureLoop::pages_returned() {
+  if (owed_pages_ == 0) return;
+  const uint64_t total = pool_.counts().total_pages();
+  uint64_t n = std::min(owed_pages_, pool_.counts().free_pages);
+  if (total - std::min(total, n) < floor_pages_) n = total > floor_pages_ ? total - floor_pages_ : 0;
+  // Still owed: what is still on its way; the rest (the floor) is forgotten.
+  owed_pages_ = std::min(owed_pages_ - std::min(owed_pages_, n), models_.returning_pages());
+  std::string note;
+  const uint64_t took = give_back(n, note);
+  counters_.returned_bytes += took * pool_.page_size();
+  if (!note.empty()) {
+    last_resize_error_ = note;
+    spdlog::warn("pressure: {}", note);
+  }
+  if (took > 0)
+    spdlog::info("pressure: {} back to the kernel now that the evicted models' reads landed",
+                 format_bytes(took * pool_.page_size()));
 }
 
 void PressureLoop::remember(const EvictionReport& r) {
@@ -328,7 +360,9 @@ void PressureLoop::pressure_evict(policy::Level level) {
   const uint64_t ps = pool_.page_size();
   const uint64_t target = level == policy::Level::Full ? cfg_.target_full_bytes : cfg_.target_some_bytes;
   // Free pool pages first: handing them back destroys nothing.
-  const uint64_t reserve_pages = cfg_.resize_pool ? std::min(pool_.counts().free_pages, target / ps) : 0;
+  // Pages on their way back from an earlier eviction count: planning more
+  // for them would evict twice for one need.
+  const uint64_t reserve_pages = cfg_.resize_pool ? std::min(available_pages(), target / ps) : 0;
   const uint64_t rest = target - std::min(target, reserve_pages * ps);
   std::optional<policy::Request> req;
   // When the reserve covers the target nothing is planned (a request for 0

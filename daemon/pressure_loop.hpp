@@ -112,6 +112,10 @@ class PressureLoop {
   // `bytes` (the pinned primary model's footprint), so it can always be
   // loaded again. Only ever raised.
   void raise_floor(uint64_t bytes) { floor_pages_ = std::max(floor_pages_, pool::pages_for(bytes, pool_.page_size())); }
+  // A model's drain ended (pager::Pager::DrainListener): pages an eviction
+  // meant to give back to the kernel, still held by reads in flight when it
+  // ran, go back now.
+  void pages_returned();
 
  private:
   PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, Evictor& evictor, const config::Config& cfg,
@@ -126,6 +130,12 @@ class PressureLoop {
   EvictionReport run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run, std::string trigger);
   void remember(const EvictionReport& r);
   [[nodiscard]] bool pool_below_target() const;
+  // Free pool pages plus those on their way back (Models::returning_pages),
+  // less those already promised to the kernel (owed_pages_).
+  [[nodiscard]] uint64_t available_pages() const;
+  // Shrinks the pool by up to `pages`, never below the floor. Returns the
+  // pages the kernel took; failures are counted and noted.
+  uint64_t give_back(uint64_t pages, std::string& note);
   [[nodiscard]] uint64_t events_seen() const;
 
   sys::EventLoop& loop_;
@@ -135,6 +145,9 @@ class PressureLoop {
   config::PressureConfig cfg_;
   uint64_t pool_target_pages_ = 0;
   uint64_t floor_pages_ = 0;
+  // Pages a run meant to give back that were still on their way to the
+  // pool (a drain): given back by pages_returned().
+  uint64_t owed_pages_ = 0;
   Hooks hooks_;
   std::unique_ptr<pressure::PressureMonitor> monitor_;
   policy::Governor governor_;

@@ -68,7 +68,12 @@ struct Pager::Model {
   std::map<ClientKey, std::unique_ptr<Client>> clients;
   std::map<ClientKey, sys::UniqueFd> requesters;  // cooperative clients' request sockets (see follow())
   client::ModelLoadState state = client::ModelLoadState::Loading;
-  bool draining = false;
+  // Evict: takes no new reads or populates, punched once those in flight
+  // landed (unless `keep`). Unload: out of the table, truncated, dropped
+  // once they landed.
+  enum class Retire : uint8_t { None, Evict, Unload } retire = Retire::None;
+  bool keep = false;  // while an eviction drains: a client wants the model again
+  [[nodiscard]] bool idle() const { return in_flight == 0 && populates_in_flight == 0; }
   bool pin_warned = false;
   bool populate_warned = false;
   uint32_t in_flight = 0;
@@ -113,10 +118,28 @@ Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, sys::Rin
   populates_.resize(opts_.allocate_ahead);
 }
 
+// Bound on the wait at destruction (daemon shutdown) for reads still in the
+// device: an SD card's deepest queue takes ~1.6 s.
+constexpr auto kShutdownDrainLimit = std::chrono::seconds(10);
+
 Pager::~Pager() {
+  // Nothing above us may hear of what still completes.
+  state_listener_ = {};
+  drain_listener_ = {};
+  closing_ = true;
+  const bool drained = reap_until([this] { return reads_active_ == 0 && populates_active() == 0; },
+                                  Clock::now() + kShutdownDrainLimit);
+  if (!drained) {
+    // Their reads still write through the daemon's mappings: those stay
+    // mapped (leaked, the process is exiting) so no read lands in memory
+    // that a later mapping reuses.
+    spdlog::error("pager: {} reads and {} page populates still in flight after {} s; their regions stay mapped",
+                  reads_active_, populates_active(), kShutdownDrainLimit.count());
+    for (auto* tab : {&models_, &unloading_})
+      for (auto& [id, m] : *tab)
+        if (!m->idle()) (void)m->region.release();
+  }
   for (auto& [id, m] : models_) {
-    m->draining = true;
-    drain(*m);
     for (auto& [key, c] : m->clients) {
       loop_.remove(c->uffd.get());
       loop_.remove(c->pidfd.get());
@@ -150,6 +173,18 @@ Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& p
 Pager::Model* Pager::find(ModelId id) const {
   auto it = models_.find(id);
   return it == models_.end() ? nullptr : it->second.get();
+}
+
+// Also the unloaded models whose reads still land (completions only).
+Pager::Model* Pager::find_any(ModelId id) const {
+  if (Model* m = find(id)) return m;
+  auto it = unloading_.find(id);
+  return it == unloading_.end() ? nullptr : it->second.get();
+}
+
+uint32_t Pager::populates_active() const {
+  return static_cast<uint32_t>(
+      std::count_if(populates_.begin(), populates_.end(), [](const Populate& p) { return p.active; }));
 }
 
 namespace {
@@ -305,6 +340,7 @@ void Pager::publish(Model& m) {
 // Fill free read slots: fault-waited units of any model first, then prefetch
 // windows, then background warm-up.
 void Pager::pump() {
+  if (closing_) return;
   bool queued = false;
   for (ReadClass cls : {ReadClass::Urgent, ReadClass::Prefetch, ReadClass::Background}) {
     if (cls == ReadClass::Background && !opts_.background_warmup) break;
@@ -313,7 +349,7 @@ void Pager::pump() {
       progress = false;
       for (auto& [id, m] : models_) {
         if (reads_active_ >= opts_.queue_depth) break;
-        if (m->draining || !m->region->reserved()) continue;
+        if (m->retire != Model::Retire::None || !m->region->reserved()) continue;
         auto u = m->plan.next(cls);
         if (!u) continue;
         if (cls == ReadClass::Background && !warmup_rate_.take(m->unit, Clock::now())) {
@@ -344,7 +380,7 @@ bool Pager::populate_ahead() {
   bool queued = false;
   size_t slot = 0;
   for (auto& [id, m] : models_) {
-    if (m->draining || !m->region->reserved()) continue;
+    if (m->retire != Model::Retire::None || !m->region->reserved()) continue;
     for (ReadClass cls : {ReadClass::Prefetch, ReadClass::Background}) {
       if (cls == ReadClass::Background && !opts_.background_warmup) break;
       for (uint32_t u : m->plan.peek(cls, opts_.allocate_ahead)) {
@@ -370,9 +406,12 @@ bool Pager::populate_ahead() {
 void Pager::on_populated(size_t slot, int32_t res) {
   Populate& p = populates_[slot];
   p.active = false;
-  Model* m = find(p.model);
+  Model* m = find_any(p.model);
   if (m == nullptr) return;
   --m->populates_in_flight;
+  // Unloaded: past the truncation it allocated nothing (the fault past EOF
+  // failed it) or its page went with the truncation.
+  if (m->retire == Model::Retire::Unload) return;
   // Done or not, never retried: a unit whose pages are missing gets them from
   // its read (slower, same bytes), and a real problem shows up there.
   m->populated[p.unit] = kPopulated;
@@ -425,20 +464,112 @@ void Pager::submit_read(size_t slot) {
 
 void Pager::on_ring() {
   ring_->reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
-  map_ready();
-  pump();
+  after_reap();
+}
+
+void Pager::after_reap() {
+  map_ready();  // before a drain's punch takes the pages (a CONTINUE after it would find none)
+  end_drains();
+  pump();  // the slots the drained models held go to the others
+}
+
+bool Pager::reap_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  while (!done()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    auto st = ring_->wait_and_reap_for(static_cast<int>(std::min<int64_t>(left, 1000)),
+                                       [this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
+    if (!st && st.error().code != ETIME) {
+      spdlog::error("pager: {}", st.error().message);
+      return false;
+    }
+    after_reap();
+  }
+  return true;
+}
+
+bool Pager::finish_drains(Clock::time_point deadline) {
+  return reap_until(
+      [this] {
+        return unloading_.empty() && std::none_of(models_.begin(), models_.end(), [](const auto& e) {
+                 return e.second->retire != Model::Retire::None;
+               });
+      },
+      deadline);
+}
+
+// Drains whose last read or populate landed in this reap end here, in a
+// fixed order: state first, then the listener (which may call back in).
+void Pager::end_drains() {
+  std::vector<std::pair<ModelId, Drained>> ended;
+  for (auto it = unloading_.begin(); it != unloading_.end();) {
+    if (!it->second->idle()) {
+      ++it;
+      continue;
+    }
+    spdlog::info("model '{}': its last reads landed; {} back in the pool", it->second->name,
+                 format_bytes(it->second->region->size()));
+    ended.emplace_back(it->first, Drained::Unloaded);
+    it = unloading_.erase(it);  // the region's destructor returns the pages: counted free from here on
+  }
+  for (auto& [id, m] : models_) {
+    if (m->retire != Model::Retire::Evict || !m->idle()) continue;
+    m->retire = Model::Retire::None;
+    // At shutdown nothing is punched: clients keep what they map (never zeros).
+    if (closing_) continue;
+    if (m->keep || !m->waiting.empty()) {
+      m->keep = false;
+      spdlog::info("model '{}': eviction given up, a client wants it again", m->name);
+      ended.emplace_back(id, Drained::Kept);
+      continue;
+    }
+    if (auto st = punch(*m); !st) {
+      spdlog::error("model '{}': eviction failed: {}", m->name, st.error().message);
+      ended.emplace_back(id, Drained::Kept);
+      continue;
+    }
+    ended.emplace_back(id, Drained::Evicted);
+  }
+  if (drain_listener_)
+    for (const auto& [id, how] : ended) drain_listener_(id, how);
+}
+
+uint64_t Pager::returning_pages() const {
+  uint64_t n = 0;
+  for (const auto& [id, m] : unloading_)
+    if (m->region->reserved()) n += m->region->pages();
+  for (const auto& [id, m] : models_)
+    if (m->retire == Model::Retire::Evict && !m->keep && m->waiting.empty() && m->region->reserved())
+      n += m->region->pages();
+  return n;
+}
+
+bool Pager::draining(ModelId id) const {
+  const Model* m = find_any(id);
+  return m != nullptr && m->retire != Model::Retire::None;
 }
 
 void Pager::on_completion(uint64_t user_data, int32_t res) {
   if ((user_data & kPopulateTag) != 0) return on_populated(user_data & ~kPopulateTag, res);
   const uint64_t slot = user_data;
   Read& r = reads_[slot];
-  Model* m = find(r.model);
+  Model* m = find_any(r.model);
   if (m == nullptr) {
     r.active = false;
     --reads_active_;
     return;
   }
+  if (m->retire == Model::Retire::Unload || closing_) {
+    // Its bytes go nowhere: the region is truncated (or the pager is going).
+    // A read that ran after the truncation failed on the mapping (EFAULT),
+    // one that ran before wrote pages no file or mapping holds any more.
+    r.active = false;
+    --reads_active_;
+    --m->in_flight;
+    return;
+  }
+  // An evicting model finishes what it started (short reads too): its
+  // bytes are good if the eviction is given up.
   auto requeue = [&] {
     submit_read(slot);
     if (auto st = ring_->submit(); !st) spdlog::error("pager: {}", st.error().message);
@@ -793,58 +924,70 @@ void Pager::handle_fault(Model& m, Client& c, uint64_t address, Clock::time_poin
   }
 }
 
-void Pager::drain(Model& m) {
-  // Populates too: one finishing after the punch would allocate a page again.
-  while (m.in_flight > 0 || m.populates_in_flight > 0) {
-    auto st = ring_->wait_and_reap([this](uint64_t user_data, int32_t res) { on_completion(user_data, res); });
-    if (!st) {
-      spdlog::error("pager: {}", st.error().message);
-      break;
-    }
-  }
-  // Units that completed meanwhile are mapped now, before a punch could
-  // take their pages (a CONTINUE after it would find none).
-  map_ready();
+Status Pager::punch(Model& m) {
+  AIRS_TRY(pool_.release_region(*m.region));
+  m.plan.reset();
+  m.state = client::ModelLoadState::Evicted;
+  m.status.reset(client::ModelLoadState::Evicted);
+  publish(m);
+  return {};
 }
 
-Status Pager::evict(ModelId id) {
+Result<Pager::Drain> Pager::evict(ModelId id) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "evict: no model {}", id);
-  if (!m->region->reserved()) return {};
+  if (m->retire == Model::Retire::Evict) {
+    m->keep = false;  // asked again: evict after all
+    return Drain::Pending;
+  }
+  if (!m->region->reserved()) return Drain::Done;
   if (!m->waiting.empty())
     return make_error(EBUSY, "model '{}': cannot evict while {} client fault(s) wait for it", m->name,
                       m->waiting.size());
-  m->draining = true;
-  drain(*m);
-  m->draining = false;
-  AIRS_TRY(pool_.release_region(*m->region));
-  m->plan.reset();
-  m->state = client::ModelLoadState::Evicted;
-  m->status.reset(client::ModelLoadState::Evicted);
-  publish(*m);
-  pump();  // the slots it held go to other models
-  return {};
+  if (!m->idle()) {
+    // No new reads or populates from here on (pump skips it); the region
+    // stays whole until the ones in flight landed (end_drains).
+    m->retire = Model::Retire::Evict;
+    m->keep = false;
+    spdlog::debug("model '{}': evicting once {} reads and {} populates landed", m->name, m->in_flight,
+                  m->populates_in_flight);
+    pump();
+    return Drain::Pending;
+  }
+  AIRS_TRY(punch(*m));
+  pump();
+  return Drain::Done;
 }
 
 Status Pager::ensure_loaded(ModelId id) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "no model {}", id);
+  if (m->retire == Model::Retire::Evict) {
+    m->keep = true;  // its region is still whole: the eviction is given up when the drain ends
+    return {};
+  }
   if (m->region->reserved()) return {};
   AIRS_TRY(pool_.reserve_region(*m->region));
   start_fill(*m);
   return {};
 }
 
-Status Pager::unload(ModelId id) {
+Result<Pager::Drain> Pager::unload(ModelId id) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "unload: no model {}", id);
-  m->draining = true;
-  drain(*m);
+  m->retire = Model::Retire::Unload;
+  m->state = client::ModelLoadState::Unloaded;
   // Tell readers first (libairs waits see it), then revoke every mapping:
   // after the truncation an access is SIGBUS, and no page can come back.
+  // It does not wait for the reads in flight (docs/retire.md): one the
+  // device already runs writes pages it pinned, which the truncation took
+  // out of the file and out of every mapping; one that starts later fails
+  // on the daemon's mapping, which now ends at 0 (EFAULT), as do populates.
+  // What waits is only the return of the pages to the pool, below.
   m->status.reset(client::ModelLoadState::Unloaded);
   publish(*m);
   Status revoked = sys::truncate_to_zero(m->region->fd(), "model '" + m->name + "' region");
+  if (!revoked) spdlog::error("model '{}': {}; its mappings are NOT revoked", m->name, revoked.error().message);
   // Threads blocked in a fault of a lazy client (waiting for a unit that
   // will never be read now) retry once woken: past the new end, SIGBUS.
   std::vector<ClientKey> keys;
@@ -854,9 +997,18 @@ Status Pager::unload(ModelId id) {
   }
   for (auto& [key, fd] : m->requesters) keys.push_back(key);
   for (ClientKey k : keys) drop_client(id, k, "model unloaded");
-  models_.erase(id);  // the region's destructor returns the pages
+  auto node = models_.extract(id);
+  const bool pending = !node.mapped()->idle();
+  if (pending) {
+    spdlog::debug("model '{}': unloaded; its pages return once {} reads and {} populates landed", node.mapped()->name,
+                  node.mapped()->in_flight, node.mapped()->populates_in_flight);
+    unloading_.insert(std::move(node));
+  }
+  // Otherwise the node goes here: the region's destructor returns the pages.
+  node = {};
   pump();
-  return revoked;
+  if (!revoked) return std::move(revoked).error();
+  return pending ? Drain::Pending : Drain::Done;
 }
 
 std::optional<std::vector<uint32_t>> Pager::take_access_order(ModelId id) {

@@ -13,8 +13,16 @@
 // not yet read into the region's page cache: safe, because a registered
 // client touching one gets a MINOR fault, and the pager CONTINUEs a unit only
 // once it is READY (handle_fault parks every other state, attach maps only
-// READY units). Eviction and unload wait for those populates like for reads
-// before punching, so no page is allocated after the punch.
+// READY units).
+//
+// Eviction and unload never block the loop (docs/retire.md): both are state
+// machines driven by the ring's completions. The in-flight reads and
+// populates of the model finish on their own; while they do the model takes
+// no new ones, its region (pages and the daemon's mapping) stays whole, and
+// when the last completion lands the pages go back to the pool (counted free
+// only then) and the DrainListener fires. An unload revokes at once, before
+// that drain: the model leaves the table, its status page says Unloaded and
+// the region is truncated, so every mapping gets SIGBUS on its next access.
 #pragma once
 
 #include <sys/types.h>
@@ -174,24 +182,64 @@ class Pager {
   // this there), EBADF not a SOCK_SEQPACKET socket, EEXIST key.
   [[nodiscard]] Status follow(ModelId id, ClientKey key, sys::UniqueFd requests);
 
-  // Evict (refcount 0, never pinned models): waits for in-flight reads,
-  // punches the region, returns the pages to the pool. Attached clients that
-  // touch it later trigger a re-reserve. Errors: EBUSY while a client waits
-  // on a fault; pool errors.
-  [[nodiscard]] Status evict(ModelId id);
-  // Re-reserve an evicted model and start refilling it. No-op if loaded.
-  // Errors: ENOSPC pool exhausted (nothing changed).
+  // How an evict() or unload() ended.
+  enum class Drain : uint8_t {
+    Done,     // nothing was in flight: finished inside the call, no event follows
+    Pending,  // reads or populates are in flight: the DrainListener fires once they landed
+  };
+  // What a pending drain ended in (DrainListener).
+  enum class Drained : uint8_t {
+    Evicted,   // the region was punched, its pages are back in the pool; the model is Evicted
+    Kept,      // an eviction was given up: a client faulted or attached meanwhile; the fill goes on
+    Unloaded,  // the unloaded model's pages are back in the pool (its id is long gone)
+  };
+
+  // Evict (refcount 0, never pinned models): the model stops issuing reads
+  // and populates; once those in flight landed the region is punched and its
+  // pages go back to the pool (never before: a late read or populate would
+  // write into or allocate a page of a punched region). Attached clients
+  // that touch it later trigger a re-reserve. While the drain runs the model
+  // keeps its state and every ready unit; a fault or attach on it (or
+  // ensure_loaded) gives the eviction up (Drained::Kept). Calling it again
+  // while it drains is a no-op (Pending). Errors: ENOENT, EBUSY while a
+  // client waits on a fault; pool errors (Done only).
+  [[nodiscard]] Result<Drain> evict(ModelId id);
+  // Re-reserve an evicted model and start refilling it. No-op if loaded;
+  // while an eviction drains it is given up. Errors: ENOSPC pool exhausted
+  // (nothing changed).
   [[nodiscard]] Status ensure_loaded(ModelId id);
-  // Forget the model: clients are detached, the status page says Unloaded,
-  // the region is truncated (every mapping of it, in any process and mode,
-  // gets SIGBUS on its next access: never zeros, never stale bytes) and its
-  // pages go back to the pool. Waits for the model's in-flight reads first.
-  [[nodiscard]] Status unload(ModelId id);
+  // Forget the model, at once for every caller: the id is unknown from the
+  // return on, the status page says Unloaded, clients are woken and
+  // detached, and the region is truncated (every mapping of it, in any
+  // process and mode, gets SIGBUS on its next access: never zeros, never
+  // stale bytes). The truncate does not wait for the model's in-flight
+  // reads (docs/retire.md: a read already in the device writes into pages
+  // it pinned, which no mapping or file reaches any more; one not yet
+  // started meets the truncated mapping and fails); the pages go back to
+  // the pool when the last of them landed (Drain::Pending, then
+  // Drained::Unloaded). Errors: ENOENT; a failed truncate (the rest is
+  // done anyway).
+  [[nodiscard]] Result<Drain> unload(ModelId id);
 
   // Called on the loop when a model becomes Resident or Failed (events, not
   // polls). May be empty.
   using StateListener = std::function<void(ModelId, client::ModelLoadState)>;
   void set_state_listener(StateListener l) { state_listener_ = std::move(l); }
+  // Called on the loop (from a ring completion, never inside evict or
+  // unload) once per Drain::Pending, when that drain ended. May be empty.
+  using DrainListener = std::function<void(ModelId, Drained)>;
+  void set_drain_listener(DrainListener l) { drain_listener_ = std::move(l); }
+  // Pool pages that draining evictions and unloads will give back (still
+  // counted as model pages by the pool until they do): planners count them
+  // as on their way, so nobody evicts twice for the same need.
+  [[nodiscard]] uint64_t returning_pages() const;
+  // True while an eviction or unload of `id` waits for its reads.
+  [[nodiscard]] bool draining(ModelId id) const;
+  // Runs the ring until every drain ended or `deadline` passed (serving
+  // completions as the loop would: fills of other models go on). For a
+  // caller that cannot go on without the pages and for shutdown. Returns
+  // true when nothing drains any more.
+  bool finish_drains(std::chrono::steady_clock::time_point deadline);
 
   // Ends the recording of `id` (ModelSpec::record_access) and returns the
   // units in the order clients first faulted on them; units read from then
@@ -233,7 +281,12 @@ class Pager {
   Status map_ready_units(Model& m, Client& c);
   void poison_unit(Model& m, Client& c, uint32_t unit);
   void drop_client(ModelId id, ClientKey key, const char* why);
-  void drain(Model& m);
+  Model* find_any(ModelId id) const;
+  uint32_t populates_active() const;
+  void after_reap();
+  bool reap_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+  void end_drains();
+  Status punch(Model& m);
   void start_fill(Model& m);
   void publish(Model& m);
   void check_resident(Model& m);
@@ -247,10 +300,15 @@ class Pager {
   uint32_t reads_active_ = 0;
   std::vector<Populate> populates_;  // slots, size allocate_ahead
   std::map<ModelId, std::unique_ptr<Model>> models_;
+  // Unloaded models whose reads are still in flight: out of the table for
+  // every caller, kept whole (region, mapping) until their drain ended.
+  std::map<ModelId, std::unique_ptr<Model>> unloading_;
   ModelId next_id_ = 1;
   ReadRate warmup_rate_;
   StateListener state_listener_;
+  DrainListener drain_listener_;
   std::optional<sys::OneShotTimer> warmup_timer_;  // set when the rate is limited
+  bool closing_ = false;  // destructor: no new reads, completions only counted
 };
 
 }  // namespace airs::pager

@@ -539,6 +539,44 @@ TEST_F(ClientIntegration, UnloadThenReopenRefills) {
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
+// An unload while the model's reads are held in the device (4 KiB/s until
+// the test lifts the throttle): the call answers at once, and the daemon
+// keeps answering the bus while those reads drain (its status shows the
+// pages not yet free: they come back only once the reads landed). A model
+// that needs those pages loads, with its own bytes, once they did.
+TEST_F(ClientIntegration, UnloadAnswersAtOnceWhileTheModelsReadsDrain) {
+  auto w = make_model(dir_, "w.gguf", "warm", 14 * kMiB);
+  auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB);
+  auto b = make_model(dir_, "b.gguf", "next", 20 * kMiB);
+  if (!start(32, "", uint64_t{1} << 40)) return;  // room for one of a and b at a time
+  // Every daemon code path below runs once unthrottled first: a page-in of
+  // its binary queued behind held reads would wait for them.
+  const std::string warm = load(w);
+  ASSERT_TRUE(wait_until([&] { return model_status(warm).value("state", std::string()) == "resident"; }, 30000ms));
+  ASSERT_TRUE(dbus_->unload(warm, false).ok());
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
+  ASSERT_TRUE(throttle_->set_rate(4096));
+  const std::string obj = load(a);
+  if (!require_direct_io(obj)) return;
+  auto before = dbus_->status();
+  const uint64_t total = before["pool"]["total_bytes"].get<uint64_t>();
+  const uint64_t free_loaded = before["pool"]["free_bytes"].get<uint64_t>();
+  ASSERT_LT(free_loaded, total);
+  ASSERT_NE(model_status(obj).value("state", std::string()), "resident") << "the held load finished";
+  auto e = dbus_->unload(obj, false);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  auto during = dbus_->status();
+  EXPECT_TRUE(during["models"].empty()) << during.dump(1);
+  EXPECT_EQ(during["pool"]["free_bytes"].get<uint64_t>(), free_loaded)
+      << "the pages came back while the reads were held: nothing was drained on the loop";
+  ASSERT_TRUE(throttle_->set_rate(0));
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["pool"]["free_bytes"].get<uint64_t>() == total; }, 30000ms))
+      << dbus_->status().dump(1);
+  Child c(client(b, {"--order", "random:4"}));
+  expect_verified(c, b);
+  EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
 // ---- 8. pool too small ----
 
 TEST_F(ClientIntegration, PoolTooSmallIsAClearErrorAndNothingIsHalfMade) {

@@ -192,5 +192,62 @@ TEST_F(Core, AnEvictionWhileTheFillIsInFlightGivesEveryPageBack) {
   EXPECT_TRUE(models_->all().empty());
 }
 
+// A load that needs the pages of a model whose reads are still in flight
+// (submitted, not reaped: the pager learns of completions only on the loop):
+// the one executor evicts that model, which returns at once with its pages
+// on their way back; the load waits for exactly that drain and gets them.
+// Nothing else is evicted for the same need, and no page is counted twice.
+TEST_F(Core, ALoadThatNeedsADrainingModelsPagesGetsThemOnceItsReadsLanded) {
+  start(24, {"pinned"});  // room for two of the ~10 MiB models, not three
+  ModelEntry* pinned = load("pinned", 12);
+  ASSERT_NE(pinned, nullptr) << last_error_;
+  settle();
+  const uint64_t pinned_pages = pool_->counts().model_pages;
+  ModelEntry* filling = load("filling", 12, 2);
+  ASSERT_NE(filling, nullptr) << last_error_;
+  const uint64_t filling_pages = pool_->counts().model_pages - pinned_pages;
+  ASSERT_TRUE(pager_->draining(filling->pager_id) || models_->stats(*filling)->units_in_flight > 0)
+      << "no read in flight: nothing to drain";
+  std::vector<std::pair<pager::ModelId, pager::Pager::Drained>> drained;
+  pager_->set_drain_listener([&](pager::ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
+  const pager::ModelId filling_pid = filling->pager_id;
+  ModelEntry* next = load("next", 12, 3);
+  ASSERT_NE(next, nullptr) << last_error_;
+  EXPECT_EQ(dropped_, std::vector<std::string>{"filling"});
+  ASSERT_EQ(drained.size(), 1U) << "the load did not wait for the drain of the model it evicted";
+  EXPECT_EQ(drained[0], std::make_pair(filling_pid, pager::Pager::Drained::Unloaded));
+  EXPECT_EQ(models_->returning_pages(), 0U);
+  settle();
+  const uint64_t next_pages = pool_->counts().model_pages - pinned_pages;
+  EXPECT_EQ(next_pages, filling_pages);
+  EXPECT_EQ(pool_->counts().free_pages, pool_->counts().total_pages() - pinned_pages - next_pages);
+  EXPECT_NE(models_->find_by_name("pinned"), nullptr);
+}
+
+// Pages on their way back count as free for every planner: while an
+// unloaded model drains, a request they cover plans no eviction (the
+// pressure loop and a load do not evict a second model for one need).
+TEST_F(Core, PagesOnTheirWayBackAreNotPlannedForTwice) {
+  start(24);
+  ModelEntry* resident = load("resident", 8);
+  ASSERT_NE(resident, nullptr) << last_error_;
+  settle();
+  ModelEntry* filling = load("filling", 8, 2);
+  ASSERT_NE(filling, nullptr) << last_error_;
+  const uint64_t ps = pool_->page_size();
+  const uint64_t free_before = pool_->counts().free_pages;
+  ASSERT_TRUE(models_->unload(*filling, false, false, "test"));
+  const uint64_t returning = models_->returning_pages();
+  ASSERT_GT(returning, 0U) << "its reads landed before the unload: nothing was proven";
+  EXPECT_EQ(pool_->counts().free_pages, free_before) << "pages counted free while reads still write them";
+  EXPECT_EQ(evictor_->snapshot().free_bytes, (free_before + returning) * ps);
+  // A need the returning pages cover: waits for them, evicts nothing.
+  ASSERT_TRUE(evictor_->make_room(policy::Request::for_model_load(returning * ps), "test"));
+  EXPECT_EQ(models_->returning_pages(), 0U);
+  EXPECT_EQ(pool_->counts().free_pages, free_before + returning);
+  EXPECT_NE(models_->find_by_name("resident"), nullptr) << "evicted for pages that were on their way";
+  EXPECT_EQ(dropped_, std::vector<std::string>{"filling"});
+}
+
 }  // namespace
 }  // namespace airs::daemon

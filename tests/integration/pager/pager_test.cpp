@@ -4,10 +4,12 @@
 // processes (pager_test_client) that check every byte against the file.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "sys/procfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
+#include "blkio_throttle.hpp"
 #include "wire.hpp"
 
 namespace airs {
@@ -65,12 +69,13 @@ uint64_t read_sys(const std::string& f) {
   return v ? *v : 0;
 }
 
-void write_source(const std::string& path, uint64_t size) {
+// `salt` shifts the pattern: files of different salts differ in every word.
+void write_source(const std::string& path, uint64_t size, uint64_t salt = 0) {
   sys::UniqueFd fd(::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644));
   ASSERT_TRUE(fd.valid());
   std::vector<uint64_t> buf(1 << 17);
   for (uint64_t off = 0; off < size; off += buf.size() * 8) {
-    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = test::pattern_word(off / 8 + i);
+    for (uint64_t i = 0; i < buf.size(); ++i) buf[i] = test::pattern_word(off / 8 + i + salt);
     const uint64_t n = std::min<uint64_t>(buf.size() * 8, size - off);
     ASSERT_EQ(::pwrite(fd.get(), buf.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
   }
@@ -209,9 +214,9 @@ class PagerTest : public ::testing::Test {
   }
 
   // Hand the region to the client and attach the uffd it sends back.
-  static Status attach(Daemon& d, ModelId id, Child& c, pager::ClientKey key) {
+  static Status attach(Daemon& d, ModelId id, Child& c, pager::ClientKey key, uint64_t file_size = g_file_size) {
     if (g_cooperative) return hand_out(d, id, c);
-    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(),
+    test::Hello h{d.pager->region_size(id), file_size, ::getpid(),
                   g_backing == Backing::Shmem ? test::kBackingShmem : test::kBackingHugetlbfs};
     if (!test::send_msg(c.sock.get(), &h, sizeof h, {d.pager->region_fd(id), d.pager->status_fd(id)}))
       return make_error(EIO, "send hello");
@@ -341,6 +346,58 @@ class PagerTest : public ::testing::Test {
     d.pager = std::move(pager::Pager::create(*d.loop, *d.pool, opts)).value();
     return d;
   }
+
+  // Once every drain ended: the pool holds exactly what it held at `counts0`
+  // / `kv0`, and our files hold exactly the pool.
+  static void expect_pool_as(Daemon& d, const pool::PoolCounts& counts0, const pool::KernelView& kv0) {
+    ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
+    EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
+    auto kv1 = d.pool->kernel_view();
+    ASSERT_TRUE(kv1.ok());
+    // Global Free/Rsvd are not compared: other processes on the machine may
+    // use huge pages meanwhile.
+    EXPECT_EQ(kv1->files_pages, kv0.files_pages);
+    EXPECT_EQ(kv1->files_pages, counts0.total_pages());
+  }
+
+  // Holds this process's block reads in the device (a blkio throttle of
+  // 4 KiB/s on the disk of `file`) while held; the destructor lets them go,
+  // so the pager can drain whatever fails. Spawn clients before start():
+  // children inherit the group. start() first locks every page of the files
+  // this process maps (its binary, its libraries): a page-in queued behind
+  // held reads would wait for them, and the test with it.
+  struct HeldReads {
+    test::BlkioThrottle throttle;
+    std::vector<std::pair<void*, size_t>> locked;
+    explicit HeldReads(const std::string& file) : throttle(file, 4096) {}
+    ~HeldReads() {
+      (void)throttle.set_rate(0);
+      for (auto [addr, len] : locked) ::munlock(addr, len);
+    }
+    HeldReads(const HeldReads&) = delete;
+    HeldReads& operator=(const HeldReads&) = delete;
+    bool start() {
+      auto maps = sys::read_text_file("/proc/self/maps", 16 << 20);
+      if (!maps) return false;
+      std::istringstream in(*maps);
+      std::string line;
+      while (std::getline(in, line)) {
+        unsigned long lo = 0, hi = 0;
+        char path[4096] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %*s %*s %*s %*s %4095s", &lo, &hi, path) != 3 || path[0] != '/')
+          continue;
+        struct stat st {};
+        // Only files on a block device can need a read from it.
+        if (::stat(path, &st) != 0 || !S_ISREG(st.st_mode) || major(st.st_dev) == 0) continue;
+        void* addr = reinterpret_cast<void*>(lo);
+        if (::mlock(addr, hi - lo) != 0) return false;
+        locked.emplace_back(addr, hi - lo);
+      }
+      return throttle.add(::getpid());
+    }
+    bool hold() { return throttle.set_rate(4096); }
+    bool release() { return throttle.set_rate(0); }
+  };
 
   static pager::ModelStats stats(Daemon& d, ModelId id) {
     auto s = d.pager->stats(id);
@@ -573,13 +630,7 @@ TEST_P(PagerModeTest, KillDashNineOfAClientMidFault) {
   EXPECT_TRUE(WIFEXITED(gst) && WEXITSTATUS(gst) == 0) << describe(gst);
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
   ASSERT_TRUE(d.pager->unload(id));
-  EXPECT_EQ(d.pool->counts(), counts0) << "pool pages leaked";
-  auto kv1 = d.pool->kernel_view();
-  ASSERT_TRUE(kv1.ok());
-  // Our files hold exactly the pool again (global Free/Rsvd are not compared
-  // here: other processes on the machine may use huge pages meanwhile).
-  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  EXPECT_EQ(kv1->files_pages, counts0.total_pages());
+  expect_pool_as(d, counts0, *kv0);
 }
 
 TEST_P(PagerModeTest, ReadErrorGivesSigbusNotZeros) {
@@ -623,6 +674,7 @@ TEST_P(PagerModeTest, EvictThenRefill) {
   }
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
   ASSERT_TRUE(d.pager->evict(id));
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
   EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
   auto kv1 = d.pool->kernel_view();
   ASSERT_TRUE(kv1.ok());
@@ -671,8 +723,12 @@ TEST_P(PagerModeTest, EvictWhileAllocatingAheadLeavesNoPage) {
   auto kv0 = d.pool->kernel_view();
   ASSERT_TRUE(kv0.ok());
   const ModelId id = load(d, g_src);
-  ASSERT_TRUE(d.pager->evict(id));
-  std::this_thread::sleep_for(50ms);  // a populate the evict did not wait for would land by now
+  auto ev = d.pager->evict(id);
+  ASSERT_TRUE(ev);
+  // The first read and the populates are in the kernel: the punch waits for them.
+  EXPECT_EQ(*ev, pager::Pager::Drain::Pending);
+  ASSERT_TRUE(run_until(d, [&] { return !d.pager->draining(id); }));
+  std::this_thread::sleep_for(50ms);  // a populate the eviction did not wait for would land by now
   struct stat st {};
   ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
   EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
@@ -689,6 +745,188 @@ TEST_P(PagerModeTest, EvictWhileAllocatingAheadLeavesNoPage) {
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
   ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_blocks) * 512, d.pager->region_size(id));
+}
+
+// Unload while the model's O_DIRECT reads are held in the block device (a
+// blkio throttle at 4 KiB/s until the test lifts it: events are ordered, no
+// time is measured). The unload returns at once and revokes at once: the
+// model's client gets SIGBUS, never zeros, while its reads are still in the
+// device. The truncation does not wait for them (docs/retire.md): they
+// write pages that no file or mapping holds any more. Meanwhile the loop
+// fills and serves another model, and the pool counts the unloaded pages
+// free only once the reads landed: a load that needs them fails before and
+// succeeds after, with its own bytes.
+TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
+  if (g_cooperative) GTEST_SKIP() << "userfaultfd modes only";
+  const uint64_t a_pages = pool::pages_for(g_file_size, g_unit);
+  // B: a small model on tmpfs (memory: no block device, never throttled).
+  const std::string b_src = "/dev/shm/airs-pager-b-" + std::to_string(::getpid()) + ".bin";
+  const uint64_t b_size = 3 * g_unit + 777;
+  write_source(b_src, b_size, 1 << 20);
+  // C: as large as A, other bytes, on A's device (read after the drain).
+  const std::string c_src = g_src + ".other";
+  write_source(c_src, g_file_size, 1 << 21);
+  struct Cleanup {
+    std::string b, c;
+    ~Cleanup() {
+      ::unlink(b.c_str());
+      ::unlink(c.c_str());
+    }
+  } cleanup{b_src, c_src};
+  const uint64_t b_pages = pool::pages_for(b_size, g_unit);
+  PagerOptions o;
+  o.background_warmup = false;  // A reads only what its client faults on (and the window)
+  Daemon d = make_daemon(a_pages + b_pages, o);
+  std::vector<std::pair<ModelId, pager::Pager::Drained>> drained;
+  d.pager->set_drain_listener([&](ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+
+  HeldReads held(g_src);
+  if (!held.throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << held.throttle.why();
+  Child ca = spawn("touch:0");
+  Child cb = spawn("seq", b_src);
+  Child cc = spawn("seq", c_src);
+  ASSERT_TRUE(held.start());
+
+  const ModelId a = load(d, g_src, "a");
+  if (!stats(d, a).direct_io) GTEST_SKIP() << g_src << " takes no O_DIRECT: its reads would come from the page cache";
+  ASSERT_TRUE(attach(d, a, ca, 1));
+  // Its fault on unit 0 sent reads into the device, where they stay.
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, a).faults_waited >= 1 && stats(d, a).units_in_flight >= 1; }));
+
+  auto un = d.pager->unload(a);
+  ASSERT_TRUE(un) << un.error().message;
+  EXPECT_EQ(*un, pager::Pager::Drain::Pending) << "the unload waited for the reads";
+  EXPECT_TRUE(d.pager->draining(a));
+  EXPECT_FALSE(d.pager->stats(a).ok()) << "the unloaded model is still in the table";
+  EXPECT_EQ(d.pager->region_fd(a), -1);
+  EXPECT_EQ(d.pager->returning_pages(), a_pages);
+  EXPECT_EQ(d.pool->counts().model_pages, a_pages) << "pages counted free while reads still write them";
+  EXPECT_EQ(d.pool->counts().free_pages, counts0.free_pages - a_pages);
+
+  // A's client, blocked in its fault, ends in SIGBUS while the reads are held.
+  const int ast = wait_child(&d, ca.pid);
+  EXPECT_TRUE(WIFSIGNALED(ast) && WTERMSIG(ast) == SIGBUS) << "expected SIGBUS, got " << describe(ast);
+  EXPECT_TRUE(d.pager->draining(a));
+
+  // The loop fills B and serves its client's faults meanwhile.
+  sys::UniqueFd bfd(::open(b_src.c_str(), O_RDONLY | O_CLOEXEC));
+  auto b = d.pager->load({"b", std::move(bfd), b_size, {{0, b_size, 0}}, {}, false});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  ASSERT_TRUE(attach(d, *b, cb, 2, b_size));
+  const int bst = wait_child(&d, cb.pid);
+  EXPECT_TRUE(WIFEXITED(bst) && WEXITSTATUS(bst) == 0) << describe(bst);
+  EXPECT_GE(stats(d, *b).faults, 1U);
+  EXPECT_TRUE(d.pager->draining(a)) << "A's reads landed before the throttle was lifted: nothing was proven";
+  EXPECT_TRUE(drained.empty());
+
+  // C needs A's pages: not before they are back.
+  sys::UniqueFd cfd(::open(c_src.c_str(), O_RDONLY | O_CLOEXEC));
+  auto early = d.pager->load({"c", std::move(cfd), g_file_size, g_extents, {}, false});
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.error().code, ENOSPC) << early.error().message;
+
+  ASSERT_TRUE(held.release());
+  ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
+  ASSERT_EQ(drained.size(), 1U);
+  EXPECT_EQ(drained[0].first, a);
+  EXPECT_EQ(drained[0].second, pager::Pager::Drained::Unloaded);
+  EXPECT_FALSE(d.pager->draining(a));
+  EXPECT_EQ(d.pager->returning_pages(), 0U);
+  EXPECT_EQ(d.pool->counts().free_pages, counts0.free_pages - b_pages) << "A's pages did not all come back";
+  EXPECT_EQ(d.pool->counts().model_pages, b_pages);
+
+  sys::UniqueFd cfd2(::open(c_src.c_str(), O_RDONLY | O_CLOEXEC));
+  auto c = d.pager->load({"c", std::move(cfd2), g_file_size, g_extents, {}, false});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_TRUE(attach(d, *c, cc, 3));
+  const int cst = wait_child(&d, cc.pid);
+  EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << "C's client saw other bytes than C's: " << describe(cst);
+
+  for (ModelId id : {*b, *c}) ASSERT_TRUE(d.pager->unload(id));
+  expect_pool_as(d, counts0, *kv0);
+}
+
+// Evict while reads are held in the device: it returns at once, the pages
+// stay counted until the reads landed, then the region is punched. A fault
+// on the model meanwhile gives the eviction up instead (the fill goes on).
+TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
+  if (g_cooperative) GTEST_SKIP() << "userfaultfd modes only";
+  PagerOptions o;
+  o.background_warmup = false;
+  Daemon d = make_daemon(kPoolPages, o);
+  std::vector<std::pair<ModelId, pager::Pager::Drained>> drained;
+  d.pager->set_drain_listener([&](ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
+  const auto counts0 = d.pool->counts();
+  const uint64_t a_pages = pool::pages_for(g_file_size, g_unit);
+  HeldReads held(g_src);
+  if (!held.throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << held.throttle.why();
+  Child first = spawn("touch:0");
+  Child later = spawn("seq");
+  Child again = spawn("seq");
+  Child last = spawn("random:5");
+  ASSERT_TRUE(held.start());
+  const ModelId id = load(d, g_src);
+  if (!stats(d, id).direct_io) GTEST_SKIP() << g_src << " takes no O_DIRECT: its reads would come from the page cache";
+  ASSERT_TRUE(attach(d, id, first, 1));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1; }));
+  // A client waits on a fault: refused, as before.
+  auto busy = d.pager->evict(id);
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().code, EBUSY);
+  ASSERT_TRUE(held.release());
+  const int fst = wait_child(&d, first.pid);
+  EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << describe(fst);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  // Hold the next reads: `later` faults on units not read yet.
+  ASSERT_TRUE(held.hold());
+  ASSERT_TRUE(d.pager->ensure_loaded(id));
+  ASSERT_TRUE(attach(d, id, later, 2));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1 && stats(d, id).faults_waited >= 2; }));
+  // `later` waits on a fault: evicting is refused; detach it (killed) first.
+  ::kill(later.pid, SIGKILL);
+  (void)wait_child(&d, later.pid);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  ASSERT_GE(stats(d, id).units_in_flight, 1U);
+  auto ev = d.pager->evict(id);
+  ASSERT_TRUE(ev) << ev.error().message;
+  EXPECT_EQ(*ev, pager::Pager::Drain::Pending);
+  EXPECT_EQ(d.pager->returning_pages(), a_pages);
+  EXPECT_EQ(d.pool->counts().model_pages, a_pages) << "pages counted free while reads still write them";
+  EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
+  ASSERT_TRUE(held.release());
+  ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
+  ASSERT_EQ(drained.size(), 1U);
+  EXPECT_EQ(drained[0].second, pager::Pager::Drained::Evicted);
+  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Evicted);
+  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
+  struct stat st {};
+  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
+  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
+
+  // Given up: an attach while the eviction drains keeps the model.
+  ASSERT_TRUE(d.pager->ensure_loaded(id));
+  ASSERT_TRUE(held.hold());
+  ASSERT_TRUE(attach(d, id, again, 3));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1; }));
+  ::kill(again.pid, SIGKILL);
+  (void)wait_child(&d, again.pid);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
+  ASSERT_GE(stats(d, id).units_in_flight, 1U);
+  drained.clear();
+  ASSERT_EQ(*d.pager->evict(id), pager::Pager::Drain::Pending);
+  ASSERT_TRUE(d.pager->ensure_loaded(id));  // someone wants it again
+  EXPECT_EQ(d.pager->returning_pages(), 0U);
+  ASSERT_TRUE(held.release());
+  ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
+  EXPECT_EQ(drained[0].second, pager::Pager::Drained::Kept);
+  EXPECT_EQ(d.pool->counts().model_pages, a_pages);
+  EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
+  ASSERT_TRUE(attach(d, id, last, 4));
+  const int lst = wait_child(&d, last.pid);
+  EXPECT_TRUE(WIFEXITED(lst) && WEXITSTATUS(lst) == 0) << describe(lst);
 }
 
 TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {
@@ -771,6 +1009,7 @@ TEST_F(PagerTest, AccountingAgreesWithTheKernel) {
   // Evict: pages back into the reserve file.
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
   ASSERT_TRUE(d.pager->evict(id));
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
   EXPECT_EQ(d.pool->counts(), c0);
   EXPECT_EQ(d.pool->kernel_view()->files_pages, kPoolPages);
   EXPECT_EQ(mnt.used_pages(), kPoolPages);
@@ -953,6 +1192,7 @@ TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
   // whole pool again.
   EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "filled units are not mlocked";
   ASSERT_TRUE(d.pager->evict(id));
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
   EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "evicted pages did not go back to the locked reserve";
 }
 

@@ -37,14 +37,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool write_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  return n == static_cast<ssize_t>(text.size());
-}
-
 uint64_t meminfo_kb(const std::string& key) {
   std::ifstream in("/proc/meminfo");
   std::string k;
@@ -291,59 +283,6 @@ uint64_t field_u64(const std::string& line, const std::string& key) {
   const std::string v = field(line, key);
   return v.empty() ? UINT64_MAX : std::strtoull(v.c_str(), nullptr, 0);
 }
-
-// ---- BlkioThrottle ----
-
-BlkioThrottle::BlkioThrottle(const std::string& file, uint64_t bytes_per_s) {
-  const std::string root = "/sys/fs/cgroup/blkio";
-  if (::access((root + "/blkio.throttle.read_bps_device").c_str(), W_OK) != 0) {
-    why_ = "no cgroup v1 blkio controller with throttling at " + root;
-    return;
-  }
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) {
-    why_ = "stat " + file + ": " + std::strerror(errno);
-    return;
-  }
-  unsigned maj = major(st.st_dev), min = minor(st.st_dev);
-  // A partition is throttled through its disk.
-  const std::string sys = "/sys/dev/block/" + std::to_string(maj) + ":" + std::to_string(min);
-  if (::access((sys + "/partition").c_str(), F_OK) == 0) {
-    const std::string parent = read_file(sys + "/../dev");
-    if (std::sscanf(parent.c_str(), "%u:%u", &maj, &min) != 2) {
-      why_ = "cannot find the disk of partition " + sys;
-      return;
-    }
-  } else if (::access(sys.c_str(), F_OK) != 0) {
-    why_ = file + " is not on a block device (" + sys + " missing): nothing to throttle";
-    return;
-  }
-  std::string dir = root + "/airs-ctest-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
-  if (::mkdir(dir.c_str(), 0755) != 0) {
-    why_ = "mkdir " + dir + ": " + std::strerror(errno);
-    return;
-  }
-  const std::string rule = std::to_string(maj) + ":" + std::to_string(min) + " " + std::to_string(bytes_per_s);
-  if (!write_file(dir + "/blkio.throttle.read_bps_device", rule)) {
-    why_ = "cannot set blkio.throttle.read_bps_device to '" + rule + "': " + std::strerror(errno);
-    ::rmdir(dir.c_str());
-    return;
-  }
-  dir_ = dir;
-}
-
-BlkioThrottle::~BlkioThrottle() {
-  if (dir_.empty()) return;
-  // Anything still inside goes back to the root group first.
-  std::istringstream procs(read_file(dir_ + "/cgroup.procs"));
-  std::string pid;
-  while (procs >> pid) write_file("/sys/fs/cgroup/blkio/cgroup.procs", pid);
-  for (int i = 0; i < 200 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i)
-    std::this_thread::sleep_for(milliseconds(5));
-}
-
-bool BlkioThrottle::add(pid_t pid) { return !dir_.empty() && write_file(dir_ + "/cgroup.procs", std::to_string(pid)); }
 
 // ---- BusClient ----
 

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "blkio_throttle.hpp"
 #include "gguf/writer.hpp"
 
 namespace sdbus {
@@ -105,25 +106,6 @@ class Child {
 // "key=value key=value" → value of key ("" if absent).
 std::string field(const std::string& line, const std::string& key);
 uint64_t field_u64(const std::string& line, const std::string& key);
-
-// Limits block-device reads of the processes moved into it (cgroup v1 blkio
-// throttle on the device holding `file`). The daemon reads models with
-// O_DIRECT, which the throttle slows (buffered reads of cached pages it does
-// not). available() is false (with why()) where the controller is missing.
-class BlkioThrottle {
- public:
-  BlkioThrottle(const std::string& file, uint64_t bytes_per_s);
-  ~BlkioThrottle();
-  BlkioThrottle(const BlkioThrottle&) = delete;
-  BlkioThrottle& operator=(const BlkioThrottle&) = delete;
-  [[nodiscard]] bool available() const { return !dir_.empty(); }
-  [[nodiscard]] const std::string& why() const { return why_; }
-  bool add(pid_t pid);
-
- private:
-  std::string dir_;
-  std::string why_;
-};
 
 // Result of a raw D-Bus method call: the reply or the error's name and text.
 struct CallError {
