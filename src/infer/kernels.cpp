@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -348,7 +349,10 @@ template <size_t R>
 AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
   const __m512i iq = load_idx(kPerm.q8_quants);
   const __m512i is = load_idx(kPerm.q8_scales);
-  VnniRows<R> rows;
+  const size_t ahead = stride == 0 ? kPrefetchBytes : R * stride;
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
@@ -357,19 +361,23 @@ AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte
     const __m512i xt = _mm512_maskz_loadu_epi8(0xF, xb + 64);  // bytes 64..67; no read past the pair
     const __m512i qx = _mm512_permutex2var_epi8(xa, iq, xt);
     const __m512 dx = scales_f32(xa, is);
+#pragma GCC unroll 16
     for (size_t r = 0; r < R; ++r) {
       const std::byte* wb = w + r * stride + b * kQ8Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + 64), _MM_HINT_T0);
       const __m512i wa = _mm512_loadu_si512(wb);
       const __m512i qw = _mm512_permutex2var_epi8(wa, iq, _mm512_maskz_loadu_epi8(0xF, wb + 64));
       const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
-      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
     }
   }
-  rows.finish(out, [&](size_t r) {
-    return b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
-  });
+  for (size_t r = 0; r < R; ++r) {
+    const float tail =
+        b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
 }
 
 // Q4_0 x Q8_0, four blocks per step. The 64 nibble bytes of four blocks
@@ -378,6 +386,10 @@ AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte
 // all rows. The nibbles are used as they are (u8 0..15) and the -8 offset
 // comes back as -8 . sum(x), the accumulator's start value: two vpdpbusd
 // per step and row, and lane group k holds block k's sum.
+// Prefetch: rows are consecutive and the caller walks them in groups of R,
+// so each row's reads are mirrored one group ahead (row r + R, same
+// offset): the whole next group arrives while this one is computed, however
+// short the rows. A single row (stride 0) prefetches kPrefetchBytes ahead.
 template <size_t R>
 AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
   const __m512i in = load_idx(kPerm.q4_nibbles);
@@ -385,7 +397,10 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
   const __m512i lo_mask = _mm512_set1_epi8(15);
   const __m512i eights = _mm512_set1_epi8(8);
   const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  VnniRows<R> rows;
+  const size_t ahead = stride == 0 ? kPrefetchBytes : R * stride;
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
@@ -402,34 +417,65 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
     const __m512i init = _mm512_sub_epi32(
         _mm512_setzero_si512(),
         _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xlo), eights, xhi));
+#pragma GCC unroll 16
     for (size_t r = 0; r < R; ++r) {
       const std::byte* wb = w + r * stride + b * kQ4Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + 64), _MM_HINT_T0);
       const __m512i wa = _mm512_loadu_si512(wb);
       const __m512i q = _mm512_permutex2var_epi8(wa, in, _mm512_maskz_loadu_epi8(0xFF, wb + 64));
       const __m512i lo = _mm512_and_si512(q, lo_mask);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo_mask);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi);
-      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
     }
   }
-  rows.finish(out, [&](size_t r) {
-    return b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
-  });
+  for (size_t r = 0; r < R; ++r) {
+    const float tail =
+        b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
 }
 
 #pragma GCC diagnostic pop
 
-const bool kVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-                   __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
-const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+const bool kHasVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c") &&
+                      __builtin_cpu_supports("fma");
+const bool kHasAvx2 =
+    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
-constexpr bool kAvx2 = false;
-constexpr bool kVnni = false;
+constexpr bool kHasAvx2 = false;
+constexpr bool kHasVnni = false;
 #endif
 
+KernelPath best_path() noexcept {
+  return kHasVnni ? KernelPath::kAvx512Vnni : kHasAvx2 ? KernelPath::kAvx2 : KernelPath::kPortable;
+}
+std::atomic<KernelPath> g_path{best_path()};
+
+inline bool use_vnni() noexcept { return g_path.load(std::memory_order_relaxed) == KernelPath::kAvx512Vnni; }
+inline bool use_avx2() noexcept { return g_path.load(std::memory_order_relaxed) >= KernelPath::kAvx2; }
+
 }  // namespace
+
+bool kernel_path_supported(KernelPath p) noexcept {
+  switch (p) {
+    case KernelPath::kPortable: return true;
+    case KernelPath::kAvx2: return kHasAvx2;
+    case KernelPath::kAvx512Vnni: return kHasVnni;
+  }
+  return false;
+}
+
+bool set_kernel_path(KernelPath p) noexcept {
+  if (!kernel_path_supported(p)) return false;
+  g_path.store(p, std::memory_order_relaxed);
+  return true;
+}
+
+KernelPath kernel_path() noexcept { return g_path.load(std::memory_order_relaxed); }
 
 bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
   switch (ggml_type) {
@@ -536,27 +582,27 @@ float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) n
       return dot_f32_impl(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
     case WeightType::kF16:
 #if defined(__x86_64__) && defined(__GNUC__)
-      if (kAvx2) return dot_f16_f16_avx2(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+      if (use_avx2()) return dot_f16_f16_avx2(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
 #endif
       return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
     case WeightType::kQ8_0:
 #if defined(__x86_64__) && defined(__GNUC__)
-      if (kVnni) {
+      if (use_vnni()) {
         float out;
         dotn_q8_0_vnni<1>(w, 0, x, n, &out);
         return out;
       }
-      if (kAvx2) return dot_q8_0_avx2(w, x, n);
+      if (use_avx2()) return dot_q8_0_avx2(w, x, n);
 #endif
       return dot_q8_0_impl(w, x, n);
     case WeightType::kQ4_0:
 #if defined(__x86_64__) && defined(__GNUC__)
-      if (kVnni) {
+      if (use_vnni()) {
         float out;
         dotn_q4_0_vnni<1>(w, 0, x, n, &out);
         return out;
       }
-      if (kAvx2) return dot_q4_0_avx2(w, x, n);
+      if (use_avx2()) return dot_q4_0_avx2(w, x, n);
 #endif
       return dot_q4_0_impl(w, x, n);
     case WeightType::kQ4_K:
@@ -620,14 +666,23 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
   }
 }
 
-void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+void dot_rows(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, size_t rows,
+              float* out) noexcept {
+  size_t r = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (kVnni && wt == WeightType::kQ8_0) return dotn_q8_0_vnni<4>(w, stride, x, n, out);
-  if (kVnni && wt == WeightType::kQ4_0) return dotn_q4_0_vnni<4>(w, stride, x, n, out);
-  if (kAvx2 && wt == WeightType::kQ8_0) return dot4_q8_0_avx2(w, stride, x, n, out);
-  if (kAvx2 && wt == WeightType::kQ4_0) return dot4_q4_0_avx2(w, stride, x, n, out);
+  if (use_vnni() && wt == WeightType::kQ4_0) {
+    for (; r + 8 <= rows; r += 8) dotn_q4_0_vnni<8>(w + r * stride, stride, x, n, out + r);
+    for (; r + 4 <= rows; r += 4) dotn_q4_0_vnni<4>(w + r * stride, stride, x, n, out + r);
+  } else if (use_vnni() && wt == WeightType::kQ8_0) {
+    for (; r + 8 <= rows; r += 8) dotn_q8_0_vnni<8>(w + r * stride, stride, x, n, out + r);
+    for (; r + 4 <= rows; r += 4) dotn_q8_0_vnni<4>(w + r * stride, stride, x, n, out + r);
+  } else if (use_avx2() && wt == WeightType::kQ8_0) {
+    for (; r + 4 <= rows; r += 4) dot4_q8_0_avx2(w + r * stride, stride, x, n, out + r);
+  } else if (use_avx2() && wt == WeightType::kQ4_0) {
+    for (; r + 4 <= rows; r += 4) dot4_q4_0_avx2(w + r * stride, stride, x, n, out + r);
+  }
 #endif
-  for (size_t r = 0; r < 4; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
+  for (; r < rows; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
 }
 
 float dot_f32(const float* a, const float* b, size_t n) noexcept { return dot_f32_impl(a, b, n); }
