@@ -30,10 +30,13 @@
 //         are sub-block 2c, the high nibbles sub-block 2c+1;
 //         v = d * sc[s] * q - dmin * m[s].
 //         Its rows are multiplied against Q8_K activation blocks.
-//   Q8_K (activations only): 260 bytes per 256 values: f32 d | int8 q[256],
+//   Q8_K (activations only): 276 bytes per 256 values: f32 d | int8 q[256] |
+//         int16 bsum[8] (bsum[s] = the sum of q over sub-block s, for the
+//         mins term: computed once per activation, not once per row),
 //         quantised as ggml's quantize_row_q8_K does: max = the value of
 //         largest magnitude, iscale = -127 / max, q = round(iscale * x),
-//         d = 1 / iscale. Q4_K . Q8_K per super block is
+//         d = 1 / iscale. (ggml's block has 16 sums of 16 values; this
+//         format is the engine's own.) Q4_K . Q8_K per super block is
 //         d_w * d_x * sum_s(sc[s] * sum(q * xq)) - dmin * d_x * sum_s(m[s] * sum(xq)),
 //         integer inside the block. (Against Q8_0 activations, 32-value
 //         scales, the logits moved 0.038 of the largest logit from
@@ -52,7 +55,7 @@ inline constexpr size_t kQ8Bytes = 34;
 inline constexpr size_t kQ4Bytes = 18;
 inline constexpr uint32_t kQKBlock = 256;   // values per Q4_K super block
 inline constexpr size_t kQ4KBytes = 144;
-inline constexpr size_t kQ8KBytes = 260;
+inline constexpr size_t kQ8KBytes = 276;
 
 // The instruction sets the block dots may use. The default is the best
 // the CPU has; tests select each supported path in turn and compare it

@@ -301,13 +301,44 @@ TEST(InferKernels, Q4KDequantisesAndDotsAsTheFormatSays) {
     ref += double{wd[i]} * double{xd[i]};
     mag += std::fabs(double{wd[i]} * double{xd[i]});
   }
-  const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
-  EXPECT_NEAR(got, ref, 1e-6 * mag);
-  std::vector<std::byte> four;
-  for (int r = 0; r < 4; ++r) four.insert(four.end(), row.begin(), row.end());
-  float out[4];
-  dot_rows(WeightType::kQ4_K, four.data(), row.size(), xq.data(), n, 4, out);
-  for (float o : out) EXPECT_EQ(o, got);
+  // The activation's sub-block sums (the mins term) are the sums of its q.
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t sb = 0; sb < 8; ++sb) {
+      int sum = 0;
+      for (size_t j = 0; j < 32; ++j) sum += static_cast<int8_t>(xq[b * kQ8KBytes + 4 + 32 * sb + j]);
+      int16_t stored;
+      std::memcpy(&stored, xq.data() + b * kQ8KBytes + 4 + 256 + 2 * sb, 2);
+      EXPECT_EQ(stored, sum) << b << " " << sb;
+    }
+  }
+  // Every path: the integer sums inside a super block are exact and the
+  // scaling one shared expression, so all paths give the same float; 13
+  // rows (groups of 8, 4 and one), each a different mix of the two blocks.
+  const size_t rows = 13;
+  std::vector<std::byte> many;
+  for (size_t r = 0; r < rows; ++r) {
+    many.insert(many.end(), r % 3 == 2 ? blk2.begin() : blk.begin(), r % 3 == 2 ? blk2.end() : blk.end());
+    many.insert(many.end(), r % 2 == 1 ? blk.begin() : blk2.begin(), r % 2 == 1 ? blk.end() : blk2.end());
+  }
+  std::vector<double> refs(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    dequantize_row(WeightType::kQ4_K, many.data() + r * row.size(), n, wd.data());
+    for (size_t i = 0; i < n; ++i) refs[r] += double{wd[i]} * double{xd[i]};
+  }
+  std::vector<float> first;
+  for (KernelPath path : supported_paths()) {
+    PathScope scope(path);
+    const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
+    EXPECT_NEAR(got, ref, 1e-6 * mag) << "path " << int(path);
+    std::vector<float> out(rows, -1.0F);
+    dot_rows(WeightType::kQ4_K, many.data(), row.size(), xq.data(), n, rows, out.data());
+    for (size_t r = 0; r < rows; ++r) {
+      EXPECT_NEAR(out[r], refs[r], 1e-6 * mag) << "path " << int(path) << " row " << r;
+      EXPECT_EQ(out[r], dot_row(WeightType::kQ4_K, many.data() + r * row.size(), xq.data(), n)) << r;
+    }
+    if (first.empty()) first = out;
+    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(out[r], first[r]) << "path " << int(path) << " row " << r;
+  }
 }
 
 }  // namespace
