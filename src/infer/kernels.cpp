@@ -158,8 +158,10 @@ inline void q4k_unpack_scales(const std::byte* packed, uint8_t* out) noexcept {
 }
 
 // The super block's contribution from its exact integer sums, one
-// expression for every path so they agree bit for bit.
-inline float q4k_block_value(const std::byte* w, float dx, int32_t sum_q, int32_t sum_m) noexcept {
+// expression for every path so they agree bit for bit. Not inlined: inside
+// an FMA-enabled kernel the compiler would contract it into an FMA, and
+// the paths would round differently.
+[[gnu::noinline]] float q4k_block_value(const std::byte* w, float dx, int32_t sum_q, int32_t sum_m) noexcept {
   return h2f(load_u16(w)) * dx * static_cast<float>(sum_q) - h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m);
 }
 
