@@ -121,6 +121,12 @@ typedef struct {
 
 int airs_session_create(airs_client *client, airs_model *model, airs_priority priority, airs_session **out);
 int airs_session_geometry(const airs_session *s, airs_kv_geometry *out);
+/* The element type the daemon sized this session's blocks for (its
+ * [kv] kv_type: "f16" or "q8_0"; "" from a daemon that does not say).
+ * block_bytes and tokens_per_block hold for that type only: a client that
+ * stores another type must not use these blocks (commit and SetLength count
+ * tokens_per_block tokens per block). Valid while the session is. */
+const char *airs_session_kv_type(const airs_session *s);
 /* n new blocks, written to blocks_out[0..n). -ENOMEM: pool exhausted
  * (airs_last_error says how much is missing); -EDQUOT: quota. */
 int airs_session_allocate(airs_session *s, uint32_t n, uint32_t *blocks_out);

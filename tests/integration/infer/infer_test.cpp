@@ -108,6 +108,51 @@ class InferIntegration : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
+// The KV geometry is the daemon's: a session says its kv_type, and
+// airs-generate stores that type in blocks of the daemon's tokens_per_block.
+// A client type the blocks were not sized for is a clear error, not a
+// commit the daemon refuses mid-prefill (f32 K/V in f16 blocks used to fail
+// there: 'block 2 (index 2) is not full').
+TEST_F(InferIntegration, KvTypeComesFromTheDaemonAndAMismatchIsAClearError) {
+  if (!start()) return;
+  airs_client* client = nullptr;
+  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
+  airs_model* am = nullptr;
+  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  airs_session* s = nullptr;
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &s), 0) << airs_last_error();
+  EXPECT_STREQ(airs_session_kv_type(s), "f16");
+  airs_kv_geometry geo{};
+  ASSERT_EQ(airs_session_geometry(s, &geo), 0);
+  airs_session_close(s);
+  airs_model_close(am);
+  airs_disconnect(client);
+  EXPECT_STREQ(airs_session_kv_type(nullptr), "");
+
+  const auto d = run(args("what is the river"));
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
+  EXPECT_EQ(d["tokens_per_block"].get<uint32_t>(), geo.tokens_per_block);
+  auto r = run_process(args("what is the river", {"--kv", "f32"}), 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("--kv f32, but the daemon's KV blocks are f16 ([kv] kv_type"), std::string::npos) << r.err;
+  // f32 on private memory is fine.
+  const auto p32 = run(args("what is the river", {"--kv", "f32", "--no-daemon"}));
+  EXPECT_EQ(p32["backend"], "private");
+  EXPECT_EQ(p32["token_ids"].size(), 16U);
+
+  // A daemon whose KV is q8_0: the engine cannot read it, and says so.
+  daemon_.reset();
+  daemon_ = std::make_unique<DaemonProcess>(
+      bus_->address(), "[pool]\nsize = \"64M\"\ngrow_nr_hugepages = false\n[kv]\nkv_type = \"q8_0\"\n"
+                       "max_arena_bytes = 33554432\n[pressure]\nresize_pool = false\n");
+  ASSERT_TRUE(daemon_->started()) << daemon_->log();
+  BusClient c(bus_->address());
+  ASSERT_TRUE(c.load_model(model_).ok());
+  r = run_process(args("what is the river"), 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("the daemon stores KV as 'q8_0' ([kv] kv_type in airs-memd.conf)"), std::string::npos) << r.err;
+}
+
 TEST_F(InferIntegration, DaemonBlocksPrivateMemoryAndNoDaemonGiveTheSameTokens) {
   if (!start()) return;
   const auto priv = run(args("what is the river", {"--no-daemon"}));
