@@ -317,6 +317,9 @@ int run(const Options& o) {
     }
   }
   const auto t_end = Clock::now();
+  // The decode steps posted their lengths one way; one round trip makes sure
+  // the daemon applied the last before the output says we are done.
+  if (dkv) (void)dkv->set_length(seq.size());
   const double ttft = std::chrono::duration<double, std::milli>(t_first - t0).count();
   const double decode_s = std::chrono::duration<double>(t_end - t_first - paused).count();
   if (o.json) {

@@ -342,6 +342,92 @@ TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
   airs_disconnect(client);
 }
 
+// A block lost in the middle of a sequence is refilled at its own index
+// (AllocateAt) and published again, and only the lost blocks are
+// recomputed. The middle loss: a second session holds the first one's
+// block 1 but not block 0, so evicting the first session (tail first,
+// shared blocks skipped) takes blocks 3, 2 and 0. Appending the refill at
+// the end of the daemon's table instead shifted every later block's index,
+// and the daemon refused the next commit ('block ... is not full').
+TEST_F(InferIntegration, ABlockLostInTheMiddleIsRefilledInPlace) {
+  using namespace airs::infer;
+  if (!start()) return;
+  auto lm = airs::test::load_model_file(model_);
+  airs_client* client = nullptr;
+  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
+  airs_model* am = nullptr;
+  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  airs_session *sa = nullptr, *sb = nullptr, *sc = nullptr;
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_BACKGROUND, &sa), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sc), 0) << airs_last_error();
+  airs_kv_geometry geo{};
+  ASSERT_EQ(airs_session_geometry(sa, &geo), 0);
+  const uint32_t tpb = geo.tokens_per_block;
+  const KvLayout layout = kv_layout_for(lm->model.config, tpb, KvElem::kF16);
+  ASSERT_LE(layout.block_bytes(), geo.block_bytes);
+  ThreadPool pool(1);
+  Engine engine(lm->model, layout, pool);
+  {
+    AirsKv ka(sa);
+    std::vector<int32_t> prompt = {1};
+    for (uint32_t i = 1; i < 3 * tpb + 3; ++i) prompt.push_back(static_cast<int32_t>(3 + (i * 53) % 500));
+    Sequence a(engine, ka);
+    auto la = a.prefill(prompt);
+    ASSERT_TRUE(la.ok()) << la.error().message;
+    ASSERT_EQ(a.block_ids().size(), 4U);
+    const std::vector<uint32_t> before = a.block_ids();
+    // B takes a reference on A's blocks 0 and 1, then gives block 0 back.
+    std::vector<uint64_t> hashes;
+    uint64_t parent = 0;
+    for (uint32_t b = 0; b < 3; ++b) {
+      parent = airs_kv_chain_hash(parent, prompt.data() + size_t{b} * tpb, tpb);
+      hashes.push_back(parent);
+    }
+    uint32_t got[3] = {};
+    ASSERT_EQ(airs_session_match_prefix(sb, hashes.data(), 2, got), 2) << airs_last_error();
+    ASSERT_EQ(got[0], before[0]);
+    ASSERT_EQ(got[1], before[1]);
+    ASSERT_EQ(airs_session_free(sb, got, 1), 0) << airs_last_error();
+
+    auto ev = run_process({airsctl_path(), "--bus", bus_->address(), "evict", "--priority", "background"}, 30s);
+    ASSERT_EQ(ev.exit_code, 0) << ev.out << ev.err;
+    // The next step recovers: blocks 0, 2 and 3 recomputed, block 1 kept.
+    std::vector<int32_t> ta;
+    ta.push_back(argmax(*la));
+    auto l = a.append(ta.back());
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ(a.recomputed_blocks(), 3U);
+    EXPECT_EQ(a.block_ids()[1], before[1]);
+    const auto rest = greedy(a, *l, 3);
+    ta.insert(ta.end(), rest.begin(), rest.end());
+
+    // The daemon's table is the sequence's: a third session matches all
+    // three full blocks, the refilled block 0 included, at A's ids.
+    ASSERT_EQ(airs_session_match_prefix(sc, hashes.data(), 3, got), 3) << airs_last_error();
+    for (uint32_t b = 0; b < 3; ++b) EXPECT_EQ(got[b], a.block_ids()[b]) << b;
+
+    PrivateKv pa_kv(layout.block_bytes());
+    Sequence pa(engine, pa_kv);
+    auto lpa = pa.prefill(prompt);
+    ASSERT_TRUE(lpa.ok());
+    std::vector<int32_t> tp;
+    tp.push_back(argmax(*lpa));
+    auto lp = pa.append(tp.back());
+    ASSERT_TRUE(lp.ok());
+    const auto rest_p = greedy(pa, *lp, 3);
+    tp.insert(tp.end(), rest_p.begin(), rest_p.end());
+    EXPECT_EQ(ta, tp);
+    ASSERT_EQ(a.size(), pa.size());
+    EXPECT_EQ(differing_rows(layout, ka, a, pa_kv, pa, a.size()), 0U);
+  }
+  airs_session_close(sc);
+  airs_session_close(sb);
+  airs_session_close(sa);
+  airs_model_close(am);
+  airs_disconnect(client);
+}
+
 // Each session's blocks and evicted blocks, by priority name (airsctl).
 struct SessionBlocks {
   int blocks = 0, evicted = 0;
