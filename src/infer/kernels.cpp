@@ -710,6 +710,27 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+using DotFn = float (*)(const std::byte*, const std::byte*, size_t) noexcept;
+using DotRowsFn = void (*)(const std::byte*, size_t, const std::byte*, size_t, float*) noexcept;
+// One row on the selected path: the AVX-512 kernel on a single row, the
+// AVX2 one, or the plain loop.
+float dot_on_path(DotRowsFn vnni, DotFn avx2, DotFn portable, const std::byte* w, const std::byte* x,
+                  size_t n) noexcept {
+  if (use_vnni()) {
+    float out;
+    vnni(w, 0, x, n, &out);
+    return out;
+  }
+  return use_avx2() ? avx2(w, x, n) : portable(w, x, n);
+}
+}  // namespace
+#define AIRS_DOT_ON_PATH(vnni, avx2, portable) dot_on_path(vnni, avx2, portable, w, x, n)
+#else
+#define AIRS_DOT_ON_PATH(vnni, avx2, portable) portable(w, x, n)
+#endif
+
 float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept {
   switch (wt) {
     case WeightType::kF32:
@@ -720,35 +741,11 @@ float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) n
 #endif
       return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
     case WeightType::kQ8_0:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (use_vnni()) {
-        float out;
-        dotn_q8_0_vnni<1>(w, 0, x, n, &out);
-        return out;
-      }
-      if (use_avx2()) return dot_q8_0_avx2(w, x, n);
-#endif
-      return dot_q8_0_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q8_0_vnni<1>, dot_q8_0_avx2, dot_q8_0_impl);
     case WeightType::kQ4_0:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (use_vnni()) {
-        float out;
-        dotn_q4_0_vnni<1>(w, 0, x, n, &out);
-        return out;
-      }
-      if (use_avx2()) return dot_q4_0_avx2(w, x, n);
-#endif
-      return dot_q4_0_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q4_0_vnni<1>, dot_q4_0_avx2, dot_q4_0_impl);
     case WeightType::kQ4_K:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (use_vnni()) {
-        float out;
-        dotn_q4_k_vnni<1>(w, 0, x, n, &out);
-        return out;
-      }
-      if (use_avx2()) return dot_q4_k_avx2(w, x, n);
-#endif
-      return dot_q4_k_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q4_k_vnni<1>, dot_q4_k_avx2, dot_q4_k_impl);
     case WeightType::kQ8_K:  // activation only: never a weight
       return 0.0F;
   }

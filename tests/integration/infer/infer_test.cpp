@@ -102,6 +102,33 @@ class InferIntegration : public ::testing::Test {
     return nlohmann::json::parse(r.out.substr(at));
   }
 
+  // A libairs client of the daemon with the test model open, in client_
+  // and am_; close_model() (also run by the destructor, after the test's
+  // own sessions are closed) releases both.
+  bool open_model() {
+    EXPECT_EQ(airs_connect(bus_->address().c_str(), &client_), 0) << airs_last_error();
+    if (client_ == nullptr) return false;
+    EXPECT_EQ(airs_model_open(client_, model_.c_str(), nullptr, &am_), 0) << airs_last_error();
+    return am_ != nullptr;
+  }
+  void close_model() {
+    if (am_ != nullptr) airs_model_close(am_);
+    if (client_ != nullptr) airs_disconnect(client_);
+    am_ = nullptr;
+    client_ = nullptr;
+  }
+  ~InferIntegration() override { close_model(); }
+  // start() for a test that runs the engine in this process: the model
+  // also loaded into lm_, and open_model().
+  bool start_in_process() {
+    if (!start()) return false;
+    lm_ = airs::test::load_model_file(model_);
+    return lm_ != nullptr && open_model();
+  }
+
+  std::unique_ptr<airs::test::LoadedModel> lm_;
+  airs_client* client_ = nullptr;
+  airs_model* am_ = nullptr;
   TempDir dir_;
   std::string model_, system_, last_err_;
   std::unique_ptr<PrivateBus> bus_;
@@ -115,18 +142,16 @@ class InferIntegration : public ::testing::Test {
 // there: 'block 2 (index 2) is not full').
 TEST_F(InferIntegration, KvTypeComesFromTheDaemonAndAMismatchIsAClearError) {
   if (!start()) return;
-  airs_client* client = nullptr;
-  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
-  airs_model* am = nullptr;
-  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  ASSERT_TRUE(open_model());
+  airs_client* client = client_;
+  airs_model* am = am_;
   airs_session* s = nullptr;
   ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &s), 0) << airs_last_error();
   EXPECT_STREQ(airs_session_kv_type(s), "f16");
   airs_kv_geometry geo{};
   ASSERT_EQ(airs_session_geometry(s, &geo), 0);
   airs_session_close(s);
-  airs_model_close(am);
-  airs_disconnect(client);
+  close_model();
   EXPECT_STREQ(airs_session_kv_type(nullptr), "");
 
   const auto d = run(args("what is the river"));
@@ -266,12 +291,10 @@ std::vector<int32_t> greedy(airs::infer::Sequence& s, std::span<const float> log
 // token sequences, and both outputs are those of the private runs.
 TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
   using namespace airs::infer;
-  if (!start()) return;
-  auto lm = airs::test::load_model_file(model_);
-  airs_client* client = nullptr;
-  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
-  airs_model* am = nullptr;
-  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  ASSERT_TRUE(start_in_process());
+  const auto& lm = lm_;
+  airs_client* client = client_;
+  airs_model* am = am_;
   airs_session *sa = nullptr, *sb = nullptr;
   ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sa), 0) << airs_last_error();
   ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
@@ -338,8 +361,7 @@ TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
   }
   airs_session_close(sb);
   airs_session_close(sa);
-  airs_model_close(am);
-  airs_disconnect(client);
+  close_model();
 }
 
 // A block lost in the middle of a sequence is refilled at its own index
@@ -351,23 +373,18 @@ TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
 // and the daemon refused the next commit ('block ... is not full').
 TEST_F(InferIntegration, ABlockLostInTheMiddleIsRefilledInPlace) {
   using namespace airs::infer;
-  if (!start()) return;
-  auto lm = airs::test::load_model_file(model_);
-  airs_client* client = nullptr;
-  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
-  airs_model* am = nullptr;
-  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  ASSERT_TRUE(start_in_process());
   airs_session *sa = nullptr, *sb = nullptr, *sc = nullptr;
-  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_BACKGROUND, &sa), 0) << airs_last_error();
-  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
-  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sc), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_BACKGROUND, &sa), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_INTERACTIVE, &sc), 0) << airs_last_error();
   airs_kv_geometry geo{};
   ASSERT_EQ(airs_session_geometry(sa, &geo), 0);
   const uint32_t tpb = geo.tokens_per_block;
-  const KvLayout layout = kv_layout_for(lm->model.config, tpb, KvElem::kF16);
+  const KvLayout layout = kv_layout_for(lm_->model.config, tpb, KvElem::kF16);
   ASSERT_LE(layout.block_bytes(), geo.block_bytes);
   ThreadPool pool(1);
-  Engine engine(lm->model, layout, pool);
+  Engine engine(lm_->model, layout, pool);
   {
     AirsKv ka(sa);
     std::vector<int32_t> prompt = {1};
@@ -424,8 +441,7 @@ TEST_F(InferIntegration, ABlockLostInTheMiddleIsRefilledInPlace) {
   airs_session_close(sc);
   airs_session_close(sb);
   airs_session_close(sa);
-  airs_model_close(am);
-  airs_disconnect(client);
+  close_model();
 }
 
 // Each session's blocks and evicted blocks, by priority name (airsctl).
