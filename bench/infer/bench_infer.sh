@@ -9,19 +9,21 @@
 #   3. KV bytes of 4 sessions sharing a ~200-token prompt, against 4 private
 #      copies.
 #
-#   bench/infer/bench_infer.sh --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR]
+#   bench/infer/bench_infer.sh --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR] [--reps 3]
+# (--reps: decode runs per engine and thread count; the best is reported)
 # Needs root (huge pages) and a built tests/llama/work (runs setup.sh if not).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-build="" size=200M types=q8_0 work=""
+build="" size=200M types=q8_0 work="" reps=3
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --types) types=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    *) echo "usage: $0 --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR]" >&2; exit 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    *) echo "usage: $0 --build BUILD_DIR [--size 200M] [--types q8_0] [--work DIR] [--reps 3]" >&2; exit 2 ;;
   esac
 done
 [[ -n $build ]] || { echo "bench_infer: --build BUILD_DIR is required" >&2; exit 2; }
@@ -88,14 +90,21 @@ ll_tok_s() { "$llama_work/llama-gen" --backends "$llama_work/bins" --model "$mod
 limit=$(python3 -c "print(float($read_gbs) * 1e9 / $model_bytes)")
 python3 -c "print(f'memory-bandwidth limit: {float($read_gbs):.1f} GB/s read of the mapped weights / {$model_bytes/1e6:.0f} MB per token = {float($limit):.1f} tok/s')"
 printf '%-8s %12s %12s %12s %12s %10s %12s %10s\n' threads airs_tok_s airs_pool llama llama_norep ratio ratio_norep of_limit
+# Each column is the best of --reps runs, the four engines taking turns: on
+# a shared machine one run of each, seconds apart, measured the other
+# processes' load more than the engines (ratios moved 2-4x between runs).
+max_() { python3 -c "print(max(float('$1' or 0), float('$2' or 0)))"; }
 for t in 1 $(nproc); do
-  ours=$("$gen" "$model" -p "the quick brown fox" -n 64 --no-daemon --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
-  pool=$("$gen" "$model" -p "the quick brown fox" -n 64 --bus "$bus" --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')
-  ll=$(ll_tok_s "$t")
-  llnr=$(ll_tok_s "$t" --no-repack)
+  ours=0 pool=0 ll=0 llnr=0
+  for ((r = 0; r < reps; r++)); do
+    ours=$(max_ "$ours" "$("$gen" "$model" -p "the quick brown fox" -n 64 --no-daemon --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')")
+    pool=$(max_ "$pool" "$("$gen" "$model" -p "the quick brown fox" -n 64 --bus "$bus" --json --threads "$t" 2>/dev/null | jq_ 'j["decode_tok_s"]')")
+    ll=$(max_ "$ll" "$(ll_tok_s "$t")")
+    llnr=$(max_ "$llnr" "$(ll_tok_s "$t" --no-repack)")
+  done
   python3 -c "print(f'{$t:<8} {float($ours):12.1f} {float($pool):12.1f} {float($ll):12.1f} {float($llnr):12.1f} {float($ours)/float($ll):10.2f} {float($ours)/float($llnr):12.2f} {float($ours)/float($limit):10.2f}')"
 done
-echo "(targets: ratio >= 0.8 at each thread count; of_limit >= 0.7 on the larger model)"
+echo "(best of $reps runs each; targets: ratio >= 0.8 at each thread count; of_limit >= 0.7 on the larger model)"
 
 echo "== 3. KV bytes: 4 sessions sharing a ~200-token prompt vs 4 private copies"
 words 60 >"$work/sys200.txt"
