@@ -26,6 +26,12 @@ std::vector<uint32_t> SessionObject::Allocate(const uint32_t& n) {
   return std::move(r).value();
 }
 
+uint32_t SessionObject::AllocateAt(const uint32_t& index) {
+  auto r = d_.kv().allocate_at(mine(), index);
+  if (!r) dbus::throw_error(r.error());
+  return *r;
+}
+
 void SessionObject::Free(const std::vector<uint32_t>& blocks) {
   if (auto r = d_.kv().free(mine(), blocks); !r) dbus::throw_error(r.error());
 }

@@ -19,6 +19,7 @@ class SessionObject final
 
  private:
   std::vector<uint32_t> Allocate(const uint32_t& n) override;
+  uint32_t AllocateAt(const uint32_t& index) override;
   void Free(const std::vector<uint32_t>& blocks) override;
   void Commit(const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes) override;
   std::vector<uint32_t> MatchPrefix(const std::vector<uint64_t>& hashes) override;

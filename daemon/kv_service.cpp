@@ -244,11 +244,11 @@ Status KvService::make_room(KvSession& s, uint64_t bytes) {
   return make_room_(req, fmt::format("KV allocation of session {}", s.path));
 }
 
-Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
-  std::vector<kv::BlockId> blocks;
+Status KvService::allocate_with_room(KvSession& s, uint32_t n,
+                                     const std::function<Status(std::vector<kv::EvictionNotice>&)>& attempt) {
   std::vector<kv::EvictionNotice> notices;
   share_refusal_.reset();
-  auto r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+  auto r = attempt(notices);
   publish(notices);
   // Past its share, room made elsewhere would not be the uid's to take.
   if (!r && r.error().code == ENOMEM && share_refusal_) return make_error(EDQUOT, "{}", *share_refusal_);
@@ -259,12 +259,28 @@ Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
     const uint64_t want = div_round_up(uint64_t{n}, g.blocks_per_chunk) * g.chunk_bytes;
     const uint64_t have = pool_.counts().free_bytes();
     if (want > have && make_room(s, want - have)) {
-      r = alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+      notices.clear();
+      r = attempt(notices);
       publish(notices);
     }
   }
-  if (!r) return std::move(r).error();
+  return r;
+}
+
+Result<std::vector<uint32_t>> KvService::allocate(KvSession& s, uint32_t n) {
+  std::vector<kv::BlockId> blocks;
+  AIRS_TRY(allocate_with_room(s, n, [&](std::vector<kv::EvictionNotice>& notices) {
+    return alloc_.allocate(s.id, n, Clock::now(), blocks, notices);
+  }));
   return std::vector<uint32_t>(blocks.begin(), blocks.end());
+}
+
+Result<uint32_t> KvService::allocate_at(KvSession& s, uint32_t index) {
+  kv::BlockId block = 0;
+  AIRS_TRY(allocate_with_room(s, 1, [&](std::vector<kv::EvictionNotice>& notices) {
+    return alloc_.allocate_at(s.id, index, Clock::now(), block, notices);
+  }));
+  return uint32_t{block};
 }
 
 Status KvService::free(KvSession& s, const std::vector<uint32_t>& blocks) {

@@ -70,6 +70,9 @@ class KvService final : public kv::ChunkOps {
   Result<KvSession*> get(const std::string& path, const dbus::Caller& caller);
 
   Result<std::vector<uint32_t>> allocate(KvSession& s, uint32_t n);
+  // One block at table index `index` (a hole or the end), see
+  // kv::Allocator::allocate_at.
+  Result<uint32_t> allocate_at(KvSession& s, uint32_t index);
   Status free(KvSession& s, const std::vector<uint32_t>& blocks);
   Status commit(KvSession& s, const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes);
   // The longest run of blocks for hashes[0..]: first those in memory, then
@@ -142,6 +145,10 @@ class KvService final : public kv::ChunkOps {
   std::optional<SpillKey> spill_key(Arena& a);
   void restore_spilled(KvSession& s, const std::vector<uint64_t>& hashes, std::vector<uint32_t>& out);
   Status make_room(KvSession& s, uint64_t bytes);
+  // Runs `attempt` (an allocation of n blocks for s), publishes its
+  // notices, and on ENOMEM makes room across arenas and runs it once more.
+  Status allocate_with_room(KvSession& s, uint32_t n,
+                            const std::function<Status(std::vector<kv::EvictionNotice>&)>& attempt);
 
   pool::Pool& pool_;
   Models& models_;

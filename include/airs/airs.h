@@ -121,9 +121,23 @@ typedef struct {
 
 int airs_session_create(airs_client *client, airs_model *model, airs_priority priority, airs_session **out);
 int airs_session_geometry(const airs_session *s, airs_kv_geometry *out);
+/* The element type the daemon sized this session's blocks for (its
+ * [kv] kv_type: "f16" or "q8_0"; "" from a daemon that does not say).
+ * block_bytes and tokens_per_block hold for that type only: a client that
+ * stores another type must not use these blocks (commit and SetLength count
+ * tokens_per_block tokens per block). Valid while the session is. */
+const char *airs_session_kv_type(const airs_session *s);
 /* n new blocks, written to blocks_out[0..n). -ENOMEM: pool exhausted
  * (airs_last_error says how much is missing); -EDQUOT: quota. */
 int airs_session_allocate(airs_session *s, uint32_t n, uint32_t *blocks_out);
+/* One new block at logical index `index` of the session's block table (a
+ * hole: a block evicted or freed in the middle of the sequence; or the end,
+ * as airs_session_allocate(s, 1)), written to *block_out. Refill a lost
+ * block in place with it: the daemon counts positions by table index for
+ * SetLength and Commit, and a block allocated at the end sits at another
+ * index. -EINVAL for an index past the end or one that holds a block;
+ * otherwise the errors of airs_session_allocate. */
+int airs_session_allocate_at(airs_session *s, uint32_t index, uint32_t *block_out);
 int airs_session_free(airs_session *s, const uint32_t *blocks, size_t n);
 /* Publish full blocks under their chained hashes (airs_kv_chain_hash). */
 int airs_session_commit(airs_session *s, const uint32_t *blocks, const uint64_t *hashes, size_t n);
@@ -140,6 +154,15 @@ uint64_t airs_session_restored_blocks(const airs_session *s);
 /* Copy-on-write: the block to write into instead of `block`. */
 int airs_session_prepare_write(airs_session *s, uint32_t block, uint32_t *writable);
 int airs_session_set_length(airs_session *s, uint32_t tokens);
+/* airs_session_set_length without the round trip: one one-way message (no
+ * reply awaited), which the daemon applies in order before this session's
+ * later calls (a Commit after it sees the length; the Tokens property and
+ * `airsctl sessions` show it as soon as it is applied). A length the daemon
+ * refuses (it took blocks meanwhile: their eviction notice says so) is
+ * dropped, and nothing reports it. For a decode loop's per-token length;
+ * use airs_session_set_length where a refusal must be seen. Returns 0 once
+ * queued for sending, or a negative errno. */
+int airs_session_post_length(airs_session *s, uint32_t tokens);
 /* Where block `block` lives in this process (NULL for a bad id). */
 void *airs_session_block_ptr(airs_session *s, uint32_t block);
 /* An eventfd that becomes readable when blocks of this session were

@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -78,6 +79,7 @@ class Session {
     detail::check(airs_session_geometry(s_, &g));
     return g;
   }
+  [[nodiscard]] std::string_view kv_type() const { return airs_session_kv_type(s_); }
   std::vector<uint32_t> allocate(uint32_t n) {
     std::vector<uint32_t> b(n);
     detail::check(airs_session_allocate(s_, n, b.data()));

@@ -121,6 +121,7 @@ struct airs_session {
   airs::sys::Mapping notices;
   airs::sys::UniqueFd notice_event;
   airs_kv_geometry geo{};
+  std::string kv_type;  // the geometry's "kv_type"
   uint64_t blocks_per_chunk = 1;
   uint64_t chunk_bytes = 0;
   airs::client::NoticeReader reader;
@@ -506,6 +507,7 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
     s->geo.arena_bytes = airs::dbus::get<uint64_t>(geo, "arena_bytes").value_or(0);
     s->chunk_bytes = airs::dbus::get<uint64_t>(geo, "chunk_bytes").value_or(0);
     s->blocks_per_chunk = airs::dbus::get<uint32_t>(geo, "blocks_per_chunk").value_or(1);
+    s->kv_type = airs::dbus::get<std::string>(geo, "kv_type").value_or("");
     // Mapped once; only blocks the daemon handed out are touched. NORESERVE:
     // the arena is mostly holes, pages exist only where chunks are committed.
     void* a = ::mmap(nullptr, s->geo.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, arena.get(), 0);
@@ -532,6 +534,8 @@ int airs_session_geometry(const airs_session* s, airs_kv_geometry* out) {
   return 0;
 }
 
+const char* airs_session_kv_type(const airs_session* s) { return s == nullptr ? "" : s->kv_type.c_str(); }
+
 int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
   if (s == nullptr || (blocks_out == nullptr && n > 0)) return fail(EINVAL, "airs_session_allocate: NULL argument");
   try {
@@ -539,6 +543,16 @@ int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
     s->proxy->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(n).storeResultsTo(blocks);
     if (blocks.size() != n) return fail(EIO, "Allocate returned a different number of blocks");
     std::copy(blocks.begin(), blocks.end(), blocks_out);
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_allocate_at(airs_session* s, uint32_t index, uint32_t* block_out) {
+  if (s == nullptr || block_out == nullptr) return fail(EINVAL, "airs_session_allocate_at: NULL argument");
+  try {
+    s->proxy->callMethod("AllocateAt").onInterface("org.aios.Airs1.Session").withArguments(index).storeResultsTo(*block_out);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -586,6 +600,19 @@ int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writab
   if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
   try {
     s->proxy->callMethod("PrepareWrite").onInterface("org.aios.Airs1.Session").withArguments(block).storeResultsTo(*writable);
+    return 0;
+  } catch (const sdbus::Error& e) {
+    return fail(e);
+  }
+}
+
+int airs_session_post_length(airs_session* s, uint32_t tokens) {
+  if (s == nullptr) return fail(EINVAL, "airs_session_post_length: NULL session");
+  try {
+    auto call = s->proxy->createMethodCall("org.aios.Airs1.Session", "SetLength");
+    call << tokens;
+    call.dontExpectReply();
+    s->proxy->callMethod(call);  // sd_bus_send: returns once written or queued
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);

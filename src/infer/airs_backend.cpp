@@ -18,6 +18,12 @@ Result<std::vector<uint32_t>> AirsKv::allocate(uint32_t n) {
   return ids;
 }
 
+Result<uint32_t> AirsKv::allocate_at(uint32_t index) {
+  uint32_t id = 0;
+  if (const int rc = airs_session_allocate_at(s_, index, &id); rc < 0) return airs_error(rc, "allocate at");
+  return id;
+}
+
 Status AirsKv::free(std::span<const uint32_t> ids) {
   if (const int rc = airs_session_free(s_, ids.data(), ids.size()); rc < 0) return airs_error(rc, "free");
   return {};
@@ -48,6 +54,11 @@ Result<uint32_t> AirsKv::prepare_write(uint32_t id) {
 
 Status AirsKv::set_length(uint32_t tokens) {
   if (const int rc = airs_session_set_length(s_, tokens); rc < 0) return airs_error(rc, "set length");
+  return {};
+}
+
+Status AirsKv::post_length(uint32_t tokens) {
+  if (const int rc = airs_session_post_length(s_, tokens); rc < 0) return airs_error(rc, "post length");
   return {};
 }
 

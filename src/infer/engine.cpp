@@ -36,15 +36,11 @@ void Engine::matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb,
   const std::byte* act = act_.data();
   const size_t as = act_stride_;
   pool_.parallel_for(w.rows, 16, [&](size_t rb, size_t re) {
-    size_t r = rb;
-    for (; r + 4 <= re; r += 4) {
+    // A group of rows is read from memory once for the whole batch.
+    for (size_t r = rb; r < re; r += kRowGroup) {
+      const size_t rows = std::min(kRowGroup, re - r);
       for (size_t b = 0; b < nb; ++b) {
-        dot_rows4(w.type, w.data + r * w.row_stride, w.row_stride, act + b * as, w.cols, out + b * out_stride + r);
-      }
-    }
-    for (; r < re; ++r) {
-      for (size_t b = 0; b < nb; ++b) {
-        out[b * out_stride + r] = dot_row(w.type, w.data + r * w.row_stride, act + b * as, w.cols);
+        dot_rows(w.type, w.data + r * w.row_stride, w.row_stride, act + b * as, w.cols, rows, out + b * out_stride + r);
       }
     }
   });

@@ -71,7 +71,7 @@ struct Options {
   airs_priority priority = AIRS_PRIORITY_INTERACTIVE;
   SamplerParams sampling;
   unsigned threads = 0;
-  KvElem kv = KvElem::kF16;
+  std::optional<KvElem> kv;  // --kv; default: the daemon's kv_type (f16 without one)
   bool no_daemon = false, hold = false, json = false;
 };
 
@@ -223,9 +223,11 @@ int run(const Options& o) {
     prompt = tok->encode(o.prompt, true);
   }
 
-  // Block size: the daemon's block bytes hold as many whole positions of
-  // our layout as fit (f16 KV: the daemon's tokens_per_block when it was
-  // configured for f16; f32: half of it).
+  // KV geometry: the daemon's. Its blocks are sized for its kv_type and
+  // tokens_per_block, and it checks lengths and commits in those tokens, so
+  // the engine stores that type with exactly that many positions per block
+  // (f32 K/V in f16-sized blocks would commit blocks the daemon counts as
+  // half full). Private memory: --kv, f16 by default, 16 per block.
   uint32_t tpb = 16;
   if (amodel != nullptr && airs_session_create(client, amodel, o.priority, &session) < 0) {
     std::fprintf(stderr, "airs-generate: cannot create a KV session (%s); running on private blocks\n",
@@ -233,18 +235,36 @@ int run(const Options& o) {
     session = nullptr;
   }
   session_owner.reset(session);
-  const uint64_t per_token = kv_layout_for(model->config, 1, o.kv).bytes_per_token();
+  KvElem kv_elem = o.kv.value_or(KvElem::kF16);
   if (session != nullptr) {
-    airs_kv_geometry geo{};
-    (void)airs_session_geometry(session, &geo);
-    if (geo.block_bytes / per_token == 0) {
-      std::fprintf(stderr, "airs-generate: a daemon block (%u bytes) holds no position (%llu bytes)\n",
-                   geo.block_bytes, static_cast<unsigned long long>(per_token));
+    const std::string daemon_kv = airs_session_kv_type(session);
+    if (daemon_kv != "f16") {
+      std::fprintf(stderr,
+                   "airs-generate: the daemon stores KV as '%s' ([kv] kv_type in airs-memd.conf); this engine "
+                   "reads f16 or f32 KV: set kv_type = \"f16\" there, or run with --no-daemon\n",
+                   daemon_kv.c_str());
       return 1;
     }
-    tpb = static_cast<uint32_t>(std::min<uint64_t>(geo.block_bytes / per_token, geo.tokens_per_block * 2U));
+    if (o.kv && *o.kv != KvElem::kF16) {
+      std::fprintf(stderr,
+                   "airs-generate: --kv f32, but the daemon's KV blocks are f16 ([kv] kv_type in airs-memd.conf); "
+                   "drop --kv or run with --no-daemon\n");
+      return 1;
+    }
+    kv_elem = KvElem::kF16;
+    airs_kv_geometry geo{};
+    (void)airs_session_geometry(session, &geo);
+    tpb = geo.tokens_per_block;
+    const uint64_t need = kv_layout_for(model->config, tpb, kv_elem).block_bytes();
+    if (tpb == 0 || need > geo.block_bytes) {
+      std::fprintf(stderr,
+                   "airs-generate: the daemon's KV block (%u bytes, %u tokens) does not hold %u positions of this "
+                   "model (%llu bytes): a daemon of another version?\n",
+                   geo.block_bytes, tpb, tpb, static_cast<unsigned long long>(need));
+      return 1;
+    }
   }
-  const KvLayout layout = kv_layout_for(model->config, tpb, o.kv);
+  const KvLayout layout = kv_layout_for(model->config, tpb, kv_elem);
   ThreadPool pool(o.threads);
   Engine engine(*model, layout, pool);
   std::optional<AirsKv> dkv;
@@ -297,6 +317,9 @@ int run(const Options& o) {
     }
   }
   const auto t_end = Clock::now();
+  // The decode steps posted their lengths one way; one round trip makes sure
+  // the daemon applied the last before the output says we are done.
+  if (dkv) (void)dkv->set_length(seq.size());
   const double ttft = std::chrono::duration<double, std::milli>(t_first - t0).count();
   const double decode_s = std::chrono::duration<double>(t_end - t_first - paused).count();
   if (o.json) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -141,13 +142,44 @@ inline void q4k_scale_min(const uint8_t* sc, uint32_t s, int32_t* scale, int32_t
   }
 }
 
+// All eight scales then all eight mins of a Q4_K block (out[0..8) scales,
+// out[8..16) mins), unpacked with four 32-bit word operations (ggml's
+// kmask trick); the same values as q4k_scale_min for s = 0..7.
+inline void q4k_unpack_scales(const std::byte* packed, uint8_t* out) noexcept {
+  constexpr uint32_t kLow6 = 0x3F3F3F3FU, kLow4 = 0x0F0F0F0FU, kLow2 = 0x03030303U;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins_lo = u[1] & kLow6;                        // mins 0..3
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);          // scales 4..7
+  u[2] = mins_lo;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(out, u, 16);
+}
+
+// The super block's contribution from its exact integer sums, one
+// expression for every path so they agree bit for bit. The FMA is
+// explicit: left to the compiler, the FMA-enabled kernels contract it and
+// the baseline build does not, and the paths round differently. (An
+// out-of-line baseline function instead costs the AVX-512 kernel an
+// SSE/AVX state transition per call: 15x slower.)
+inline float q4k_block_value(const std::byte* w, float dx, int32_t sum_q, int32_t sum_m) noexcept {
+  return std::fma(h2f(load_u16(w)) * dx, static_cast<float>(sum_q),
+                  -(h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m)));
+}
+
+inline float q8k_scale(const std::byte* x) noexcept {
+  float d;
+  std::memcpy(&d, x, 4);
+  return d;
+}
+
 // Q4_K row against Q8_K activation blocks: the sums inside a super block
 // are exact integers, scaled once per block as ggml does.
 AIRS_HOT float dot_q4_k_impl(const std::byte* w, const std::byte* x, size_t n) noexcept {
   float s = 0.0F;
   for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes, x += kQ8KBytes) {
-    float dx;
-    std::memcpy(&dx, x, 4);
+    const float dx = q8k_scale(x);
     const auto* scales = reinterpret_cast<const uint8_t*>(w + 4);
     const auto* qs = reinterpret_cast<const uint8_t*>(w + 16);
     const auto* qx = reinterpret_cast<const int8_t*>(x + 4);
@@ -166,7 +198,7 @@ AIRS_HOT float dot_q4_k_impl(const std::byte* w, const std::byte* x, size_t n) n
         sum_m += m * xs;
       }
     }
-    s += h2f(load_u16(w)) * dx * static_cast<float>(sum_q) - h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m);
+    s += q4k_block_value(w, dx, sum_q, sum_m);
   }
   return s;
 }
@@ -229,6 +261,51 @@ AIRS_AVX2 float dot_q4_0_avx2(const std::byte* w, const std::byte* x, size_t n) 
     acc = _mm256_fmadd_ps(d, dot_i8_block(qw, qx), acc);
   }
   return hsum(acc);
+}
+
+AIRS_AVX2 inline int32_t hsum_i32(__m256i v) {
+  __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(r);
+}
+
+// sum_s m[s] * bsum[s] of one super block: the activation's sub-block sums
+// (Q8_K's int16 bsums) against the unpacked mins, one vpmaddwd.
+AIRS_AVX2 inline int32_t q4k_min_sum(const uint8_t* scales_mins, const std::byte* x) {
+  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_mins + 8)));
+  const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 4 + kQKBlock));
+  __m128i r = _mm_madd_epi16(m, bs);
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(r);
+}
+
+// Q4_K x Q8_K: per 64-value chunk, the nibbles (u8 0..15) times the
+// activation (s8) pairwise to i16 (at most 2 * 15 * 127, no saturation),
+// times the sub-block scale to i32; the i32 sum is exact, as the scalar one.
+AIRS_AVX2 float dot_q4_k_avx2(const std::byte* w, const std::byte* x, size_t n) noexcept {
+  const __m256i lo_mask = _mm256_set1_epi8(15);
+  float s = 0.0F;
+  for (size_t b = 0; b < n / kQKBlock; ++b, w += kQ4KBytes, x += kQ8KBytes) {
+    alignas(16) uint8_t sm[16];
+    q4k_unpack_scales(w + 4, sm);
+    const std::byte* qs = w + 16;
+    const std::byte* qx = x + 4;
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t c = 0; c < 4; ++c, qs += 32, qx += 64) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+      const __m256i lo = _mm256_and_si256(q, lo_mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo_mask);
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32));
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sm[2 * c]));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sm[2 * c + 1]));
+      acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+    }
+    s += q4k_block_value(w, q8k_scale(x), hsum_i32(acc), q4k_min_sum(sm, x));
+  }
+  return s;
 }
 
 AIRS_AVX2 float dot_f16_f16_avx2(const uint16_t* a, const uint16_t* b, size_t n) noexcept {
@@ -348,7 +425,10 @@ template <size_t R>
 AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
   const __m512i iq = load_idx(kPerm.q8_quants);
   const __m512i is = load_idx(kPerm.q8_scales);
-  VnniRows<R> rows;
+  const size_t ahead = stride == 0 ? kPrefetchBytes : R * stride;
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
@@ -357,19 +437,23 @@ AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte
     const __m512i xt = _mm512_maskz_loadu_epi8(0xF, xb + 64);  // bytes 64..67; no read past the pair
     const __m512i qx = _mm512_permutex2var_epi8(xa, iq, xt);
     const __m512 dx = scales_f32(xa, is);
+#pragma GCC unroll 16
     for (size_t r = 0; r < R; ++r) {
       const std::byte* wb = w + r * stride + b * kQ8Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + 64), _MM_HINT_T0);
       const __m512i wa = _mm512_loadu_si512(wb);
       const __m512i qw = _mm512_permutex2var_epi8(wa, iq, _mm512_maskz_loadu_epi8(0xF, wb + 64));
       const __m512i sx = _mm512_mask_sub_epi8(qx, _mm512_movepi8_mask(qw), _mm512_setzero_si512(), qx);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(qw), sx);
-      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
     }
   }
-  rows.finish(out, [&](size_t r) {
-    return b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
-  });
+  for (size_t r = 0; r < R; ++r) {
+    const float tail =
+        b < nb ? dot_q8_0_avx2(w + r * stride + b * kQ8Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
 }
 
 // Q4_0 x Q8_0, four blocks per step. The 64 nibble bytes of four blocks
@@ -378,6 +462,10 @@ AIRS_VNNI void dotn_q8_0_vnni(const std::byte* w, size_t stride, const std::byte
 // all rows. The nibbles are used as they are (u8 0..15) and the -8 offset
 // comes back as -8 . sum(x), the accumulator's start value: two vpdpbusd
 // per step and row, and lane group k holds block k's sum.
+// Prefetch: rows are consecutive and the caller walks them in groups of R,
+// so each row's reads are mirrored one group ahead (row r + R, same
+// offset): the whole next group arrives while this one is computed, however
+// short the rows. A single row (stride 0) prefetches kPrefetchBytes ahead.
 template <size_t R>
 AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
   const __m512i in = load_idx(kPerm.q4_nibbles);
@@ -385,7 +473,10 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
   const __m512i lo_mask = _mm512_set1_epi8(15);
   const __m512i eights = _mm512_set1_epi8(8);
   const __m512i spread4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  VnniRows<R> rows;
+  const size_t ahead = stride == 0 ? kPrefetchBytes : R * stride;
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const size_t nb = n / kQBlock;
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
@@ -402,34 +493,118 @@ AIRS_VNNI void dotn_q4_0_vnni(const std::byte* w, size_t stride, const std::byte
     const __m512i init = _mm512_sub_epi32(
         _mm512_setzero_si512(),
         _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eights, xlo), eights, xhi));
+#pragma GCC unroll 16
     for (size_t r = 0; r < R; ++r) {
       const std::byte* wb = w + r * stride + b * kQ4Bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(wb + kPrefetchBytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + 64), _MM_HINT_T0);
       const __m512i wa = _mm512_loadu_si512(wb);
       const __m512i q = _mm512_permutex2var_epi8(wa, in, _mm512_maskz_loadu_epi8(0xFF, wb + 64));
       const __m512i lo = _mm512_and_si512(q, lo_mask);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo_mask);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo, xlo), hi, xhi);
-      rows.acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), rows.acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scales_f32(wa, is), dx), _mm512_cvtepi32_ps(dot), acc[r]);
     }
   }
-  rows.finish(out, [&](size_t r) {
-    return b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
-  });
+  for (size_t r = 0; r < R; ++r) {
+    const float tail =
+        b < nb ? dot_q4_0_avx2(w + r * stride + b * kQ4Bytes, x + b * kQ8Bytes, (nb - b) * kQBlock) : 0.0F;
+    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  }
+}
+
+// Q4_K x Q8_K, R rows, two 64-value chunks (128 values) per step. The 64
+// quant bytes of chunks 2p, 2p+1 split into lo nibbles (sub-blocks 4p in
+// bytes 0-31, 4p+2 in 32-63) and hi nibbles (4p+1, 4p+3); the activation's
+// matching halves are gathered once per step for all rows (vshufi64x2).
+// u8 x s8 pairs to i16 (vpmaddubsw), times a per-lane scale vector to i32
+// (vpmaddwd): the lanes of a sub-block carry its scale, picked out of the
+// unpacked scales with vpermw. The i32 sums are exact, so each row's value
+// is the scalar kernel's bit for bit. Each super block of row r prefetches
+// the same bytes of row r + R (see dotn_q4_0_vnni).
+// vpermw indexes into the unpacked scales: [sub-block a x16 | b x16].
+AIRS_VNNI inline __m512i q4k_pick(int16_t a, int16_t b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(a)), _mm256_set1_epi16(b), 1);
+}
+
+template <size_t R>
+AIRS_VNNI void dotn_q4_k_vnni(const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+  const __m512i lo_mask = _mm512_set1_epi8(15);
+  const __m512i pick_lo[2] = {q4k_pick(0, 2), q4k_pick(4, 6)};
+  const __m512i pick_hi[2] = {q4k_pick(1, 3), q4k_pick(5, 7)};
+  const size_t ahead = stride == 0 ? kPrefetchBytes : R * stride;
+  float s[R] = {};
+  for (size_t b = 0; b < n / kQKBlock; ++b) {
+    const std::byte* xb = x + b * kQ8KBytes;
+    __m512i xlo[2], xhi[2];
+    for (size_t p = 0; p < 2; ++p) {
+      const __m512i x0 = _mm512_loadu_si512(xb + 4 + 128 * p);
+      const __m512i x1 = _mm512_loadu_si512(xb + 4 + 128 * p + 64);
+      xlo[p] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(1, 0, 1, 0));
+      xhi[p] = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    const float dx = q8k_scale(xb);
+#pragma GCC unroll 16
+    for (size_t r = 0; r < R; ++r) {
+      const std::byte* wb = w + r * stride + b * kQ4KBytes;
+      for (size_t k = 0; k < kQ4KBytes; k += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + ahead + k), _MM_HINT_T0);
+      alignas(16) uint8_t sm[16];
+      q4k_unpack_scales(wb + 4, sm);
+      const __m512i sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(sm))));
+      __m512i acc = _mm512_setzero_si512();
+      for (size_t p = 0; p < 2; ++p) {
+        const __m512i q = _mm512_loadu_si512(wb + 16 + 64 * p);
+        const __m512i lo = _mm512_and_si512(q, lo_mask);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo_mask);
+        const __m512i plo = _mm512_madd_epi16(_mm512_maddubs_epi16(lo, xlo[p]), _mm512_permutexvar_epi16(pick_lo[p], sc16));
+        const __m512i phi = _mm512_madd_epi16(_mm512_maddubs_epi16(hi, xhi[p]), _mm512_permutexvar_epi16(pick_hi[p], sc16));
+        acc = _mm512_add_epi32(acc, _mm512_add_epi32(plo, phi));
+      }
+      s[r] += q4k_block_value(wb, dx, _mm512_reduce_add_epi32(acc), q4k_min_sum(sm, xb));
+    }
+  }
+  for (size_t r = 0; r < R; ++r) out[r] = s[r];
 }
 
 #pragma GCC diagnostic pop
 
-const bool kVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-                   __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
-const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+const bool kHasVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c") &&
+                      __builtin_cpu_supports("fma");
+const bool kHasAvx2 =
+    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
-constexpr bool kAvx2 = false;
-constexpr bool kVnni = false;
+constexpr bool kHasAvx2 = false;
+constexpr bool kHasVnni = false;
 #endif
 
+KernelPath best_path() noexcept {
+  return kHasVnni ? KernelPath::kAvx512Vnni : kHasAvx2 ? KernelPath::kAvx2 : KernelPath::kPortable;
+}
+std::atomic<KernelPath> g_path{best_path()};
+
+inline bool use_vnni() noexcept { return g_path.load(std::memory_order_relaxed) == KernelPath::kAvx512Vnni; }
+inline bool use_avx2() noexcept { return g_path.load(std::memory_order_relaxed) >= KernelPath::kAvx2; }
+
 }  // namespace
+
+bool kernel_path_supported(KernelPath p) noexcept {
+  switch (p) {
+    case KernelPath::kPortable: return true;
+    case KernelPath::kAvx2: return kHasAvx2;
+    case KernelPath::kAvx512Vnni: return kHasVnni;
+  }
+  return false;
+}
+
+bool set_kernel_path(KernelPath p) noexcept {
+  if (!kernel_path_supported(p)) return false;
+  g_path.store(p, std::memory_order_relaxed);
+  return true;
+}
+
+KernelPath kernel_path() noexcept { return g_path.load(std::memory_order_relaxed); }
 
 bool weight_type_from_ggml(uint32_t ggml_type, WeightType* out) noexcept {
   switch (ggml_type) {
@@ -525,10 +700,36 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
         }
         const float d = 1.0F / iscale;
         std::memcpy(out, &d, 4);
+        for (size_t sb = 0; sb < kQKBlock / 32; ++sb) {
+          int16_t sum = 0;
+          for (size_t j = 0; j < 32; ++j) sum = static_cast<int16_t>(sum + q[32 * sb + j]);
+          std::memcpy(out + 4 + kQKBlock + 2 * sb, &sum, 2);
+        }
       }
       return;
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+using DotFn = float (*)(const std::byte*, const std::byte*, size_t) noexcept;
+using DotRowsFn = void (*)(const std::byte*, size_t, const std::byte*, size_t, float*) noexcept;
+// One row on the selected path: the AVX-512 kernel on a single row, the
+// AVX2 one, or the plain loop.
+float dot_on_path(DotRowsFn vnni, DotFn avx2, DotFn portable, const std::byte* w, const std::byte* x,
+                  size_t n) noexcept {
+  if (use_vnni()) {
+    float out;
+    vnni(w, 0, x, n, &out);
+    return out;
+  }
+  return use_avx2() ? avx2(w, x, n) : portable(w, x, n);
+}
+}  // namespace
+#define AIRS_DOT_ON_PATH(vnni, avx2, portable) dot_on_path(vnni, avx2, portable, w, x, n)
+#else
+#define AIRS_DOT_ON_PATH(vnni, avx2, portable) portable(w, x, n)
+#endif
 
 float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept {
   switch (wt) {
@@ -536,31 +737,15 @@ float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) n
       return dot_f32_impl(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
     case WeightType::kF16:
 #if defined(__x86_64__) && defined(__GNUC__)
-      if (kAvx2) return dot_f16_f16_avx2(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
+      if (use_avx2()) return dot_f16_f16_avx2(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
 #endif
       return dot_f16_f16_impl(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(x), n);
     case WeightType::kQ8_0:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (kVnni) {
-        float out;
-        dotn_q8_0_vnni<1>(w, 0, x, n, &out);
-        return out;
-      }
-      if (kAvx2) return dot_q8_0_avx2(w, x, n);
-#endif
-      return dot_q8_0_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q8_0_vnni<1>, dot_q8_0_avx2, dot_q8_0_impl);
     case WeightType::kQ4_0:
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (kVnni) {
-        float out;
-        dotn_q4_0_vnni<1>(w, 0, x, n, &out);
-        return out;
-      }
-      if (kAvx2) return dot_q4_0_avx2(w, x, n);
-#endif
-      return dot_q4_0_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q4_0_vnni<1>, dot_q4_0_avx2, dot_q4_0_impl);
     case WeightType::kQ4_K:
-      return dot_q4_k_impl(w, x, n);
+      return AIRS_DOT_ON_PATH(dotn_q4_k_vnni<1>, dot_q4_k_avx2, dot_q4_k_impl);
     case WeightType::kQ8_K:  // activation only: never a weight
       return 0.0F;
   }
@@ -620,14 +805,26 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
   }
 }
 
-void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept {
+void dot_rows(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, size_t rows,
+              float* out) noexcept {
+  size_t r = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (kVnni && wt == WeightType::kQ8_0) return dotn_q8_0_vnni<4>(w, stride, x, n, out);
-  if (kVnni && wt == WeightType::kQ4_0) return dotn_q4_0_vnni<4>(w, stride, x, n, out);
-  if (kAvx2 && wt == WeightType::kQ8_0) return dot4_q8_0_avx2(w, stride, x, n, out);
-  if (kAvx2 && wt == WeightType::kQ4_0) return dot4_q4_0_avx2(w, stride, x, n, out);
+  if (use_vnni() && wt == WeightType::kQ4_0) {
+    for (; r + 8 <= rows; r += 8) dotn_q4_0_vnni<8>(w + r * stride, stride, x, n, out + r);
+    for (; r + 4 <= rows; r += 4) dotn_q4_0_vnni<4>(w + r * stride, stride, x, n, out + r);
+  } else if (use_vnni() && wt == WeightType::kQ8_0) {
+    for (; r + 8 <= rows; r += 8) dotn_q8_0_vnni<8>(w + r * stride, stride, x, n, out + r);
+    for (; r + 4 <= rows; r += 4) dotn_q8_0_vnni<4>(w + r * stride, stride, x, n, out + r);
+  } else if (use_vnni() && wt == WeightType::kQ4_K) {
+    for (; r + 8 <= rows; r += 8) dotn_q4_k_vnni<8>(w + r * stride, stride, x, n, out + r);
+    for (; r + 4 <= rows; r += 4) dotn_q4_k_vnni<4>(w + r * stride, stride, x, n, out + r);
+  } else if (use_avx2() && wt == WeightType::kQ8_0) {
+    for (; r + 4 <= rows; r += 4) dot4_q8_0_avx2(w + r * stride, stride, x, n, out + r);
+  } else if (use_avx2() && wt == WeightType::kQ4_0) {
+    for (; r + 4 <= rows; r += 4) dot4_q4_0_avx2(w + r * stride, stride, x, n, out + r);
+  }
 #endif
-  for (size_t r = 0; r < 4; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
+  for (; r < rows; ++r) out[r] = dot_row(wt, w + r * stride, x, n);
 }
 
 float dot_f32(const float* a, const float* b, size_t n) noexcept { return dot_f32_impl(a, b, n); }

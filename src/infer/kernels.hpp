@@ -13,7 +13,9 @@
 // Q8_0 and Q4_0 rows also have AVX-512 VNNI/VBMI kernels (two or four
 // blocks per 512-bit register, vpdpbusd), picked at run time when the CPU
 // has avx512f/bw/vl/vnni/vbmi; they sum in a different order than the AVX2
-// ones, so results agree to float rounding, not bit for bit.
+// ones, so results agree to float rounding, not bit for bit. They read
+// the weights in place (no repacked copy), eight rows per group, and
+// prefetch the next group while computing this one.
 //
 // Block formats (ggml, little-endian):
 //   Q8_0: 34 bytes per 32 values: f16 d | int8 q[32];          v = d * q
@@ -28,10 +30,13 @@
 //         are sub-block 2c, the high nibbles sub-block 2c+1;
 //         v = d * sc[s] * q - dmin * m[s].
 //         Its rows are multiplied against Q8_K activation blocks.
-//   Q8_K (activations only): 260 bytes per 256 values: f32 d | int8 q[256],
+//   Q8_K (activations only): 276 bytes per 256 values: f32 d | int8 q[256] |
+//         int16 bsum[8] (bsum[s] = the sum of q over sub-block s, for the
+//         mins term: computed once per activation, not once per row),
 //         quantised as ggml's quantize_row_q8_K does: max = the value of
 //         largest magnitude, iscale = -127 / max, q = round(iscale * x),
-//         d = 1 / iscale. Q4_K . Q8_K per super block is
+//         d = 1 / iscale. (ggml's block has 16 sums of 16 values; this
+//         format is the engine's own.) Q4_K . Q8_K per super block is
 //         d_w * d_x * sum_s(sc[s] * sum(q * xq)) - dmin * d_x * sum_s(m[s] * sum(xq)),
 //         integer inside the block. (Against Q8_0 activations, 32-value
 //         scales, the logits moved 0.038 of the largest logit from
@@ -50,7 +55,19 @@ inline constexpr size_t kQ8Bytes = 34;
 inline constexpr size_t kQ4Bytes = 18;
 inline constexpr uint32_t kQKBlock = 256;   // values per Q4_K super block
 inline constexpr size_t kQ4KBytes = 144;
-inline constexpr size_t kQ8KBytes = 260;
+inline constexpr size_t kQ8KBytes = 276;
+
+// The instruction sets the block dots may use. The default is the best
+// the CPU has; tests select each supported path in turn and compare it
+// with the reference. kPortable is the plain loops (still compiler-cloned
+// for x86-64-v3), kAvx2 the AVX2/FMA/F16C kernels, kAvx512Vnni the
+// AVX-512 VNNI/VBMI ones (rows the wide kernels leave over run on AVX2).
+enum class KernelPath : uint8_t { kPortable, kAvx2, kAvx512Vnni };
+[[nodiscard]] bool kernel_path_supported(KernelPath p) noexcept;
+// Selects `p` for every later call; false (and no change) if the CPU lacks
+// it. Not to be called while another thread runs kernels.
+bool set_kernel_path(KernelPath p) noexcept;
+[[nodiscard]] KernelPath kernel_path() noexcept;
 
 // kQ8_K is an activation format only (no model tensor is read as it).
 enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ8_K };
@@ -75,9 +92,14 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
 // Row `w` (format `wt`) · activation `x` (already in activation_type(wt)).
 [[nodiscard]] float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept;
 
-// Four consecutive rows (row r at w + r * stride) · x into out[0..4); the
-// same values as four dot_row calls, computed together.
-void dot_rows4(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, float* out) noexcept;
+// `rows` consecutive rows (row r at w + r * stride) · x into out[0..rows):
+// the same values as dot_row calls, computed kRowGroup (or 4) rows at a time
+// with one read of each activation block per group. The kernels prefetch
+// the next group of rows (w + rows * stride onwards) while they compute:
+// a caller walking a matrix should pass groups of kRowGroup rows in order.
+inline constexpr size_t kRowGroup = 8;
+void dot_rows(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, size_t rows,
+              float* out) noexcept;
 
 // Dequantises a row of n values into f32.
 void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noexcept;

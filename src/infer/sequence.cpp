@@ -26,6 +26,12 @@ Result<std::vector<uint32_t>> PrivateKv::allocate(uint32_t n) {
   return out;
 }
 
+Result<uint32_t> PrivateKv::allocate_at(uint32_t) {
+  auto ids = allocate(1);
+  if (!ids) return std::move(ids).error();
+  return (*ids)[0];
+}
+
 Status PrivateKv::free(std::span<const uint32_t> ids) {
   for (uint32_t id : ids) {
     if (id >= blocks_.size()) return make_error(EINVAL, "kv: free of unknown block {}", id);
@@ -147,7 +153,9 @@ Status Sequence::step(std::span<const int32_t> batch, float* logits) {
   tokens_.insert(tokens_.end(), batch.begin(), batch.end());
   for (int attempt = 0;; ++attempt) {
     engine_.forward_batch(batch, pos, ptrs_, logits);
-    Status st = kv_.set_length(end);
+    // A decode step inside a block: no round trip (see the header).
+    const bool one_way = batch.size() == 1 && end % tpb_ != 0 && attempt == 0;
+    Status st = one_way ? kv_.post_length(end) : kv_.set_length(end);
     // The service refusing the length means it took blocks we were not told
     // about yet: give the notice a moment to arrive.
     if (!st && attempt == 0) (void)kv_.wait_notice(1000);
@@ -221,9 +229,9 @@ Result<std::span<const float>> Sequence::append(int32_t token) {
 }
 
 Status Sequence::recompute(uint32_t index, bool tail) {
-  auto ids = kv_.allocate(1);
-  if (!ids) return std::move(ids).error();
-  ids_[index] = (*ids)[0];
+  auto id = kv_.allocate_at(index);
+  if (!id) return std::move(id).error();
+  ids_[index] = *id;
   ptrs_[index] = kv_.block_ptr(ids_[index]);
   if (ptrs_[index] == nullptr) return make_error(EINVAL, "kv: block {} has no mapping", ids_[index]);
   committed_[index] = false;
@@ -237,14 +245,12 @@ Status Sequence::recompute(uint32_t index, bool tail) {
     pos += n;
   }
   ++recomputed_;
-  // The service appends a fresh block at the end of its table. When every
-  // later block was lost too (eviction takes a session's blocks from the
-  // tail), that is this block's index again and the true length is its end:
-  // say so, and publish it again if it is full. A block lost in the middle
-  // lands elsewhere in the service's table (it has no way to fill a hole),
-  // so it stays private: correct output, just not shared.
-  if (!tail) return {};
-  AIRS_TRY(kv_.set_length(end));
+  // The block is back at its own index. When every later block was lost
+  // too, the service cut its table (and length) to before this one: the
+  // true length is this block's end for now (recover() sets the whole
+  // length at the end). A block refilled in the middle is inside the
+  // service's length already. Either way a full block is published again.
+  if (tail) AIRS_TRY(kv_.set_length(end));
   return commit_if_full(index);
 }
 

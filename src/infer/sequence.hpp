@@ -12,8 +12,12 @@
 //    becomes full it is committed under chain_hash(parent, its token ids).
 //  - The prompt is computed in batches (Engine::forward_batch) that end at
 //    block boundaries; decode runs one token per step.
-//  - set_length() is called after every step so the service's length is
-//    the number of positions whose K/V are in the table.
+//  - The service's length is set after every step to the number of
+//    positions whose K/V are in the table: with post_length() (one-way, no
+//    round trip) after a decode step that leaves its block partly filled,
+//    with set_length() (waits, a refusal seen) after any other step, since
+//    a commit follows when a block fills and the refusal is the early
+//    sign of an eviction.
 //  - Only the last, partly filled block is ever written. After
 //    truncate() that block can be one that was matched or committed: the
 //    first write into it goes through prepare_write() (copy-on-write), and
@@ -25,9 +29,10 @@
 //    a step that ran while one of its blocks was taken is repaired and run
 //    again, so its logits never come from lost K/V. Blocks taken again while
 //    recover() recomputes (pressure goes on) are recomputed again, with
-//    every block recomputed after them in the same call. Lost blocks that form the table's tail (the
-//    service evicts from the tail) are committed again when full; a block
-//    lost in the middle stays private (see recompute()).
+//    every block recomputed after them in the same call. A lost block gets
+//    its fresh block at its own table index (allocate_at: a hole in the
+//    middle is refilled in place), so it is committed again when full and
+//    the service's indices stay the sequence's.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +50,10 @@ class KvBackend {
  public:
   virtual ~KvBackend() = default;
   [[nodiscard]] virtual Result<std::vector<uint32_t>> allocate(uint32_t n) = 0;
+  // One block at this sequence's table index `index`: a hole (a block lost
+  // in the middle) or the end, so the service's index of every block stays
+  // the sequence's (airs_session_allocate_at).
+  [[nodiscard]] virtual Result<uint32_t> allocate_at(uint32_t index) = 0;
   // Gives this sequence's reference to the blocks back (a block another
   // sequence shares stays readable there).
   [[nodiscard]] virtual Status free(std::span<const uint32_t> ids) = 0;
@@ -54,6 +63,10 @@ class KvBackend {
   [[nodiscard]] virtual Result<std::vector<uint32_t>> match_prefix(std::span<const uint64_t> hashes) = 0;
   [[nodiscard]] virtual Result<uint32_t> prepare_write(uint32_t id) = 0;
   [[nodiscard]] virtual Status set_length(uint32_t tokens) = 0;
+  // set_length without waiting for the service: applied in order before
+  // later calls, a refusal (blocks taken meanwhile) dropped silently (the
+  // eviction notice tells). Default: set_length.
+  [[nodiscard]] virtual Status post_length(uint32_t tokens) { return set_length(tokens); }
   // Evicted ids since the last call; EOVERFLOW means every block was lost.
   [[nodiscard]] virtual Result<std::vector<uint32_t>> read_notices() = 0;
   // Waits up to timeout_ms for a notice to be pending (true if one is).
@@ -75,6 +88,7 @@ class PrivateKv final : public KvBackend {
  public:
   explicit PrivateKv(uint64_t block_bytes) : block_bytes_(block_bytes) {}
   Result<std::vector<uint32_t>> allocate(uint32_t n) override;
+  Result<uint32_t> allocate_at(uint32_t) override;  // no table here: a new block
   Status free(std::span<const uint32_t> ids) override;  // a published block stays
   std::byte* block_ptr(uint32_t id) override;
   Status commit(std::span<const uint32_t> ids, std::span<const uint64_t> hashes) override;

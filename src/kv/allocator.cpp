@@ -695,6 +695,36 @@ Status Allocator::allocate(SessionId sid, uint32_t n, TimePoint now, std::vector
   return {};
 }
 
+Status Allocator::allocate_at(SessionId sid, uint32_t index, TimePoint now, BlockId& block,
+                              std::vector<EvictionNotice>& notices) {
+  Impl& m = *impl_;
+  SessionRec* s = m.find_session(sid);
+  if (s == nullptr) return Impl::no_session(sid);
+  ArenaRec& a = *m.arenas[s->arena];
+  if (index > s->table.size() || index >= kNoBlock) {
+    return make_error(EINVAL, "KV session {}: index {} is past the end of its block table ({} entries)", sid, index,
+                      s->table.size());
+  }
+  if (index < s->table.size() && s->table[index] != kNoBlock) {
+    return make_error(EINVAL, "KV session {}: index {} holds block {}; only a hole or the end can be allocated", sid,
+                      index, s->table[index]);
+  }
+  AIRS_TRY(m.check_quota(a, 1));
+  bool evicted = false;
+  std::vector<BlockId> got;
+  AIRS_TRY(m.obtain(s->arena, a, *s, 1, now, got, notices, evicted));
+  // Making room may have evicted this session's own tail (and cut the
+  // table): the entries up to `index` are holes then.
+  if (s->table.size() <= index) s->table.resize(size_t{index} + 1, kNoBlock);
+  s->table[index] = got[0];
+  m.hold_new(a, got[0], sid, index);
+  ++s->entries;
+  s->last_used = now;
+  m.settle(s->arena, a, !evicted);
+  block = got[0];
+  return {};
+}
+
 Status Allocator::free(SessionId sid, std::span<const BlockId> list, TimePoint now) {
   Impl& m = *impl_;
   SessionRec* s = m.find_session(sid);

@@ -179,6 +179,15 @@ class Allocator {
   [[nodiscard]] Status allocate(SessionId session, uint32_t n, TimePoint now, std::vector<BlockId>& blocks,
                                 std::vector<EvictionNotice>& notices);
 
+  // One new private block at logical index `index` of the session's table:
+  // a hole (a block evicted or freed in the middle) or the end. Same order,
+  // errors and notice rule as allocate; EINVAL for an index past the end
+  // or one that holds a block. It keeps the table's indices the client's:
+  // a block allocated at the end instead would sit at another index, where
+  // the length and commit checks count other positions.
+  [[nodiscard]] Status allocate_at(SessionId session, uint32_t index, TimePoint now, BlockId& block,
+                                   std::vector<EvictionNotice>& notices);
+
   // Drops the session's references on `blocks` (each must be in its table,
   // no duplicates; checked before anything changes). Published blocks whose
   // refcount reaches 0 stay cached. Their table entries become holes.

@@ -102,11 +102,81 @@ class InferIntegration : public ::testing::Test {
     return nlohmann::json::parse(r.out.substr(at));
   }
 
+  // A libairs client of the daemon with the test model open, in client_
+  // and am_; close_model() (also run by the destructor, after the test's
+  // own sessions are closed) releases both.
+  bool open_model() {
+    EXPECT_EQ(airs_connect(bus_->address().c_str(), &client_), 0) << airs_last_error();
+    if (client_ == nullptr) return false;
+    EXPECT_EQ(airs_model_open(client_, model_.c_str(), nullptr, &am_), 0) << airs_last_error();
+    return am_ != nullptr;
+  }
+  void close_model() {
+    if (am_ != nullptr) airs_model_close(am_);
+    if (client_ != nullptr) airs_disconnect(client_);
+    am_ = nullptr;
+    client_ = nullptr;
+  }
+  ~InferIntegration() override { close_model(); }
+  // start() for a test that runs the engine in this process: the model
+  // also loaded into lm_, and open_model().
+  bool start_in_process() {
+    if (!start()) return false;
+    lm_ = airs::test::load_model_file(model_);
+    return lm_ != nullptr && open_model();
+  }
+
+  std::unique_ptr<airs::test::LoadedModel> lm_;
+  airs_client* client_ = nullptr;
+  airs_model* am_ = nullptr;
   TempDir dir_;
   std::string model_, system_, last_err_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<DaemonProcess> daemon_;
 };
+
+// The KV geometry is the daemon's: a session says its kv_type, and
+// airs-generate stores that type in blocks of the daemon's tokens_per_block.
+// A client type the blocks were not sized for is a clear error, not a
+// commit the daemon refuses mid-prefill (f32 K/V in f16 blocks used to fail
+// there: 'block 2 (index 2) is not full').
+TEST_F(InferIntegration, KvTypeComesFromTheDaemonAndAMismatchIsAClearError) {
+  if (!start()) return;
+  ASSERT_TRUE(open_model());
+  airs_client* client = client_;
+  airs_model* am = am_;
+  airs_session* s = nullptr;
+  ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &s), 0) << airs_last_error();
+  EXPECT_STREQ(airs_session_kv_type(s), "f16");
+  airs_kv_geometry geo{};
+  ASSERT_EQ(airs_session_geometry(s, &geo), 0);
+  airs_session_close(s);
+  close_model();
+  EXPECT_STREQ(airs_session_kv_type(nullptr), "");
+
+  const auto d = run(args("what is the river"));
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
+  EXPECT_EQ(d["tokens_per_block"].get<uint32_t>(), geo.tokens_per_block);
+  auto r = run_process(args("what is the river", {"--kv", "f32"}), 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("--kv f32, but the daemon's KV blocks are f16 ([kv] kv_type"), std::string::npos) << r.err;
+  // f32 on private memory is fine.
+  const auto p32 = run(args("what is the river", {"--kv", "f32", "--no-daemon"}));
+  EXPECT_EQ(p32["backend"], "private");
+  EXPECT_EQ(p32["token_ids"].size(), 16U);
+
+  // A daemon whose KV is q8_0: the engine cannot read it, and says so.
+  daemon_.reset();
+  daemon_ = std::make_unique<DaemonProcess>(
+      bus_->address(), "[pool]\nsize = \"64M\"\ngrow_nr_hugepages = false\n[kv]\nkv_type = \"q8_0\"\n"
+                       "max_arena_bytes = 33554432\n[pressure]\nresize_pool = false\n");
+  ASSERT_TRUE(daemon_->started()) << daemon_->log();
+  BusClient c(bus_->address());
+  ASSERT_TRUE(c.load_model(model_).ok());
+  r = run_process(args("what is the river"), 120s);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("the daemon stores KV as 'q8_0' ([kv] kv_type in airs-memd.conf)"), std::string::npos) << r.err;
+}
 
 TEST_F(InferIntegration, DaemonBlocksPrivateMemoryAndNoDaemonGiveTheSameTokens) {
   if (!start()) return;
@@ -221,12 +291,10 @@ std::vector<int32_t> greedy(airs::infer::Sequence& s, std::span<const float> log
 // token sequences, and both outputs are those of the private runs.
 TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
   using namespace airs::infer;
-  if (!start()) return;
-  auto lm = airs::test::load_model_file(model_);
-  airs_client* client = nullptr;
-  ASSERT_EQ(airs_connect(bus_->address().c_str(), &client), 0) << airs_last_error();
-  airs_model* am = nullptr;
-  ASSERT_EQ(airs_model_open(client, model_.c_str(), nullptr, &am), 0) << airs_last_error();
+  ASSERT_TRUE(start_in_process());
+  const auto& lm = lm_;
+  airs_client* client = client_;
+  airs_model* am = am_;
   airs_session *sa = nullptr, *sb = nullptr;
   ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sa), 0) << airs_last_error();
   ASSERT_EQ(airs_session_create(client, am, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
@@ -293,8 +361,87 @@ TEST_F(InferIntegration, CopyOnWriteWhenOneSequenceDivergesInsideASharedBlock) {
   }
   airs_session_close(sb);
   airs_session_close(sa);
-  airs_model_close(am);
-  airs_disconnect(client);
+  close_model();
+}
+
+// A block lost in the middle of a sequence is refilled at its own index
+// (AllocateAt) and published again, and only the lost blocks are
+// recomputed. The middle loss: a second session holds the first one's
+// block 1 but not block 0, so evicting the first session (tail first,
+// shared blocks skipped) takes blocks 3, 2 and 0. Appending the refill at
+// the end of the daemon's table instead shifted every later block's index,
+// and the daemon refused the next commit ('block ... is not full').
+TEST_F(InferIntegration, ABlockLostInTheMiddleIsRefilledInPlace) {
+  using namespace airs::infer;
+  ASSERT_TRUE(start_in_process());
+  airs_session *sa = nullptr, *sb = nullptr, *sc = nullptr;
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_BACKGROUND, &sa), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_INTERACTIVE, &sb), 0) << airs_last_error();
+  ASSERT_EQ(airs_session_create(client_, am_, AIRS_PRIORITY_INTERACTIVE, &sc), 0) << airs_last_error();
+  airs_kv_geometry geo{};
+  ASSERT_EQ(airs_session_geometry(sa, &geo), 0);
+  const uint32_t tpb = geo.tokens_per_block;
+  const KvLayout layout = kv_layout_for(lm_->model.config, tpb, KvElem::kF16);
+  ASSERT_LE(layout.block_bytes(), geo.block_bytes);
+  ThreadPool pool(1);
+  Engine engine(lm_->model, layout, pool);
+  {
+    AirsKv ka(sa);
+    std::vector<int32_t> prompt = {1};
+    for (uint32_t i = 1; i < 3 * tpb + 3; ++i) prompt.push_back(static_cast<int32_t>(3 + (i * 53) % 500));
+    Sequence a(engine, ka);
+    auto la = a.prefill(prompt);
+    ASSERT_TRUE(la.ok()) << la.error().message;
+    ASSERT_EQ(a.block_ids().size(), 4U);
+    const std::vector<uint32_t> before = a.block_ids();
+    // B takes a reference on A's blocks 0 and 1, then gives block 0 back.
+    std::vector<uint64_t> hashes;
+    uint64_t parent = 0;
+    for (uint32_t b = 0; b < 3; ++b) {
+      parent = airs_kv_chain_hash(parent, prompt.data() + size_t{b} * tpb, tpb);
+      hashes.push_back(parent);
+    }
+    uint32_t got[3] = {};
+    ASSERT_EQ(airs_session_match_prefix(sb, hashes.data(), 2, got), 2) << airs_last_error();
+    ASSERT_EQ(got[0], before[0]);
+    ASSERT_EQ(got[1], before[1]);
+    ASSERT_EQ(airs_session_free(sb, got, 1), 0) << airs_last_error();
+
+    auto ev = run_process({airsctl_path(), "--bus", bus_->address(), "evict", "--priority", "background"}, 30s);
+    ASSERT_EQ(ev.exit_code, 0) << ev.out << ev.err;
+    // The next step recovers: blocks 0, 2 and 3 recomputed, block 1 kept.
+    std::vector<int32_t> ta;
+    ta.push_back(argmax(*la));
+    auto l = a.append(ta.back());
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ(a.recomputed_blocks(), 3U);
+    EXPECT_EQ(a.block_ids()[1], before[1]);
+    const auto rest = greedy(a, *l, 3);
+    ta.insert(ta.end(), rest.begin(), rest.end());
+
+    // The daemon's table is the sequence's: a third session matches all
+    // three full blocks, the refilled block 0 included, at A's ids.
+    ASSERT_EQ(airs_session_match_prefix(sc, hashes.data(), 3, got), 3) << airs_last_error();
+    for (uint32_t b = 0; b < 3; ++b) EXPECT_EQ(got[b], a.block_ids()[b]) << b;
+
+    PrivateKv pa_kv(layout.block_bytes());
+    Sequence pa(engine, pa_kv);
+    auto lpa = pa.prefill(prompt);
+    ASSERT_TRUE(lpa.ok());
+    std::vector<int32_t> tp;
+    tp.push_back(argmax(*lpa));
+    auto lp = pa.append(tp.back());
+    ASSERT_TRUE(lp.ok());
+    const auto rest_p = greedy(pa, *lp, 3);
+    tp.insert(tp.end(), rest_p.begin(), rest_p.end());
+    EXPECT_EQ(ta, tp);
+    ASSERT_EQ(a.size(), pa.size());
+    EXPECT_EQ(differing_rows(layout, ka, a, pa_kv, pa, a.size()), 0U);
+  }
+  airs_session_close(sc);
+  airs_session_close(sb);
+  airs_session_close(sa);
+  close_model();
 }
 
 // Each session's blocks and evicted blocks, by priority name (airsctl).

@@ -201,6 +201,10 @@ int intruder(const Args& a) {
     std::vector<uint32_t> b;
     victim->callMethod("Allocate").onInterface(kS).withArguments(uint32_t{1}).storeResultsTo(b);
   });
+  attempt("AllocateAt", [&] {
+    uint32_t b = 0;
+    victim->callMethod("AllocateAt").onInterface(kS).withArguments(uint32_t{0}).storeResultsTo(b);
+  });
   attempt("Free", [&] { victim->callMethod("Free").onInterface(kS).withArguments(std::vector<uint32_t>{0}); });
   attempt("Commit", [&] {
     victim->callMethod("Commit").onInterface(kS).withArguments(std::vector<uint32_t>{0}, std::vector<uint64_t>{1});

@@ -253,7 +253,7 @@ TEST_F(KvIntegration, AnotherUidCannotTouchTheSessionAndNeverSharesTheArena) {
   auto u = other.expect_line("uid");
   ASSERT_TRUE(u) << other.transcript();
   EXPECT_EQ(field(*u, "now"), "65534");
-  for (const char* method : {"Allocate", "Free", "Commit", "MatchPrefix", "PrepareWrite", "SetLength", "Close"}) {
+  for (const char* method : {"Allocate", "AllocateAt", "Free", "Commit", "MatchPrefix", "PrepareWrite", "SetLength", "Close"}) {
     auto l = other.expect_line("victim");
     ASSERT_TRUE(l) << other.transcript();
     EXPECT_EQ(field(*l, "method"), method);

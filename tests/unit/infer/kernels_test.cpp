@@ -20,6 +20,35 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0F) {
   return v;
 }
 
+// Every kernel path this CPU has, each selected for the scope of one
+// iteration and the default restored after.
+std::vector<KernelPath> supported_paths() {
+  std::vector<KernelPath> v;
+  for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvx512Vnni}) {
+    if (kernel_path_supported(p)) v.push_back(p);
+  }
+  return v;
+}
+class PathScope {
+ public:
+  explicit PathScope(KernelPath p) : saved_(kernel_path()) { EXPECT_TRUE(set_kernel_path(p)); }
+  ~PathScope() { set_kernel_path(saved_); }
+  PathScope(const PathScope&) = delete;
+  PathScope& operator=(const PathScope&) = delete;
+
+ private:
+  KernelPath saved_;
+};
+
+TEST(InferKernels, PortablePathIsAlwaysThereAndTheDefaultIsTheBest) {
+  EXPECT_TRUE(kernel_path_supported(KernelPath::kPortable));
+  EXPECT_EQ(kernel_path(), supported_paths().back());
+  if (!kernel_path_supported(KernelPath::kAvx512Vnni)) {
+    EXPECT_FALSE(set_kernel_path(KernelPath::kAvx512Vnni));
+    EXPECT_EQ(kernel_path(), supported_paths().back());
+  }
+}
+
 TEST(InferKernels, Fp16RoundTripsEveryHalf) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = fp16_to_fp32(static_cast<uint16_t>(h));
@@ -70,11 +99,17 @@ TEST(InferKernels, DotProductsMatchNaive) {
       dequantize_row(activation_type(t), xq.data(), n, xd.data());
       double deq = 0;
       for (size_t i = 0; i < n; ++i) deq += double{wd[i]} * double{xd[i]};
-      const float got = dot_row(t, wq.data(), xq.data(), n);
-      EXPECT_NEAR(got, deq, 1e-5 * std::sqrt(static_cast<double>(n))) << "type " << int(t) << " n " << n;
-      // And the format's own error against the exact product is bounded.
-      const double bound = t == WeightType::kF32 ? 1e-4 : t == WeightType::kF16 ? 1e-2 : t == WeightType::kQ8_0 ? 0.1 : 1.0;
-      EXPECT_NEAR(got, ref, bound * std::sqrt(static_cast<double>(n) / 32)) << "type " << int(t) << " n " << n;
+      for (KernelPath path : supported_paths()) {
+        PathScope scope(path);
+        const float got = dot_row(t, wq.data(), xq.data(), n);
+        EXPECT_NEAR(got, deq, 1e-5 * std::sqrt(static_cast<double>(n)))
+            << "type " << int(t) << " n " << n << " path " << int(path);
+        // And the format's own error against the exact product is bounded.
+        const double bound =
+            t == WeightType::kF32 ? 1e-4 : t == WeightType::kF16 ? 1e-2 : t == WeightType::kQ8_0 ? 0.1 : 1.0;
+        EXPECT_NEAR(got, ref, bound * std::sqrt(static_cast<double>(n) / 32))
+            << "type " << int(t) << " n " << n << " path " << int(path);
+      }
     }
   }
 }
@@ -142,18 +177,20 @@ TEST(InferKernels, SoftmaxAndSwiglu) {
 
 namespace {
 
-TEST(InferKernels, FourRowDotEqualsFourSingleRowDots) {
+TEST(InferKernels, RowGroupDotsEqualSingleRowDotsOnEveryPath) {
   using namespace airs::infer;
-  const size_t n = 512;
+  // 13 rows: one group of 8, one of 4 and a single row; 17 blocks of 32, so
+  // the wide kernels' steps (2 or 4 blocks) leave a tail block.
+  const size_t n = 544, rows = 13;
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0}) {
     const size_t stride = row_bytes(t, n);
-    std::vector<std::byte> w(4 * stride);
+    std::vector<std::byte> w(rows * stride);
     std::mt19937 g(9);
     for (auto& b : w) b = static_cast<std::byte>(g());
     // Sane block scales / floats: pin each format's scale bytes.
-    std::vector<float> src = random_floats(4 * n, 10);
+    std::vector<float> src = random_floats(rows * n, 10);
     if (t == WeightType::kF32 || t == WeightType::kF16) {
-      for (size_t r = 0; r < 4; ++r) quantize_row(t, src.data() + r * n, n, w.data() + r * stride);
+      for (size_t r = 0; r < rows; ++r) quantize_row(t, src.data() + r * n, n, w.data() + r * stride);
     } else {
       const size_t bb = t == WeightType::kQ8_0 ? kQ8Bytes : kQ4Bytes;
       for (size_t b = 0; b < w.size() / bb; ++b) {
@@ -164,11 +201,23 @@ TEST(InferKernels, FourRowDotEqualsFourSingleRowDots) {
     const auto x = random_floats(n, 11);
     std::vector<std::byte> xq(row_bytes(activation_type(t), n));
     quantize_row(activation_type(t), x.data(), n, xq.data());
-    float four[4];
-    dot_rows4(t, w.data(), stride, xq.data(), n, four);
-    for (size_t r = 0; r < 4; ++r) {
-      const float one = dot_row(t, w.data() + r * stride, xq.data(), n);
-      EXPECT_NEAR(four[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r;
+    // The reference: dequantised row . dequantised activation in double.
+    std::vector<float> wd(n), xd(n);
+    dequantize_row(activation_type(t), xq.data(), n, xd.data());
+    std::vector<double> ref(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      dequantize_row(t, w.data() + r * stride, n, wd.data());
+      for (size_t i = 0; i < n; ++i) ref[r] += double{wd[i]} * double{xd[i]};
+    }
+    for (KernelPath path : supported_paths()) {
+      PathScope scope(path);
+      std::vector<float> group(rows, -1.0F);
+      dot_rows(t, w.data(), stride, xq.data(), n, rows, group.data());
+      for (size_t r = 0; r < rows; ++r) {
+        const float one = dot_row(t, w.data() + r * stride, xq.data(), n);
+        EXPECT_NEAR(group[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r << " path " << int(path);
+        EXPECT_NEAR(group[r], ref[r], 1e-4 * (1 + std::fabs(ref[r]))) << "type " << int(t) << " row " << r << " path " << int(path);
+      }
     }
   }
 }
@@ -252,13 +301,44 @@ TEST(InferKernels, Q4KDequantisesAndDotsAsTheFormatSays) {
     ref += double{wd[i]} * double{xd[i]};
     mag += std::fabs(double{wd[i]} * double{xd[i]});
   }
-  const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
-  EXPECT_NEAR(got, ref, 1e-6 * mag);
-  std::vector<std::byte> four;
-  for (int r = 0; r < 4; ++r) four.insert(four.end(), row.begin(), row.end());
-  float out[4];
-  dot_rows4(WeightType::kQ4_K, four.data(), row.size(), xq.data(), n, out);
-  for (float o : out) EXPECT_EQ(o, got);
+  // The activation's sub-block sums (the mins term) are the sums of its q.
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t sb = 0; sb < 8; ++sb) {
+      int sum = 0;
+      for (size_t j = 0; j < 32; ++j) sum += static_cast<int8_t>(xq[b * kQ8KBytes + 4 + 32 * sb + j]);
+      int16_t stored;
+      std::memcpy(&stored, xq.data() + b * kQ8KBytes + 4 + 256 + 2 * sb, 2);
+      EXPECT_EQ(stored, sum) << b << " " << sb;
+    }
+  }
+  // Every path: the integer sums inside a super block are exact and the
+  // scaling one shared expression, so all paths give the same float; 13
+  // rows (groups of 8, 4 and one), each a different mix of the two blocks.
+  const size_t rows = 13;
+  std::vector<std::byte> many;
+  for (size_t r = 0; r < rows; ++r) {
+    many.insert(many.end(), r % 3 == 2 ? blk2.begin() : blk.begin(), r % 3 == 2 ? blk2.end() : blk.end());
+    many.insert(many.end(), r % 2 == 1 ? blk.begin() : blk2.begin(), r % 2 == 1 ? blk.end() : blk2.end());
+  }
+  std::vector<double> refs(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    dequantize_row(WeightType::kQ4_K, many.data() + r * row.size(), n, wd.data());
+    for (size_t i = 0; i < n; ++i) refs[r] += double{wd[i]} * double{xd[i]};
+  }
+  std::vector<float> first;
+  for (KernelPath path : supported_paths()) {
+    PathScope scope(path);
+    const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
+    EXPECT_NEAR(got, ref, 1e-6 * mag) << "path " << int(path);
+    std::vector<float> out(rows, -1.0F);
+    dot_rows(WeightType::kQ4_K, many.data(), row.size(), xq.data(), n, rows, out.data());
+    for (size_t r = 0; r < rows; ++r) {
+      EXPECT_NEAR(out[r], refs[r], 1e-6 * mag) << "path " << int(path) << " row " << r;
+      EXPECT_EQ(out[r], dot_row(WeightType::kQ4_K, many.data() + r * row.size(), xq.data(), n)) << r;
+    }
+    if (first.empty()) first = out;
+    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(out[r], first[r]) << "path " << int(path) << " row " << r;
+  }
 }
 
 }  // namespace

@@ -54,6 +54,38 @@ class KvAllocatorTest : public ::testing::Test {
   std::vector<EvictionNotice> notices_;
 };
 
+// A block lost in the middle of a sequence is refilled at its own index:
+// the table keeps the client's indices, so the length and commit checks
+// (which count tokens_per_block positions per index) hold for it.
+TEST_F(KvAllocatorTest, AllocateAtRefillsAHoleInPlace) {
+  const ArenaId a = arena();
+  const SessionId s = session(a);
+  EXPECT_EQ(allocate(s, 3), (std::vector<BlockId>{0, 1, 2}));
+  ASSERT_TRUE(alloc_.set_length(s, 40, kT0).ok());  // 2.5 blocks
+  ASSERT_TRUE(alloc_.free(s, std::vector<BlockId>{1}, kT0).ok());
+  EXPECT_EQ(table(s), (std::vector<BlockId>{0, kNoBlock, 2}));
+  BlockId b = kNoBlock;
+  ASSERT_TRUE(alloc_.allocate_at(s, 1, kT0, b, notices_).ok());
+  EXPECT_EQ(b, 1u);  // the freed block, the first free one of the session's chunks
+  EXPECT_EQ(table(s), (std::vector<BlockId>{0, 1, 2}));
+  EXPECT_EQ(alloc_.session_info(s).value().blocks, 3u);
+  EXPECT_EQ(alloc_.session_info(s).value().length, 40u);
+  // Full below the length at its index: it can be published again.
+  EXPECT_EQ(alloc_.commit(s, std::vector<BlockId>{b}, std::vector<uint64_t>{77}, kT0).value(), 1u);
+  // Only a hole or the end: an index holding a block, or past the end, is
+  // refused and changes nothing.
+  BlockId c = kNoBlock;
+  EXPECT_EQ(alloc_.allocate_at(s, 1, kT0, c, notices_).error().code, EINVAL);
+  EXPECT_EQ(alloc_.allocate_at(s, 4, kT0, c, notices_).error().code, EINVAL);
+  EXPECT_EQ(c, kNoBlock);
+  EXPECT_EQ(table(s), (std::vector<BlockId>{0, 1, 2}));
+  // The end is an append.
+  ASSERT_TRUE(alloc_.allocate_at(s, 3, kT0, c, notices_).ok());
+  EXPECT_EQ(table(s), (std::vector<BlockId>{0, 1, 2, c}));
+  EXPECT_EQ(alloc_.allocate_at(SessionId{999}, 0, kT0, c, notices_).error().code, ENOENT);
+  audit();
+}
+
 TEST_F(KvAllocatorTest, AllocateFreeCloseAccounting) {
   const ArenaId a = arena();
   const SessionId s = session(a);
