@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/bus_dicts.hpp"
 #include "daemon/daemon.hpp"
 #include "dbus/names.hpp"
 #include "sys/uffd.hpp"
@@ -180,7 +181,7 @@ uint64_t ModelObject::ResidentBytes() {
   auto s = d_.models().stats(entry());
   return s ? s->resident_bytes : 0;
 }
-std::string ModelObject::State() { return d_.model_state(entry()); }
+std::string ModelObject::State() { return model_state_name(d_.models().stats(entry())); }
 uint32_t ModelObject::Refcount() { return entry().refcount(); }
 bool ModelObject::Pinned() { return entry().pinned; }
 

@@ -179,13 +179,9 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   out.arena_fd = std::move(arena_fd);
   out.notice_fd = std::move(notice_ro).value();
   out.event_fd = std::move(ev);
-  out.geometry["block_bytes"] = sdbus::Variant(static_cast<uint32_t>(geo->block_bytes));
-  out.geometry["tokens_per_block"] = sdbus::Variant(geo->tokens_per_block);
-  out.geometry["bytes_per_token"] = sdbus::Variant(geo->bytes_per_token);
-  out.geometry["arena_bytes"] = sdbus::Variant(arenas_.at(*aid).region->size());
-  out.geometry["chunk_bytes"] = sdbus::Variant(geo->chunk_bytes);
-  out.geometry["blocks_per_chunk"] = sdbus::Variant(geo->blocks_per_chunk);
-  out.geometry["kv_type"] = sdbus::Variant(std::string(config::to_string(cfg_.kv_type)));
+  out.geometry.geo = *geo;
+  out.geometry.arena_bytes = arenas_.at(*aid).region->size();
+  out.geometry.kv_type = config::to_string(cfg_.kv_type);
   out.session = s.get();
   by_path_[s->path] = s->id;
   spdlog::debug("session {} ({}, uid {}) on '{}': {} per block", s->path, policy::to_string(priority), caller.uid,
@@ -422,55 +418,31 @@ std::optional<kv::SessionInfo> KvService::info(const std::string& path) const {
   return std::move(r).value();
 }
 
-dbus::Dict KvService::stats() const {
-  auto t = alloc_.total_stats();
-  dbus::Dict d;
-  d["sessions"] = sdbus::Variant(t.sessions);
-  d["committed_bytes"] = sdbus::Variant(t.committed_bytes);
-  d["used_bytes"] = sdbus::Variant(t.used_bytes);
-  d["cached_bytes"] = sdbus::Variant(t.cached_bytes);
-  d["free_bytes"] = sdbus::Variant(t.free_bytes);
-  d["waste_bytes"] = sdbus::Variant(t.waste_bytes());
-  d["shared_blocks"] = sdbus::Variant(t.shared_blocks);
-  d["waste_ratio"] = sdbus::Variant(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes) : 0.0);
-  dbus::Dict sp;
-  sp["enabled"] = sdbus::Variant(spill_ != nullptr);
-  if (spill_) {
-    const SpillStats st = spill_->stats();
-    sp["dir"] = sdbus::Variant(spill_->dir());
-    sp["used_bytes"] = sdbus::Variant(st.used_bytes);
-    sp["limit_bytes"] = sdbus::Variant(st.limit_bytes);
-    sp["entries"] = sdbus::Variant(st.entries);
-    sp["hits"] = sdbus::Variant(st.hits);
-    sp["misses"] = sdbus::Variant(st.misses);
-    sp["rejected"] = sdbus::Variant(st.rejected);
-    sp["written_bytes"] = sdbus::Variant(st.written_bytes);
-    sp["read_bytes"] = sdbus::Variant(st.read_bytes);
-    sp["dropped"] = sdbus::Variant(st.dropped);
-    sp["inflight_bytes"] = sdbus::Variant(st.inflight_bytes);
-  }
-  d["spill"] = sdbus::Variant(sp);
-  return d;
+KvStatus KvService::status() const {
+  KvStatus k;
+  k.totals = alloc_.total_stats();
+  if (spill_) k.spill = SpillTierStatus{spill_->dir(), spill_->stats()};
+  return k;
 }
 
-std::vector<dbus::Dict> KvService::list() const {
-  std::vector<dbus::Dict> out;
+std::vector<SessionStatus> KvService::sessions() const {
+  std::vector<SessionStatus> out;
   const auto now = Clock::now();
   for (auto& [id, s] : sessions_) {
     auto info = alloc_.session_info(id);
     if (!info) continue;
-    dbus::Dict d;
-    d["session"] = sdbus::Variant(sdbus::ObjectPath(s->path));
-    d["owner"] = sdbus::Variant(s->owner);
-    d["uid"] = sdbus::Variant(static_cast<uint32_t>(s->uid));
-    d["model"] = sdbus::Variant(s->model_name);
-    d["priority"] = sdbus::Variant(std::string(policy::to_string(s->priority)));
-    d["blocks"] = sdbus::Variant(info->blocks);
-    d["shared_blocks"] = sdbus::Variant(info->shared);
-    d["tokens"] = sdbus::Variant(info->length);
-    d["idle_s"] = sdbus::Variant(std::chrono::duration<double>(now - info->last_used).count());
-    d["evicted_blocks"] = sdbus::Variant(s->evicted_blocks);
-    d["restored_blocks"] = sdbus::Variant(s->restored_blocks);
+    SessionStatus d;
+    d.path = s->path;
+    d.owner = s->owner;
+    d.uid = static_cast<uint32_t>(s->uid);
+    d.model = s->model_name;
+    d.priority = s->priority;
+    d.blocks = info->blocks;
+    d.shared_blocks = info->shared;
+    d.tokens = info->length;
+    d.idle_s = std::chrono::duration<double>(now - info->last_used).count();
+    d.evicted_blocks = s->evicted_blocks;
+    d.restored_blocks = s->restored_blocks;
     out.push_back(std::move(d));
   }
   return out;
