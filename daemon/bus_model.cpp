@@ -1,7 +1,5 @@
 #include "daemon/bus_model.hpp"
 
-#include <fcntl.h>
-
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +7,7 @@
 #include "daemon/bus_dicts.hpp"
 #include "daemon/daemon.hpp"
 #include "dbus/names.hpp"
+#include "sys/files.hpp"
 #include "sys/uffd.hpp"
 
 namespace airs::daemon {
@@ -16,7 +15,11 @@ namespace {
 constexpr std::ptrdiff_t kMaxPendingPerCaller = 4;
 constexpr size_t kMaxPending = 256;
 // Takes ownership of a dup of a received fd (sdbus::UnixFd closes its own).
-sys::UniqueFd take(const sdbus::UnixFd& fd) { return sys::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3)); }
+// (Invalid if the dup failed: the model call that gets it says so.)
+sys::UniqueFd take(const sdbus::UnixFd& fd) {
+  auto r = sys::dup_cloexec(fd.get());
+  return r ? std::move(r).value() : sys::UniqueFd();
+}
 
 sdbus::Error bus_error(const Error& e) {
   try {

@@ -331,10 +331,10 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
                   fmt::join(reads.begin(), reads.begin() + static_cast<long>(std::min<size_t>(reads.size(), 64)), " "));
     if (!m->content_id && !hasher_->pending(m->id)) {
       // The filled region holds the file's bytes: hash them there.
-      if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))
-        hasher_->submit(m->id, std::move(fd), m->file.size);
+      if (auto fd = sys::dup_cloexec(pager_->region_fd(m->pager_id)))
+        hasher_->submit(m->id, std::move(fd).value(), m->file.size);
       else
-        spdlog::warn("model '{}': no content id: dup of its region: {}", m->name, std::strerror(errno));
+        spdlog::warn("model '{}': no content id: its region: {}", m->name, fd.error().message);
     }
     if (auto st = models_->stats(*m))
       spdlog::info("model '{}' fully resident: {} read at {:.0f} MB/s{}", m->name, format_bytes(st->bytes_read),
@@ -413,13 +413,13 @@ void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::strin
 
 void Daemon::preload_models() {
   for (const auto& path : cfg_.models.preload) {
-    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    auto fd = sys::open_file(path, O_RDONLY);
     if (!fd) {
-      spdlog::error("models.preload: {}: {}", path, std::strerror(errno));
+      spdlog::error("models.preload: {}", fd.error().message);
       continue;
     }
     LoadRequest req;
-    req.gguf_fd = fd.get();
+    req.gguf_fd = fd->get();
     req.uid = 0;
     req.exempt = true;
     auto m = models_->load(req);

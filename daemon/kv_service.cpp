@@ -1,10 +1,5 @@
 #include "daemon/kv_service.hpp"
 
-#include <fcntl.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -171,14 +166,15 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   s->event_fd = std::move(efd).value();
 
   CreatedSession out;
-  auto arena_fd = sys::UniqueFd(::fcntl(arenas_.at(*aid).region->fd(), F_DUPFD_CLOEXEC, 3));
+  auto arena_fd = sys::dup_cloexec(arenas_.at(*aid).region->fd());
   auto notice_ro = s->notice_page.open_read_only();
-  auto ev = sys::UniqueFd(::fcntl(s->event_fd.get(), F_DUPFD_CLOEXEC, 3));
+  auto ev = sys::dup_cloexec(s->event_fd.get());
   if (!notice_ro) return fail(notice_ro.error());
-  if (!arena_fd || !ev) return fail(make_error(errno, "dup: {}", std::strerror(errno)));
-  out.arena_fd = std::move(arena_fd);
+  if (!arena_fd) return fail(arena_fd.error());
+  if (!ev) return fail(ev.error());
+  out.arena_fd = std::move(arena_fd).value();
   out.notice_fd = std::move(notice_ro).value();
-  out.event_fd = std::move(ev);
+  out.event_fd = std::move(ev).value();
   out.geometry.geo = *geo;
   out.geometry.arena_bytes = arenas_.at(*aid).region->size();
   out.geometry.kv_type = config::to_string(cfg_.kv_type);

@@ -15,6 +15,7 @@
 #include "airsctl/subcommands.hpp"
 #include "util/text.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 
 namespace airs::cli {
 namespace {
@@ -41,11 +42,12 @@ void add_load(CLI::App& app, Globals& g) {
   cmd->add_option("--name", a->name, "Model name (default: general.name)");
   cmd->add_flag("--no-wait", a->no_wait, "Return once the model is registered, without waiting for it to be resident");
   cmd->callback([&g, a] {
-    sys::UniqueFd fd(::open(a->path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-      std::fprintf(stderr, "airsctl: %s: %s\n", a->path.c_str(), std::strerror(errno));
+    auto opened = sys::open_file(a->path, O_RDONLY);
+    if (!opened) {
+      std::fprintf(stderr, "airsctl: %s\n", opened.error().message.c_str());
       throw CLI::RuntimeError(1);
     }
+    sys::UniqueFd fd = std::move(opened).value();
     try {
       auto bus = connect(g);
       auto mgr = manager_proxy(*bus);
