@@ -24,6 +24,7 @@
 #include "client/status_page.hpp"
 #include "client/touch_guard.hpp"
 #include "dbus/names.hpp"
+#include "dbus/proxies.hpp"
 #include "dbus/variant.hpp"
 #include "sys/fd.hpp"
 #include "sys/files.hpp"
@@ -75,13 +76,13 @@ airs::Result<airs::sys::Mapping> map_whole_readonly(int fd, const std::string& w
 
 struct airs_client {
   std::unique_ptr<sdbus::IConnection> bus;
-  std::unique_ptr<sdbus::IProxy> manager;
+  std::unique_ptr<airs::dbus::ManagerCalls> manager;
 };
 
 struct airs_model {
   airs_client* client = nullptr;
   std::string object;
-  std::unique_ptr<sdbus::IProxy> proxy;
+  std::unique_ptr<airs::dbus::ModelCalls> proxy;
   airs::sys::UniqueFd gguf;
   uint64_t file_size = 0;
   airs::sys::UniqueFd region;
@@ -121,7 +122,7 @@ struct airs_model {
 
 struct airs_session {
   airs_client* client = nullptr;
-  std::unique_ptr<sdbus::IProxy> proxy;
+  std::unique_ptr<airs::dbus::SessionCalls> proxy;
   airs::sys::Mapping arena;
   airs::sys::Mapping notices;
   airs::sys::UniqueFd notice_event;
@@ -141,7 +142,7 @@ int airs_connect(const char* bus, airs_client** out) {
     if (b == "system") c->bus = sdbus::createSystemBusConnection();
     else if (b == "session") c->bus = sdbus::createSessionBusConnection();
     else c->bus = sdbus::createSessionBusConnectionWithAddress(b);
-    c->manager = sdbus::createProxy(*c->bus, airs::dbus::kBusName, airs::dbus::kManagerPath);
+    c->manager = std::make_unique<airs::dbus::ManagerCalls>(*c->bus);
   } catch (const sdbus::Error& e) {
     return fail(ECONNREFUSED, "cannot connect to the D-Bus: " + e.getMessage());
   }
@@ -248,16 +249,10 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
   try {
     airs::dbus::Dict opts;
     if (opt != nullptr && opt->name != nullptr) opts["name"] = sdbus::Variant(std::string(opt->name));
-    sdbus::ObjectPath path;
-    client->manager->callMethod("LoadModel")
-        .onInterface("org.aios.Airs1.Manager")
-        .withArguments(sdbus::UnixFd(m->gguf.get()), opts)
-        .storeResultsTo(path);
-    m->object = path;
-    m->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, m->object);
+    m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
+    m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
 
-    const std::string mode =
-        client->manager->getProperty("Mode").onInterface("org.aios.Airs1.Manager").get<std::string>();
+    const std::string mode = client->manager->Mode();
     sdbus::UnixFd region, status;
     uint64_t size = 0;
     airs::dbus::Dict info;
@@ -270,10 +265,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     if (mode != "cooperative") {
       if (auto u = airs::sys::uffd_create()) {
         try {
-          m->proxy->callMethod("OpenLazy")
-              .onInterface("org.aios.Airs1.Model")
-              .withArguments(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{})
-              .storeResultsTo(region, size, status, info);
+          std::tie(region, size, status, info) =
+              m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
           proof_uffd = std::move(u).value();
           lazy = true;
         } catch (const sdbus::Error& e) {
@@ -284,11 +277,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     if (!lazy) {
       airs::dbus::Dict oopts;
       if (mode == "cooperative") oopts["wait"] = sdbus::Variant(false);
-      m->proxy->callMethod("Open")
-          .onInterface("org.aios.Airs1.Model")
-          .withTimeout(std::chrono::hours(24))
-          .withArguments(sdbus::UnixFd(m->gguf.get()), oopts)
-          .storeResultsTo(region, size, status, info);
+      // Waits for the whole fill (the XML gives Open a 24 h timeout).
+      std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
     }
     m->region = dup_cloexec(region.get());
     m->region_size = size;
@@ -329,7 +319,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
         airs::sys::UniqueFd rd = std::move(ch->first);
         m->requests = std::move(ch->second);
         try {
-          m->proxy->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(rd.get()));
+          m->proxy->Follow(sdbus::UnixFd(rd.get()));
         } catch (const sdbus::Error& e) {
           m->requests.reset();
           if (!m->quiet) std::fprintf(stderr, "airs: %s: no read-ahead on touch (%s)\n", m->object.c_str(), e.getMessage().c_str());
@@ -379,9 +369,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       auto ufd = m->lazy->dup_uffd();
       if (!ufd) return fail(ufd.error());
       try {
-        m->proxy->callMethod("Attach")
-            .onInterface("org.aios.Airs1.Model")
-            .withArguments(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
+        m->proxy->Attach(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
       } catch (const sdbus::Error& e) {
         if (airs::sys::pidfd_exited(m->daemon_pidfd.get())) {
           m->start_fallback("airs-memd exited before serving this model");
@@ -476,7 +464,7 @@ void airs_model_close(airs_model* m) {
   m->guard.reset();
   if (!m->serving_itself()) {
     try {
-      m->proxy->callMethod("Release").onInterface("org.aios.Airs1.Model");
+      m->proxy->Release();
     } catch (const sdbus::Error&) {
       // The daemon is gone or dropped us already; leaving the bus releases too.
     }
@@ -494,14 +482,9 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
   auto s = std::make_unique<airs_session>();
   s->client = client;
   try {
-    sdbus::ObjectPath path;
-    sdbus::UnixFd arena, notice, event;
-    airs::dbus::Dict geo;
-    client->manager->callMethod("CreateSession")
-        .onInterface("org.aios.Airs1.Manager")
-        .withArguments(sdbus::ObjectPath(model->object), std::string(kNames[priority]), airs::dbus::Dict{})
-        .storeResultsTo(path, arena, notice, event, geo);
-    s->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, path);
+    auto [path, arena, notice, event, geo] =
+        client->manager->CreateSession(sdbus::ObjectPath(model->object), std::string(kNames[priority]), airs::dbus::Dict{});
+    s->proxy = std::make_unique<airs::dbus::SessionCalls>(*client->bus, path);
     s->geo.block_bytes = airs::dbus::get<uint32_t>(geo, "block_bytes").value_or(0);
     s->geo.tokens_per_block = airs::dbus::get<uint32_t>(geo, "tokens_per_block").value_or(0);
     s->geo.bytes_per_token = airs::dbus::get<uint64_t>(geo, "bytes_per_token").value_or(0);
@@ -535,8 +518,7 @@ int airs_session_geometry(const airs_session* s, airs_kv_geometry* out) {
 int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
   if (s == nullptr || (blocks_out == nullptr && n > 0)) return fail(EINVAL, "airs_session_allocate: NULL argument");
   try {
-    std::vector<uint32_t> blocks;
-    s->proxy->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(n).storeResultsTo(blocks);
+    const std::vector<uint32_t> blocks = s->proxy->Allocate(n);
     if (blocks.size() != n) return fail(EIO, "Allocate returned a different number of blocks");
     std::copy(blocks.begin(), blocks.end(), blocks_out);
     return 0;
@@ -548,7 +530,7 @@ int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
 int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
   if (s == nullptr) return fail(EINVAL, "airs_session_free: NULL session");
   try {
-    s->proxy->callMethod("Free").onInterface("org.aios.Airs1.Session").withArguments(std::vector<uint32_t>(blocks, blocks + n));
+    s->proxy->Free(std::vector<uint32_t>(blocks, blocks + n));
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -558,9 +540,7 @@ int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
 int airs_session_commit(airs_session* s, const uint32_t* blocks, const uint64_t* hashes, size_t n) {
   if (s == nullptr) return fail(EINVAL, "airs_session_commit: NULL session");
   try {
-    s->proxy->callMethod("Commit")
-        .onInterface("org.aios.Airs1.Session")
-        .withArguments(std::vector<uint32_t>(blocks, blocks + n), std::vector<uint64_t>(hashes, hashes + n));
+    s->proxy->Commit(std::vector<uint32_t>(blocks, blocks + n), std::vector<uint64_t>(hashes, hashes + n));
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -570,11 +550,7 @@ int airs_session_commit(airs_session* s, const uint32_t* blocks, const uint64_t*
 int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n, uint32_t* blocks_out) {
   if (s == nullptr) return fail(EINVAL, "airs_session_match_prefix: NULL session");
   try {
-    std::vector<uint32_t> blocks;
-    s->proxy->callMethod("MatchPrefix")
-        .onInterface("org.aios.Airs1.Session")
-        .withArguments(std::vector<uint64_t>(hashes, hashes + n))
-        .storeResultsTo(blocks);
+    const std::vector<uint32_t> blocks = s->proxy->MatchPrefix(std::vector<uint64_t>(hashes, hashes + n));
     std::copy(blocks.begin(), blocks.end(), blocks_out);
     return static_cast<int>(blocks.size());
   } catch (const sdbus::Error& e) {
@@ -585,7 +561,7 @@ int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n,
 int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writable) {
   if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
   try {
-    s->proxy->callMethod("PrepareWrite").onInterface("org.aios.Airs1.Session").withArguments(block).storeResultsTo(*writable);
+    *writable = s->proxy->PrepareWrite(block);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -595,7 +571,7 @@ int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writab
 int airs_session_set_length(airs_session* s, uint32_t tokens) {
   if (s == nullptr) return fail(EINVAL, "airs_session_set_length: NULL session");
   try {
-    s->proxy->callMethod("SetLength").onInterface("org.aios.Airs1.Session").withArguments(tokens);
+    s->proxy->SetLength(tokens);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -629,7 +605,7 @@ uint64_t airs_session_restored_blocks(const airs_session* s) { return s == nullp
 void airs_session_close(airs_session* s) {
   if (s == nullptr) return;
   try {
-    s->proxy->callMethod("Close").onInterface("org.aios.Airs1.Session");
+    s->proxy->Close();
   } catch (const sdbus::Error&) {
     // Gone already (daemon restarted, or we left the bus): nothing to close.
   }
