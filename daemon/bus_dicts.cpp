@@ -260,6 +260,31 @@ dbus::Dict to_dict(const PressureChange& c) {
   return d;
 }
 
+Result<EvictWhat> evict_what_from_dict(const dbus::Dict& what) {
+  for (const auto& [k, val] : what) {
+    if (k != "priority" && k != "session" && k != "model" && k != "bytes")
+      return make_error(EINVAL, "Evict: unknown key '{}' (accepted: priority, session, model, bytes)", k);
+  }
+  // A path as o or s; another type reads as "" (no such object).
+  auto path_of = [&](const char* key) {
+    if (auto o = dbus::get<sdbus::ObjectPath>(what, key)) return std::string(*o);
+    return dbus::get<std::string>(what, key).value_or("");
+  };
+  EvictWhat w;
+  if (what.count("priority")) {
+    auto s = dbus::get<std::string>(what, "priority");
+    auto p = s ? policy::parse_priority(*s) : std::nullopt;
+    if (!p)
+      return make_error(EINVAL, "Evict: priority must be a string, one of interactive, system, background (got '{}')",
+                        s.value_or("a non-string"));
+    w.priority = *p;
+  }
+  if (what.count("session")) w.session = path_of("session");
+  if (what.count("model")) w.model = path_of("model");
+  if (what.count("bytes")) w.bytes = dbus::get<uint64_t>(what, "bytes").value_or(0);
+  return w;
+}
+
 dbus::Dict to_dict(const EvictionReport& r) {
   dbus::Dict d;
   d["dry_run"] = v(r.dry_run);

@@ -76,6 +76,11 @@ namespace airs::daemon {
 // some_avg10 d, full_avg10 d.
 [[nodiscard]] dbus::Dict to_dict(const PressureChange& c);
 
+// Evict's `what`: "priority" s, "session" o|s, "model" o|s (path or name),
+// "bytes" t. EINVAL for any other key and for a priority that is not one of
+// interactive, system, background; the rest is checked by admin_evict.
+[[nodiscard]] Result<EvictWhat> evict_what_from_dict(const dbus::Dict& what);
+
 // Evict's report: dry_run b, trigger s, requested_bytes t, planned_bytes t,
 // freed_bytes t, reserve_bytes t, returned_bytes t, satisfied b,
 // shortfall s, resize_note s, duration_us t, actions aa{sv} of {kind s,

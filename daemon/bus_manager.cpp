@@ -53,7 +53,9 @@ dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
   d_.require_admin(c, "Evict");
   auto* p = d_.pressure();
   if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
-  auto r = p->admin_evict(what, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
+  auto w = evict_what_from_dict(what);
+  if (!w) dbus::throw_error(w.error());
+  auto r = p->admin_evict(*w, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
   if (!r) dbus::throw_error(r.error());
   return to_dict(*r);
 }

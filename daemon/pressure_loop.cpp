@@ -369,26 +369,15 @@ void PressureLoop::grow() {
 
 // ---- admin ------------------------------------------------------------------
 
-Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who) {
+Result<EvictionReport> PressureLoop::admin_evict(const EvictWhat& what, bool dry_run, const std::string& who) {
   policy::Request req;
   bool any = false;
-  for (const auto& [k, v] : what) {
-    if (k != "priority" && k != "session" && k != "model" && k != "bytes")
-      return make_error(EINVAL, "Evict: unknown key '{}' (accepted: priority, session, model, bytes)", k);
-  }
-  if (what.count("priority")) {
-    auto s = dbus::get<std::string>(what, "priority");
-    auto p = s ? policy::parse_priority(*s) : std::nullopt;
-    if (!p)
-      return make_error(EINVAL, "Evict: priority must be a string, one of interactive, system, background (got '{}')",
-                        s.value_or("a non-string"));
-    req.priorities = {*p};
+  if (what.priority) {
+    req.priorities = {*what.priority};
     any = true;
   }
-  if (what.count("session")) {
-    std::string path;
-    if (auto o = dbus::get<sdbus::ObjectPath>(what, "session")) path = *o;
-    else if (auto s = dbus::get<std::string>(what, "session")) path = *s;
+  if (what.session) {
+    const std::string& path = *what.session;
     const std::string prefix = dbus::kSessionPathPrefix;
     uint64_t id = 0;
     bool ok = path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
@@ -406,20 +395,16 @@ Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dr
     req.sessions = {id};
     any = true;
   }
-  if (what.count("model")) {
-    std::string key;
-    if (auto o = dbus::get<sdbus::ObjectPath>(what, "model")) key = *o;
-    else if (auto s = dbus::get<std::string>(what, "model")) key = *s;
-    ModelEntry* m = models_.find_by_path(key);
-    if (m == nullptr) m = models_.find_by_name(key);
-    if (m == nullptr) return make_error(ENOENT, "Evict: no model '{}' is loaded (see airsctl status)", key);
+  if (what.model) {
+    ModelEntry* m = models_.find_by_path(*what.model);
+    if (m == nullptr) m = models_.find_by_name(*what.model);
+    if (m == nullptr) return make_error(ENOENT, "Evict: no model '{}' is loaded (see airsctl status)", *what.model);
     req.models = {m->id};
     any = true;
   }
-  if (what.count("bytes")) {
-    auto b = dbus::get<uint64_t>(what, "bytes");
-    if (!b || *b == 0) return make_error(EINVAL, "Evict: bytes must be a positive uint64 (t)");
-    req.bytes = *b;
+  if (what.bytes) {
+    if (*what.bytes == 0) return make_error(EINVAL, "Evict: bytes must be a positive uint64 (t)");
+    req.bytes = *what.bytes;
     any = true;
   }
   if (!any) return make_error(EINVAL, "Evict: say what to evict: priority, session, model and/or bytes");

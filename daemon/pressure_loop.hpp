@@ -30,7 +30,6 @@
 
 #include "config/config.hpp"
 #include "daemon/status.hpp"
-#include "dbus/variant.hpp"
 #include "policy/governor.hpp"
 #include "policy/policy.hpp"
 #include "pool/pool.hpp"
@@ -85,12 +84,11 @@ class PressureLoop {
   PressureLoop(const PressureLoop&) = delete;
   PressureLoop& operator=(const PressureLoop&) = delete;
 
-  // Admin eviction (Manager.Evict). `what`: "priority" s, "session" o,
-  // "model" o|s (path or name), "bytes" t; at least one. Without "bytes"
-  // everything the filters allow goes. `who` names the caller for logs.
-  // Errors: EINVAL (bad or empty `what`), ENOENT (no such session/model).
-  // A dry run only plans. Loop thread.
-  Result<EvictionReport> admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who);
+  // Admin eviction (Manager.Evict; `what` from evict_what_from_dict). At
+  // least one part; without bytes everything the filters allow goes. `who`
+  // names the caller for logs. Errors: EINVAL (nothing said, bytes 0),
+  // ENOENT (no such session/model). A dry run only plans. Loop thread.
+  Result<EvictionReport> admin_evict(const EvictWhat& what, bool dry_run, const std::string& who);
 
   // The pressure part of status and of the metrics (refreshes PSI averages
   // at most once per trigger window).

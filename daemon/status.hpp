@@ -154,6 +154,14 @@ struct PressureChange {
   std::optional<sys::PsiStats> psi;
 };
 
+// What Manager.Evict is asked to evict (each part narrows it).
+struct EvictWhat {
+  std::optional<policy::Priority> priority;
+  std::optional<std::string> session;  // object path; "" if the bus gave another type
+  std::optional<std::string> model;    // object path or name; "" if of another type
+  std::optional<uint64_t> bytes;       // 0 if of another type (refused, as 0 is)
+};
+
 // GetStatus; the metrics file is made from the same snapshot.
 struct StatusSnapshot {
   std::string version;

@@ -370,6 +370,47 @@ TEST(BusDicts, SessionGeometryPressureChangeAndEvictionReport) {
   EXPECT_EQ(actions[0].at("blocks").get<uint32_t>(), 4u);
 }
 
+TEST(BusDicts, EvictWhatIsTypedAtTheEdge) {
+  dbus::Dict what;
+  what["priority"] = sdbus::Variant(std::string("background"));
+  what["session"] = sdbus::Variant(sdbus::ObjectPath("/org/aios/Airs1/session/7"));
+  what["model"] = sdbus::Variant(std::string("tiny"));
+  what["bytes"] = sdbus::Variant(uint64_t{4096});
+  auto w = evict_what_from_dict(what);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_EQ(w->priority, policy::Priority::Background);
+  EXPECT_EQ(w->session, "/org/aios/Airs1/session/7");
+  EXPECT_EQ(w->model, "tiny");
+  EXPECT_EQ(w->bytes, 4096u);
+
+  // Present with another type: still said (the core refuses it by name).
+  dbus::Dict odd;
+  odd["session"] = sdbus::Variant(uint32_t{7});
+  odd["model"] = sdbus::Variant(true);
+  odd["bytes"] = sdbus::Variant(std::string("4096"));
+  auto o = evict_what_from_dict(odd);
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->priority.has_value());
+  EXPECT_EQ(o->session, "");
+  EXPECT_EQ(o->model, "");
+  EXPECT_EQ(o->bytes, 0u);
+  EXPECT_FALSE(evict_what_from_dict({})->session.has_value());
+
+  dbus::Dict unknown;
+  unknown["byte"] = sdbus::Variant(uint64_t{1});
+  auto u = evict_what_from_dict(unknown);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.error().code, EINVAL);
+  EXPECT_EQ(u.error().message, "Evict: unknown key 'byte' (accepted: priority, session, model, bytes)");
+  dbus::Dict prio;
+  prio["priority"] = sdbus::Variant(std::string("urgent"));
+  EXPECT_EQ(evict_what_from_dict(prio).error().message,
+            "Evict: priority must be a string, one of interactive, system, background (got 'urgent')");
+  prio["priority"] = sdbus::Variant(uint32_t{1});
+  EXPECT_EQ(evict_what_from_dict(prio).error().message,
+            "Evict: priority must be a string, one of interactive, system, background (got 'a non-string')");
+}
+
 // The metrics read the same snapshot: a model the pager does not know has
 // no series; no pressure part, no pressure gauges.
 TEST(BusDicts, MetricsComeFromTheSameSnapshot) {
