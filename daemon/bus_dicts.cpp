@@ -248,6 +248,18 @@ dbus::Dict to_dict(const SessionGeometry& g) {
   return d;
 }
 
+dbus::Dict to_dict(const OpenInfo& o) {
+  dbus::Dict d;
+  d["mode"] = v(o.mode);
+  d["resident"] = v(o.resident);
+  d["unit_size"] = v(o.unit_size);
+  d["file_size"] = v(o.file_size);
+  d["name"] = v(o.name);
+  d["layers"] = v(o.layers);
+  d["lazy"] = v(o.lazy);
+  return d;
+}
+
 dbus::Dict to_dict(const PressureChange& c) {
   dbus::Dict d;
   d["previous"] = v(policy::to_string(c.previous));

@@ -72,6 +72,10 @@ namespace airs::daemon {
 // kv_type s.
 [[nodiscard]] dbus::Dict to_dict(const SessionGeometry& g);
 
+// Open's and OpenLazy's info: mode s, resident b, unit_size t, file_size t,
+// name s, layers t, lazy b.
+[[nodiscard]] dbus::Dict to_dict(const OpenInfo& o);
+
 // PressureChanged's details: previous s, raw s, source s; with PSI
 // some_avg10 d, full_avg10 d.
 [[nodiscard]] dbus::Dict to_dict(const PressureChange& c);

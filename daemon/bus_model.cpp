@@ -62,17 +62,11 @@ Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObje
     d_.fds_returned(c, 2);  // nothing was handed out
     return std::move(r).error();
   }
-  dbus::Dict info;
-  info["mode"] = sdbus::Variant(d_.mode());
-  info["resident"] = sdbus::Variant(r->resident);
-  info["unit_size"] = sdbus::Variant(r->unit_size);
-  info["file_size"] = sdbus::Variant(m->file.size);
-  info["name"] = sdbus::Variant(m->name);
-  info["layers"] = sdbus::Variant(static_cast<uint64_t>(m->meta.n_layers));
-  info["lazy"] = sdbus::Variant(lazy);
+  OpenInfo info{d_.mode(), r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
+                lazy};
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
   return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
-                    sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), std::move(info)};
+                    sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), to_dict(info)};
 }
 
 void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) {

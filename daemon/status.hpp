@@ -154,6 +154,17 @@ struct PressureChange {
   std::optional<sys::PsiStats> psi;
 };
 
+// Model.Open's and OpenLazy's info.
+struct OpenInfo {
+  std::string mode;  // the daemon's mode: how the client maps the region
+  bool resident = false;
+  uint64_t unit_size = 0;
+  uint64_t file_size = 0;
+  std::string name;
+  uint64_t layers = 0;
+  bool lazy = false;
+};
+
 // What Manager.Evict is asked to evict (each part narrows it).
 struct EvictWhat {
   std::optional<policy::Priority> priority;

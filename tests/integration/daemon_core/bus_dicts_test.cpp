@@ -313,7 +313,7 @@ TEST(BusDicts, WithoutALocalPoolStatusHasNoKvNorPressure) {
   EXPECT_EQ(signatures(sub(d, "pool")), (Signatures{{"target_bytes", "t"}}));
 }
 
-TEST(BusDicts, SessionGeometryPressureChangeAndEvictionReport) {
+TEST(BusDicts, SessionGeometryOpenInfoPressureChangeAndEvictionReport) {
   SessionStatus s;
   s.path = "/org/aios/Airs1/session/3";
   s.priority = policy::Priority::Interactive;
@@ -336,6 +336,11 @@ TEST(BusDicts, SessionGeometryPressureChangeAndEvictionReport) {
                                         {"arena_bytes", "t"}, {"chunk_bytes", "t"}, {"blocks_per_chunk", "u"},
                                         {"kv_type", "s"}}));
   EXPECT_EQ(gd.at("block_bytes").get<uint32_t>(), 65536u);
+
+  const dbus::Dict od = to_dict(OpenInfo{"full", true, 2 << 20, 3 << 20, "tiny", 4, true});
+  EXPECT_EQ(signatures(od), (Signatures{{"mode", "s"}, {"resident", "b"}, {"unit_size", "t"}, {"file_size", "t"},
+                                        {"name", "s"}, {"layers", "t"}, {"lazy", "b"}}));
+  EXPECT_EQ(od.at("unit_size").get<uint64_t>(), uint64_t{2} << 20);
 
   PressureChange c;
   c.previous = policy::Level::None;
