@@ -1,5 +1,6 @@
 #include "daemon/bus_manager.hpp"
 
+#include "daemon/bus_dicts.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/pressure_loop.hpp"
 #include "dbus/names.hpp"
@@ -16,7 +17,7 @@ ManagerObject::~ManagerObject() { unregisterAdaptor(); }
 
 dbus::Dict ManagerObject::GetStatus() {
   (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
-  return d_.status();
+  return to_dict(d_.status());
 }
 
 sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd& gguf_fd, const dbus::Dict& options) {
@@ -35,8 +36,9 @@ sdbus::ObjectPath ManagerObject::LoadModel(const sdbus::UnixFd& gguf_fd, const d
 
 std::vector<dbus::Dict> ManagerObject::ListModels() {
   (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
-  auto st = d_.status();
-  return st["models"].get<std::vector<dbus::Dict>>();
+  std::vector<dbus::Dict> out;
+  for (const auto& m : d_.model_statuses()) out.push_back(to_dict(m));
+  return out;
 }
 
 void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool& force) {
@@ -51,9 +53,11 @@ dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
   d_.require_admin(c, "Evict");
   auto* p = d_.pressure();
   if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
-  auto r = p->admin_evict(what, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
+  auto w = evict_what_from_dict(what);
+  if (!w) dbus::throw_error(w.error());
+  auto r = p->admin_evict(*w, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
   if (!r) dbus::throw_error(r.error());
-  return PressureLoop::to_dict(*r);
+  return to_dict(*r);
 }
 
 std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
@@ -62,12 +66,12 @@ std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus:
   dbus::check_options(options, {}, "CreateSession");
   auto [path, arena, notice, event, geo] = d_.create_session(c, model, priority);
   return {sdbus::ObjectPath(path), sdbus::UnixFd(arena.release(), sdbus::adopt_fd),
-          sdbus::UnixFd(notice.release(), sdbus::adopt_fd), sdbus::UnixFd(event.release(), sdbus::adopt_fd), geo};
+          sdbus::UnixFd(notice.release(), sdbus::adopt_fd), sdbus::UnixFd(event.release(), sdbus::adopt_fd), to_dict(geo)};
 }
 
 std::vector<dbus::Dict> ManagerObject::ListSessions() {
   (void)d_.identities().of(*getObject().getCurrentlyProcessedMessage());
-  return d_.list_sessions();
+  return to_dicts(d_.list_sessions());
 }
 
 std::string ManagerObject::Version() { return AIRS_VERSION; }

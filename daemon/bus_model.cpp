@@ -1,13 +1,13 @@
 #include "daemon/bus_model.hpp"
 
-#include <fcntl.h>
-
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/bus_dicts.hpp"
 #include "daemon/daemon.hpp"
 #include "dbus/names.hpp"
+#include "sys/files.hpp"
 #include "sys/uffd.hpp"
 
 namespace airs::daemon {
@@ -15,7 +15,11 @@ namespace {
 constexpr std::ptrdiff_t kMaxPendingPerCaller = 4;
 constexpr size_t kMaxPending = 256;
 // Takes ownership of a dup of a received fd (sdbus::UnixFd closes its own).
-sys::UniqueFd take(const sdbus::UnixFd& fd) { return sys::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3)); }
+// (Invalid if the dup failed: the model call that gets it says so.)
+sys::UniqueFd take(const sdbus::UnixFd& fd) {
+  auto r = sys::dup_cloexec(fd.get());
+  return r ? std::move(r).value() : sys::UniqueFd();
+}
 
 sdbus::Error bus_error(const Error& e) {
   try {
@@ -58,17 +62,11 @@ Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObje
     d_.fds_returned(c, 2);  // nothing was handed out
     return std::move(r).error();
   }
-  dbus::Dict info;
-  info["mode"] = sdbus::Variant(d_.mode());
-  info["resident"] = sdbus::Variant(r->resident);
-  info["unit_size"] = sdbus::Variant(r->unit_size);
-  info["file_size"] = sdbus::Variant(m->file.size);
-  info["name"] = sdbus::Variant(m->name);
-  info["layers"] = sdbus::Variant(static_cast<uint64_t>(m->meta.n_layers));
-  info["lazy"] = sdbus::Variant(lazy);
+  OpenInfo info{d_.mode(), r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
+                lazy};
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
   return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
-                    sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), std::move(info)};
+                    sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), to_dict(info)};
 }
 
 void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) {
@@ -180,7 +178,7 @@ uint64_t ModelObject::ResidentBytes() {
   auto s = d_.models().stats(entry());
   return s ? s->resident_bytes : 0;
 }
-std::string ModelObject::State() { return d_.model_state(entry()); }
+std::string ModelObject::State() { return model_state_name(d_.models().stats(entry())); }
 uint32_t ModelObject::Refcount() { return entry().refcount(); }
 bool ModelObject::Pinned() { return entry().pinned; }
 

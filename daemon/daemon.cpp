@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/bus_dicts.hpp"
 #include "daemon/bus_manager.hpp"
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
@@ -258,8 +259,8 @@ Status Daemon::init() {
     kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
     // --- pressure loop (issue 5) ---
     PressureLoop::Hooks hooks;
-    hooks.level_changed = [this](policy::Level level, const dbus::Dict& details) {
-      if (manager_) manager_->emitPressureChanged(policy::to_string(level), details);
+    hooks.level_changed = [this](policy::Level level, const PressureChange& details) {
+      if (manager_) manager_->emitPressureChanged(policy::to_string(level), to_dict(details));
     };
     auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
     if (!pl) return std::move(pl).error();
@@ -304,15 +305,7 @@ Status Daemon::init() {
 }
 
 void Daemon::write_metrics() {
-  MetricsSnapshot snap;
-  if (pool_) snap.pool = pool_->counts();
-  if (auto m = sys::read_meminfo(); m && m->count("MemAvailable")) snap.mem_available = m->at("MemAvailable");
-  if (models_)
-    for (auto* m : models_->all())
-      if (auto st = models_->stats(*m)) snap.models.push_back({m->name, m->file.size, m->refcount(), std::move(*st)});
-  if (kv_) snap.kv = kv_->totals();
-  if (pressure_) snap.pressure = pressure_->metrics();
-  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(snap)); !r) {
+  if (auto r = write_metrics_file(cfg_.daemon.metrics_file, format_metrics(status())); !r) {
     // Once per failure streak would be nicer; a warning per interval is
     // still readable and says exactly what to fix.
     spdlog::warn("{}", r.error().message);
@@ -349,10 +342,10 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
                   fmt::join(reads.begin(), reads.begin() + static_cast<long>(std::min<size_t>(reads.size(), 64)), " "));
     if (!m->content_id && !hasher_->pending(m->id)) {
       // The filled region holds the file's bytes: hash them there.
-      if (auto fd = sys::UniqueFd(::fcntl(pager_->region_fd(m->pager_id), F_DUPFD_CLOEXEC, 0)))
-        hasher_->submit(m->id, std::move(fd), m->file.size);
+      if (auto fd = sys::dup_cloexec(pager_->region_fd(m->pager_id)))
+        hasher_->submit(m->id, std::move(fd).value(), m->file.size);
       else
-        spdlog::warn("model '{}': no content id: dup of its region: {}", m->name, std::strerror(errno));
+        spdlog::warn("model '{}': no content id: its region: {}", m->name, fd.error().message);
     }
     if (auto st = models_->stats(*m))
       spdlog::info("model '{}' fully resident: {} read at {:.0f} MB/s{}", m->name, format_bytes(st->bytes_read),
@@ -431,13 +424,13 @@ void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::strin
 
 void Daemon::preload_models() {
   for (const auto& path : cfg_.models.preload) {
-    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    auto fd = sys::open_file(path, O_RDONLY);
     if (!fd) {
-      spdlog::error("models.preload: {}: {}", path, std::strerror(errno));
+      spdlog::error("models.preload: {}", fd.error().message);
       continue;
     }
     LoadRequest req;
-    req.gguf_fd = fd.get();
+    req.gguf_fd = fd->get();
     req.uid = 0;
     req.exempt = true;
     auto m = models_->load(req);
@@ -453,49 +446,30 @@ void Daemon::preload_models() {
   }
 }
 
-std::string Daemon::model_state(const ModelEntry& m) const {
-  auto st = models_->stats(m);
-  if (!st) return "unknown";
-  switch (st->state) {
-    case client::ModelLoadState::Loading: return "loading";
-    case client::ModelLoadState::Resident: return "resident";
-    case client::ModelLoadState::Evicted: return "evicted";
-    case client::ModelLoadState::Failed: return "failed";
-    case client::ModelLoadState::Unloaded: return "unloaded";
-  }
-  return "unknown";
+ModelStatus Daemon::model_status(const ModelEntry& m) const {
+  ModelStatus d;
+  d.name = m.name;
+  d.object = m.object_path;
+  d.size = m.file.size;
+  d.owner_uid = static_cast<uint32_t>(m.owner_uid);
+  d.sessions = kv_->sessions_on(m.id);
+  d.preloaded = std::find(preloaded_.begin(), preloaded_.end(), m.name) != preloaded_.end();
+  d.adopted = m.adopted;
+  d.content_id = m.content_id ? m.content_id->hex() : std::string();
+  d.refcount = m.refcount();
+  for (auto& [k, v] : m.clients) d.clients += static_cast<uint32_t>(v.size());
+  d.pinned = m.pinned;
+  d.layers = static_cast<uint64_t>(m.meta.n_layers);
+  d.tensors = static_cast<uint64_t>(m.meta.tensors.size());
+  d.stats = models_->stats(m);
+  return d;
 }
 
-dbus::Dict Daemon::model_dict(const ModelEntry& m) const {
-  dbus::Dict d;
-  d["name"] = sdbus::Variant(m.name);
-  d["object"] = sdbus::Variant(sdbus::ObjectPath(m.object_path));
-  d["size"] = sdbus::Variant(m.file.size);
-  d["owner_uid"] = sdbus::Variant(static_cast<uint32_t>(m.owner_uid));
-  d["sessions"] = sdbus::Variant(kv_->sessions_on(m.id));
-  d["preloaded"] = sdbus::Variant(std::find(preloaded_.begin(), preloaded_.end(), m.name) != preloaded_.end());
-  d["state"] = sdbus::Variant(model_state(m));
-  d["adopted"] = sdbus::Variant(m.adopted);
-  d["content_id"] = sdbus::Variant(m.content_id ? m.content_id->hex() : std::string());
-  d["refcount"] = sdbus::Variant(m.refcount());
-  uint32_t clients = 0;
-  for (auto& [k, v] : m.clients) clients += static_cast<uint32_t>(v.size());
-  d["clients"] = sdbus::Variant(clients);
-  d["pinned"] = sdbus::Variant(m.pinned);
-  d["layers"] = sdbus::Variant(static_cast<uint64_t>(m.meta.n_layers));
-  d["tensors"] = sdbus::Variant(static_cast<uint64_t>(m.meta.tensors.size()));
-  if (auto st = models_->stats(m)) {
-    d["resident_bytes"] = sdbus::Variant(st->resident_bytes);
-    d["pin_failed"] = sdbus::Variant(st->pin_failed);
-    d["region_bytes"] = sdbus::Variant(st->region_size);
-    d["bytes_read"] = sdbus::Variant(st->bytes_read);
-    d["read_mb_per_s"] = sdbus::Variant(st->read_mb_per_s);
-    d["direct_io"] = sdbus::Variant(st->direct_io);
-    d["faults"] = sdbus::Variant(st->faults);
-    d["faults_waited"] = sdbus::Variant(st->faults_waited);
-    d["units_failed"] = sdbus::Variant(st->units_failed);
-  }
-  return d;
+std::vector<ModelStatus> Daemon::model_statuses() const {
+  std::vector<ModelStatus> out;
+  if (models_)
+    for (auto* m : models_->all()) out.push_back(model_status(*m));
+  return out;
 }
 
 Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) {
@@ -538,7 +512,7 @@ bool Daemon::is_trusted(const dbus::Caller& caller) const {
   return is_admin(caller) || in_group(caller, cfg_.daemon.trusted_group);
 }
 
-std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> Daemon::create_session(
+std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, SessionGeometry> Daemon::create_session(
     const dbus::Caller& caller, const std::string& model_path, const std::string& priority) {
   if (!kv_) dbus::throw_error(dbus::kErrUnsupported, "no local pool on this device: no KV sessions");
   auto prio = policy::parse_priority(priority);
@@ -575,7 +549,7 @@ void Daemon::close_session(KvSession& s, const dbus::Caller& /*caller*/) {
   }
 }
 
-std::vector<dbus::Dict> Daemon::list_sessions() const { return kv_ ? kv_->list() : std::vector<dbus::Dict>{}; }
+std::vector<SessionStatus> Daemon::list_sessions() const { return kv_ ? kv_->sessions() : std::vector<SessionStatus>{}; }
 
 uint32_t Daemon::fds_held_by_uid(uid_t uid) {
   sys::InodeSet ours, notices;
@@ -728,69 +702,35 @@ int Daemon::run() {
   return 0;
 }
 
-dbus::Dict Daemon::status() {
-  dbus::Dict s;
-  s["version"] = sdbus::Variant(std::string(AIRS_VERSION));
-  s["profile"] = sdbus::Variant(profile_);
-  s["uptime_s"] = sdbus::Variant(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count()));
-  s["page_size"] = sdbus::Variant(page_size_);
-  s["mode"] = sdbus::Variant(mode_);
-  s["mode_reason"] = sdbus::Variant(mode_reason_);
-  s["advice"] = sdbus::Variant(advice_);
-  s["read_error"] = sdbus::Variant(read_error_);
-  dbus::Dict caps;
-  for (auto& [k, v] : capabilities_) caps[k] = sdbus::Variant(v);
-  s["capabilities"] = sdbus::Variant(caps);
-  dbus::Dict pool;
-  pool["target_bytes"] = sdbus::Variant(pool_target_);
+StatusSnapshot Daemon::status() {
+  StatusSnapshot s;
+  s.version = AIRS_VERSION;
+  s.profile = profile_;
+  s.uptime_s = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count());
+  s.page_size = page_size_;
+  s.mode = mode_;
+  s.mode_reason = mode_reason_;
+  s.advice = advice_;
+  s.read_error = read_error_;
+  s.capabilities = capabilities_;
+  s.pool.target_bytes = pool_target_;
   if (pool_) {
-    const auto& c = pool_->counts();
-    pool["backend"] = sdbus::Variant(std::string(pool_->backend().name()));
-    pool["numa"] = sdbus::Variant(numa_);
-    pool["total_pages"] = sdbus::Variant(c.total_pages());
-    pool["total_bytes"] = sdbus::Variant(c.total_bytes());
-    pool["free_bytes"] = sdbus::Variant(c.free_bytes());
-    pool["model_bytes"] = sdbus::Variant(c.model_bytes());
-    pool["kv_bytes"] = sdbus::Variant(c.kv_bytes());
-    pool["free_pages"] = sdbus::Variant(c.free_pages);
-    pool["raised_pages"] = sdbus::Variant(pool_->raised_pages());
-    pool["model_pages"] = sdbus::Variant(c.model_pages);
-    pool["kv_pages"] = sdbus::Variant(c.kv_pages);
-    // hugetlb pages are never swapped or reclaimed: pinned by construction.
-    // shmem pages are pinned only where mlock worked: say so as it is.
-    const bool hugetlb = std::string_view(pool_->backend().name()) == "hugetlbfs";
-    std::vector<std::string> unpinned;
+    LocalPoolStatus& p = s.pool.local.emplace();
+    p.backend = pool_->backend().name();
+    p.numa = numa_;
+    p.counts = pool_->counts();
+    p.raised_pages = pool_->raised_pages();
     if (models_)
       for (auto* m : models_->all())
-        if (auto st = models_->stats(*m); st && st->pin_failed) unpinned.push_back(m->name);
-    pool["pinned"] = sdbus::Variant(unpinned.empty());
-    pool["pinned_how"] = sdbus::Variant(
-        hugetlb ? std::string("hugetlb pages: never swapped or reclaimed")
-        : unpinned.empty()
-            ? std::string("shmem pages locked with mlock: unevictable")
-            : fmt::format("NOT all pinned: mlock failed for model(s) {} (RLIMIT_MEMLOCK? LimitMEMLOCK=infinity or "
-                          "CAP_IPC_LOCK): their pages may be swapped",
-                          fmt::join(unpinned, ", ")));
-    if (auto kv = pool_->kernel_view()) {
-      pool["kernel_hugepages_total"] = sdbus::Variant(kv->total);
-      pool["kernel_hugepages_free"] = sdbus::Variant(kv->free);
-      pool["kernel_hugepages_rsvd"] = sdbus::Variant(kv->reserved);
-      pool["kernel_hugepages_surp"] = sdbus::Variant(kv->surplus);
-      pool["files_pages"] = sdbus::Variant(kv->files_pages);
-      if (kv->shmem_bytes) pool["kernel_shmem_bytes"] = sdbus::Variant(*kv->shmem_bytes);
-      if (kv->mlocked_bytes) pool["kernel_mlocked_bytes"] = sdbus::Variant(*kv->mlocked_bytes);
-    }
+        if (auto st = models_->stats(*m); st && st->pin_failed) p.unpinned.push_back(m->name);
+    if (auto kv = pool_->kernel_view()) p.kernel = std::move(kv).value();
   }
-  if (auto m = sys::read_meminfo()) s["mem_available"] = sdbus::Variant(m->count("MemAvailable") ? m->at("MemAvailable") : 0);
-  s["pool"] = sdbus::Variant(pool);
-  std::vector<dbus::Dict> models;
-  if (models_)
-    for (auto* m : models_->all()) models.push_back(model_dict(*m));
-  s["models"] = sdbus::Variant(models);
-  s["keep_alive_s"] = sdbus::Variant(static_cast<uint64_t>(cfg_.models.keep_alive.count()));
-  if (kv_) s["kv"] = sdbus::Variant(kv_->stats());
-  if (pressure_) s["pressure"] = sdbus::Variant(pressure_->status());
+  if (auto m = sys::read_meminfo()) s.mem_available = m->count("MemAvailable") ? m->at("MemAvailable") : 0;
+  s.models = model_statuses();
+  s.keep_alive_s = static_cast<uint64_t>(cfg_.models.keep_alive.count());
+  if (kv_) s.kv = kv_->status();
+  if (pressure_) s.pressure = pressure_->status();
   return s;
 }
 

@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "daemon/models.hpp"
+#include "daemon/status.hpp"
 #include "pager/pager.hpp"
 #include "pool/pool.hpp"
 #include "dbus/identity.hpp"
@@ -51,7 +52,9 @@ class Daemon {
   int run();
 
   // --- used by the bus objects (loop thread) ---
-  [[nodiscard]] dbus::Dict status();
+  // Everything GetStatus and the metrics file say (reads /proc/meminfo and
+  // the pool's kernel counters).
+  [[nodiscard]] StatusSnapshot status();
   [[nodiscard]] const config::Config& config() const { return cfg_; }
   [[nodiscard]] const std::string& profile() const { return profile_; }
   [[nodiscard]] uint64_t pool_target_bytes() const { return pool_target_; }
@@ -64,13 +67,13 @@ class Daemon {
   // The pressure loop (null without a local pool).
   PressureLoop* pressure() { return pressure_.get(); }
   // CreateSession for `caller`: the session object is registered on the bus.
-  std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, dbus::Dict> create_session(
+  std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, SessionGeometry> create_session(
       const dbus::Caller& caller, const std::string& model_path, const std::string& priority);
   void close_session(KvSession& s, const dbus::Caller& caller);
-  [[nodiscard]] std::vector<dbus::Dict> list_sessions() const;
+  [[nodiscard]] std::vector<SessionStatus> list_sessions() const;
   [[nodiscard]] const std::string& mode() const { return mode_; }
-  [[nodiscard]] std::string model_state(const ModelEntry& m) const;
-  [[nodiscard]] dbus::Dict model_dict(const ModelEntry& m) const;
+  [[nodiscard]] ModelStatus model_status(const ModelEntry& m) const;
+  [[nodiscard]] std::vector<ModelStatus> model_statuses() const;
 
   // LoadModel on behalf of `caller`: returns the model's object path.
   Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name);

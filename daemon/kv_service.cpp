@@ -1,10 +1,5 @@
 #include "daemon/kv_service.hpp"
 
-#include <fcntl.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -187,21 +182,18 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   s->event_fd = std::move(efd).value();
 
   CreatedSession out;
-  auto arena_fd = sys::UniqueFd(::fcntl(arenas_.at(*aid).region->fd(), F_DUPFD_CLOEXEC, 3));
+  auto arena_fd = sys::dup_cloexec(arenas_.at(*aid).region->fd());
   auto notice_ro = s->notice_page.open_read_only();
-  auto ev = sys::UniqueFd(::fcntl(s->event_fd.get(), F_DUPFD_CLOEXEC, 3));
+  auto ev = sys::dup_cloexec(s->event_fd.get());
   if (!notice_ro) return fail(notice_ro.error());
-  if (!arena_fd || !ev) return fail(make_error(errno, "dup: {}", std::strerror(errno)));
-  out.arena_fd = std::move(arena_fd);
+  if (!arena_fd) return fail(arena_fd.error());
+  if (!ev) return fail(ev.error());
+  out.arena_fd = std::move(arena_fd).value();
   out.notice_fd = std::move(notice_ro).value();
-  out.event_fd = std::move(ev);
-  out.geometry["block_bytes"] = sdbus::Variant(static_cast<uint32_t>(geo->block_bytes));
-  out.geometry["tokens_per_block"] = sdbus::Variant(geo->tokens_per_block);
-  out.geometry["bytes_per_token"] = sdbus::Variant(geo->bytes_per_token);
-  out.geometry["arena_bytes"] = sdbus::Variant(arenas_.at(*aid).region->size());
-  out.geometry["chunk_bytes"] = sdbus::Variant(geo->chunk_bytes);
-  out.geometry["blocks_per_chunk"] = sdbus::Variant(geo->blocks_per_chunk);
-  out.geometry["kv_type"] = sdbus::Variant(std::string(config::to_string(cfg_.kv_type)));
+  out.event_fd = std::move(ev).value();
+  out.geometry.geo = *geo;
+  out.geometry.arena_bytes = arenas_.at(*aid).region->size();
+  out.geometry.kv_type = config::to_string(cfg_.kv_type);
   out.session = s.get();
   by_path_[s->path] = s->id;
   spdlog::debug("session {} ({}, uid {}) on '{}': {} per block", s->path, policy::to_string(priority), caller.uid,
@@ -457,55 +449,31 @@ std::optional<kv::SessionInfo> KvService::info(const std::string& path) const {
   return std::move(r).value();
 }
 
-dbus::Dict KvService::stats() const {
-  auto t = alloc_.total_stats();
-  dbus::Dict d;
-  d["sessions"] = sdbus::Variant(t.sessions);
-  d["committed_bytes"] = sdbus::Variant(t.committed_bytes);
-  d["used_bytes"] = sdbus::Variant(t.used_bytes);
-  d["cached_bytes"] = sdbus::Variant(t.cached_bytes);
-  d["free_bytes"] = sdbus::Variant(t.free_bytes);
-  d["waste_bytes"] = sdbus::Variant(t.waste_bytes());
-  d["shared_blocks"] = sdbus::Variant(t.shared_blocks);
-  d["waste_ratio"] = sdbus::Variant(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes) : 0.0);
-  dbus::Dict sp;
-  sp["enabled"] = sdbus::Variant(spill_ != nullptr);
-  if (spill_) {
-    const SpillStats st = spill_->stats();
-    sp["dir"] = sdbus::Variant(spill_->dir());
-    sp["used_bytes"] = sdbus::Variant(st.used_bytes);
-    sp["limit_bytes"] = sdbus::Variant(st.limit_bytes);
-    sp["entries"] = sdbus::Variant(st.entries);
-    sp["hits"] = sdbus::Variant(st.hits);
-    sp["misses"] = sdbus::Variant(st.misses);
-    sp["rejected"] = sdbus::Variant(st.rejected);
-    sp["written_bytes"] = sdbus::Variant(st.written_bytes);
-    sp["read_bytes"] = sdbus::Variant(st.read_bytes);
-    sp["dropped"] = sdbus::Variant(st.dropped);
-    sp["inflight_bytes"] = sdbus::Variant(st.inflight_bytes);
-  }
-  d["spill"] = sdbus::Variant(sp);
-  return d;
+KvStatus KvService::status() const {
+  KvStatus k;
+  k.totals = alloc_.total_stats();
+  if (spill_) k.spill = SpillTierStatus{spill_->dir(), spill_->stats()};
+  return k;
 }
 
-std::vector<dbus::Dict> KvService::list() const {
-  std::vector<dbus::Dict> out;
+std::vector<SessionStatus> KvService::sessions() const {
+  std::vector<SessionStatus> out;
   const auto now = Clock::now();
   for (auto& [id, s] : sessions_) {
     auto info = alloc_.session_info(id);
     if (!info) continue;
-    dbus::Dict d;
-    d["session"] = sdbus::Variant(sdbus::ObjectPath(s->path));
-    d["owner"] = sdbus::Variant(s->owner);
-    d["uid"] = sdbus::Variant(static_cast<uint32_t>(s->uid));
-    d["model"] = sdbus::Variant(s->model_name);
-    d["priority"] = sdbus::Variant(std::string(policy::to_string(s->priority)));
-    d["blocks"] = sdbus::Variant(info->blocks);
-    d["shared_blocks"] = sdbus::Variant(info->shared);
-    d["tokens"] = sdbus::Variant(info->length);
-    d["idle_s"] = sdbus::Variant(std::chrono::duration<double>(now - info->last_used).count());
-    d["evicted_blocks"] = sdbus::Variant(s->evicted_blocks);
-    d["restored_blocks"] = sdbus::Variant(s->restored_blocks);
+    SessionStatus d;
+    d.path = s->path;
+    d.owner = s->owner;
+    d.uid = static_cast<uint32_t>(s->uid);
+    d.model = s->model_name;
+    d.priority = s->priority;
+    d.blocks = info->blocks;
+    d.shared_blocks = info->shared;
+    d.tokens = info->length;
+    d.idle_s = std::chrono::duration<double>(now - info->last_used).count();
+    d.evicted_blocks = s->evicted_blocks;
+    d.restored_blocks = s->restored_blocks;
     out.push_back(std::move(d));
   }
   return out;

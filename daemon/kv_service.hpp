@@ -18,6 +18,7 @@
 #include "config/config.hpp"
 #include "daemon/kv_spill.hpp"
 #include "daemon/models.hpp"
+#include "daemon/status.hpp"
 #include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
 #include "kv/allocator.hpp"
@@ -51,7 +52,7 @@ struct CreatedSession {
   sys::UniqueFd arena_fd;
   sys::UniqueFd notice_fd;  // read-only
   sys::UniqueFd event_fd;
-  dbus::Dict geometry;
+  SessionGeometry geometry;
 };
 
 class KvService final : public kv::ChunkOps {
@@ -107,9 +108,9 @@ class KvService final : public kv::ChunkOps {
   [[nodiscard]] policy::PoolState snapshot() const;
   Result<uint64_t> execute(const policy::Action& a);  // bytes freed
 
-  [[nodiscard]] dbus::Dict stats() const;
+  [[nodiscard]] KvStatus status() const;
   [[nodiscard]] kv::KvStats totals() const { return alloc_.total_stats(); }
-  [[nodiscard]] std::vector<dbus::Dict> list() const;
+  [[nodiscard]] std::vector<SessionStatus> sessions() const;
   [[nodiscard]] const KvSession* find_id(kv::SessionId id) const;
   // The allocator's view of the session at `path` (for bus properties).
   [[nodiscard]] std::optional<kv::SessionInfo> info(const std::string& path) const;

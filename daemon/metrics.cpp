@@ -1,5 +1,7 @@
 #include "daemon/metrics.hpp"
 
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "sys/files.hpp"
@@ -18,32 +20,36 @@ void gauge(std::string& out, const char* name, const char* help, double v, const
 
 }  // namespace
 
-std::string format_metrics(const MetricsSnapshot& s) {
+std::string format_metrics(const StatusSnapshot& s) {
   std::string out;
-  const auto& pool = s.pool;
+  const pool::PoolCounts pool = s.pool.local ? s.pool.local->counts : pool::PoolCounts{};
   gauge(out, "airs_pool_bytes", "Pool size in bytes", static_cast<double>(pool.total_bytes()));
   out += "# HELP airs_pool_kind_bytes Pool bytes by kind\n# TYPE airs_pool_kind_bytes gauge\n";
   for (auto [k, v] : {std::pair{"free", pool.free_bytes()}, std::pair{"model", pool.model_bytes()},
                       std::pair{"kv", pool.kv_bytes()}})
     out += fmt::format("airs_pool_kind_bytes{{kind=\"{}\"}} {}\n", k, v);
   gauge(out, "airs_pool_page_bytes", "Huge page size of the pool", static_cast<double>(pool.page_size));
-  gauge(out, "airs_mem_available_bytes", "MemAvailable seen by the daemon", static_cast<double>(s.mem_available));
+  gauge(out, "airs_mem_available_bytes", "MemAvailable seen by the daemon", static_cast<double>(s.mem_available.value_or(0)));
 
+  // Models the pager knows (with stats).
+  std::vector<const ModelStatus*> models;
+  for (const auto& m : s.models)
+    if (m.stats) models.push_back(&m);
   out += "# HELP airs_model_bytes Model file size\n# TYPE airs_model_bytes gauge\n";
-  for (auto& m : s.models) out += fmt::format("airs_model_bytes{{model=\"{}\"}} {}\n", escape(m.name), m.size);
+  for (const auto* m : models) out += fmt::format("airs_model_bytes{{model=\"{}\"}} {}\n", escape(m->name), m->size);
   out += "# HELP airs_model_resident_bytes Model bytes resident in the pool\n# TYPE airs_model_resident_bytes gauge\n";
-  for (auto& m : s.models)
-    out += fmt::format("airs_model_resident_bytes{{model=\"{}\"}} {}\n", escape(m.name), m.stats.resident_bytes);
+  for (const auto* m : models)
+    out += fmt::format("airs_model_resident_bytes{{model=\"{}\"}} {}\n", escape(m->name), m->stats->resident_bytes);
   out += "# HELP airs_model_refcount References held by clients\n# TYPE airs_model_refcount gauge\n";
-  for (auto& m : s.models) out += fmt::format("airs_model_refcount{{model=\"{}\"}} {}\n", escape(m.name), m.refcount);
+  for (const auto* m : models) out += fmt::format("airs_model_refcount{{model=\"{}\"}} {}\n", escape(m->name), m->refcount);
   out += "# HELP airs_model_read_bytes_total Bytes read from the GGUF since the last (re)load\n# TYPE airs_model_read_bytes_total counter\n";
-  for (auto& m : s.models)
-    out += fmt::format("airs_model_read_bytes_total{{model=\"{}\"}} {}\n", escape(m.name), m.stats.bytes_read);
+  for (const auto* m : models)
+    out += fmt::format("airs_model_read_bytes_total{{model=\"{}\"}} {}\n", escape(m->name), m->stats->bytes_read);
 
   out += "# HELP airs_fault_latency_seconds Fault to resume latency\n# TYPE airs_fault_latency_seconds histogram\n";
-  for (auto& m : s.models) {
-    const std::string name = escape(m.name);
-    for (auto [kind, h] : {std::pair{"ready", &m.stats.ready_latency}, std::pair{"waited", &m.stats.wait_latency}}) {
+  for (const auto* m : models) {
+    const std::string name = escape(m->name);
+    for (auto [kind, h] : {std::pair{"ready", &m->stats->ready_latency}, std::pair{"waited", &m->stats->wait_latency}}) {
       uint64_t cum = 0;
       for (size_t i = 0; i < pager::LatencyHistogram::kUpperUs.size(); ++i) {
         cum += h->counts[i];
@@ -58,21 +64,22 @@ std::string format_metrics(const MetricsSnapshot& s) {
     }
   }
 
-  gauge(out, "airs_kv_sessions", "Open KV sessions", s.kv.sessions);
+  const kv::KvStats kv = s.kv ? s.kv->totals : kv::KvStats{};
+  gauge(out, "airs_kv_sessions", "Open KV sessions", kv.sessions);
   out += "# HELP airs_kv_bytes KV bytes by use\n# TYPE airs_kv_bytes gauge\n";
-  for (auto [k, v] : {std::pair{"used", s.kv.used_bytes}, std::pair{"cached", s.kv.cached_bytes},
-                      std::pair{"free", s.kv.free_bytes}, std::pair{"waste", s.kv.waste_bytes()}})
+  for (auto [k, v] : {std::pair{"used", kv.used_bytes}, std::pair{"cached", kv.cached_bytes},
+                      std::pair{"free", kv.free_bytes}, std::pair{"waste", kv.waste_bytes()}})
     out += fmt::format("airs_kv_bytes{{use=\"{}\"}} {}\n", k, v);
 
   if (const auto& pr = s.pressure) {
     gauge(out, "airs_pressure_level", "Pressure level: 0 none, 1 some, 2 full",
           pr->level == policy::Level::Full ? 2.0 : pr->level == policy::Level::Some ? 1.0 : 0.0);
-    gauge(out, "airs_psi_some_avg10", "PSI memory some avg10", pr->some_avg10);
-    gauge(out, "airs_psi_full_avg10", "PSI memory full avg10", pr->full_avg10);
+    gauge(out, "airs_psi_some_avg10", "PSI memory some avg10", pr->psi ? pr->psi->some.avg10 : 0.0);
+    gauge(out, "airs_psi_full_avg10", "PSI memory full avg10", pr->psi ? pr->psi->full.avg10 : 0.0);
     out += fmt::format("# HELP airs_evictions_total Eviction runs of the pressure loop and admin Evict\n# TYPE airs_evictions_total counter\nairs_evictions_total {}\n",
-                       pr->evictions);
+                       pr->counters.evictions);
     out += fmt::format("# HELP airs_evicted_bytes_total Bytes evicted\n# TYPE airs_evicted_bytes_total counter\nairs_evicted_bytes_total {}\n",
-                       pr->evicted_bytes);
+                       pr->counters.evicted_bytes);
   }
   return out;
 }

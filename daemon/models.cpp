@@ -17,12 +17,6 @@
 namespace airs::daemon {
 namespace {
 
-Result<sys::UniqueFd> dup_fd(int fd) {
-  sys::UniqueFd r(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
-  if (!r) return make_error(errno, "dup: {}", std::strerror(errno));
-  return r;
-}
-
 std::vector<pager::Extent> extents_of(const gguf::File& f) {
   std::vector<pager::Extent> ex;
   ex.reserve(f.tensors.size() + 1);
@@ -100,9 +94,9 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
                       c.free_pages, c.total_pages());
   }
 
-  auto dup = dup_fd(req.gguf_fd);
+  auto dup = sys::dup_cloexec(req.gguf_fd);
   if (!dup) return std::move(dup).error();
-  auto parse_fd = dup_fd(req.gguf_fd);
+  auto parse_fd = sys::dup_cloexec(req.gguf_fd);
   if (!parse_fd) return std::move(parse_fd).error();
   auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the passed GGUF");
   if (!src) return std::move(src).error();
@@ -167,13 +161,13 @@ std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, int gguf_
 Result<ModelEntry*> Models::adopt(AdoptRequest req) {
   auto id = sys::readable_file_identity(req.load.gguf_fd, "kept model's file");
   if (!id) return std::move(id).error();
-  auto parse_fd = dup_fd(req.load.gguf_fd);
+  auto parse_fd = sys::dup_cloexec(req.load.gguf_fd);
   if (!parse_fd) return std::move(parse_fd).error();
   auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the kept model's GGUF");
   if (!src) return std::move(src).error();
   auto parsed = gguf::parse(*src);
   if (!parsed) return std::move(parsed).error();
-  auto dup = dup_fd(req.load.gguf_fd);
+  auto dup = sys::dup_cloexec(req.load.gguf_fd);
   if (!dup) return std::move(dup).error();
   auto e = new_entry(*id, req.load.gguf_fd, std::move(parsed).value(), req.load);
   e->content_id = req.content_id;
@@ -249,7 +243,7 @@ Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int p
                       st->region_size);
   OpenResult r;
   // Writable only where a client must register a userfaultfd on it.
-  auto region = lazy ? dup_fd(pager_.region_fd(m.pager_id)) : sys::reopen(pager_.region_fd(m.pager_id), O_RDONLY);
+  auto region = lazy ? sys::dup_cloexec(pager_.region_fd(m.pager_id)) : sys::reopen(pager_.region_fd(m.pager_id), O_RDONLY);
   if (!region) return std::move(region).error();
   auto status = sys::reopen(pager_.status_fd(m.pager_id), O_RDONLY);
   if (!status) return std::move(status).error();

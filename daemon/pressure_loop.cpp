@@ -64,7 +64,12 @@ std::string probe_damon() {
          "addresses yet; idle KV is ranked by last use";
 }
 
-const char* kind_name(policy::ActionKind k) {
+
+int64_t ms_since(Clock::time_point t, Clock::time_point now) { return duration_cast<milliseconds>(now - t).count(); }
+
+}  // namespace
+
+const char* action_kind_name(policy::ActionKind k) {
   switch (k) {
     case policy::ActionKind::DropCached: return "cached-kv";
     case policy::ActionKind::EvictBlocks: return "kv-blocks";
@@ -72,10 +77,6 @@ const char* kind_name(policy::ActionKind k) {
   }
   return "unknown";
 }
-
-int64_t ms_since(Clock::time_point t, Clock::time_point now) { return duration_cast<milliseconds>(now - t).count(); }
-
-}  // namespace
 
 PressureLoop::PressureLoop(sys::EventLoop& loop, pool::Pool& pool, Models& models, Evictor& evictor,
                            const config::Config& cfg, uint64_t pool_target_bytes, Hooks hooks)
@@ -141,16 +142,13 @@ void PressureLoop::note_effective_level(policy::Level before) {
   if (after == before) return;
   spdlog::info("pressure: effective level {} → {}", policy::to_string(before), policy::to_string(after));
   if (!hooks_.level_changed) return;
-  dbus::Dict d;
   const auto& st = monitor_->status();
-  d["previous"] = sdbus::Variant(std::string(policy::to_string(before)));
-  d["raw"] = sdbus::Variant(std::string(policy::to_string(governor_.raw_level())));
-  d["source"] = sdbus::Variant(std::string(pressure::to_string(st.source)));
-  if (st.psi) {
-    d["some_avg10"] = sdbus::Variant(st.psi->some.avg10);
-    d["full_avg10"] = sdbus::Variant(st.psi->full.avg10);
-  }
-  hooks_.level_changed(after, d);
+  PressureChange c;
+  c.previous = before;
+  c.raw = governor_.raw_level();
+  c.source = pressure::to_string(st.source);
+  c.psi = st.psi;
+  hooks_.level_changed(after, c);
 }
 
 uint64_t PressureLoop::events_seen() const {
@@ -252,7 +250,7 @@ EvictionReport PressureLoop::run(const std::optional<policy::Request>& req, uint
     if (!freed) {
       o.error = freed.error().message;
       ++counters_.action_errors;
-      spdlog::warn("pressure: {} {} failed: {}", kind_name(o.action.kind), o.object, o.error);
+      spdlog::warn("pressure: {} {} failed: {}", action_kind_name(o.action.kind), o.object, o.error);
       continue;
     }
     o.freed_bytes = *freed;
@@ -405,26 +403,15 @@ void PressureLoop::grow() {
 
 // ---- admin ------------------------------------------------------------------
 
-Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who) {
+Result<EvictionReport> PressureLoop::admin_evict(const EvictWhat& what, bool dry_run, const std::string& who) {
   policy::Request req;
   bool any = false;
-  for (const auto& [k, v] : what) {
-    if (k != "priority" && k != "session" && k != "model" && k != "bytes")
-      return make_error(EINVAL, "Evict: unknown key '{}' (accepted: priority, session, model, bytes)", k);
-  }
-  if (what.count("priority")) {
-    auto s = dbus::get<std::string>(what, "priority");
-    auto p = s ? policy::parse_priority(*s) : std::nullopt;
-    if (!p)
-      return make_error(EINVAL, "Evict: priority must be a string, one of interactive, system, background (got '{}')",
-                        s.value_or("a non-string"));
-    req.priorities = {*p};
+  if (what.priority) {
+    req.priorities = {*what.priority};
     any = true;
   }
-  if (what.count("session")) {
-    std::string path;
-    if (auto o = dbus::get<sdbus::ObjectPath>(what, "session")) path = *o;
-    else if (auto s = dbus::get<std::string>(what, "session")) path = *s;
+  if (what.session) {
+    const std::string& path = *what.session;
     const std::string prefix = dbus::kSessionPathPrefix;
     uint64_t id = 0;
     bool ok = path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
@@ -442,20 +429,16 @@ Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dr
     req.sessions = {id};
     any = true;
   }
-  if (what.count("model")) {
-    std::string key;
-    if (auto o = dbus::get<sdbus::ObjectPath>(what, "model")) key = *o;
-    else if (auto s = dbus::get<std::string>(what, "model")) key = *s;
-    ModelEntry* m = models_.find_by_path(key);
-    if (m == nullptr) m = models_.find_by_name(key);
-    if (m == nullptr) return make_error(ENOENT, "Evict: no model '{}' is loaded (see airsctl status)", key);
+  if (what.model) {
+    ModelEntry* m = models_.find_by_path(*what.model);
+    if (m == nullptr) m = models_.find_by_name(*what.model);
+    if (m == nullptr) return make_error(ENOENT, "Evict: no model '{}' is loaded (see airsctl status)", *what.model);
     req.models = {m->id};
     any = true;
   }
-  if (what.count("bytes")) {
-    auto b = dbus::get<uint64_t>(what, "bytes");
-    if (!b || *b == 0) return make_error(EINVAL, "Evict: bytes must be a positive uint64 (t)");
-    req.bytes = *b;
+  if (what.bytes) {
+    if (*what.bytes == 0) return make_error(EINVAL, "Evict: bytes must be a positive uint64 (t)");
+    req.bytes = *what.bytes;
     any = true;
   }
   if (!any) return make_error(EINVAL, "Evict: say what to evict: priority, session, model and/or bytes");
@@ -469,115 +452,44 @@ Result<EvictionReport> PressureLoop::admin_evict(const dbus::Dict& what, bool dr
   return r;
 }
 
-dbus::Dict PressureLoop::to_dict(const EvictionReport& r) {
-  dbus::Dict d;
-  d["dry_run"] = sdbus::Variant(r.dry_run);
-  d["trigger"] = sdbus::Variant(r.trigger);
-  d["requested_bytes"] = sdbus::Variant(r.requested_bytes);
-  d["planned_bytes"] = sdbus::Variant(r.plan.bytes);
-  d["freed_bytes"] = sdbus::Variant(r.freed_bytes);
-  d["reserve_bytes"] = sdbus::Variant(r.reserve_bytes);
-  d["returned_bytes"] = sdbus::Variant(r.returned_bytes);
-  d["satisfied"] = sdbus::Variant(r.plan.satisfied);
-  d["shortfall"] = sdbus::Variant(r.plan.shortfall);
-  d["resize_note"] = sdbus::Variant(r.resize_note);
-  d["duration_us"] = sdbus::Variant(r.duration_us);
-  std::vector<dbus::Dict> actions;
-  for (const auto& o : r.outcomes) {
-    dbus::Dict a;
-    a["kind"] = sdbus::Variant(std::string(kind_name(o.action.kind)));
-    a["object"] = sdbus::Variant(o.object);
-    a["id"] = sdbus::Variant(o.action.id);
-    a["blocks"] = sdbus::Variant(o.action.blocks);
-    a["bytes"] = sdbus::Variant(o.action.bytes);
-    a["freed_bytes"] = sdbus::Variant(o.freed_bytes);
-    a["reason"] = sdbus::Variant(o.action.reason);
-    a["error"] = sdbus::Variant(o.error);
-    actions.push_back(std::move(a));
-  }
-  d["actions"] = sdbus::Variant(actions);
-  return d;
-}
-
 // ---- status -----------------------------------------------------------------
 
-PressureLoop::Metrics PressureLoop::metrics() {
-  monitor_->refresh();
-  const auto& st = monitor_->status();
-  Metrics m;
-  m.level = governor_.level();
-  if (st.psi) {
-    m.some_avg10 = st.psi->some.avg10;
-    m.full_avg10 = st.psi->full.avg10;
-  }
-  m.evictions = counters_.evictions;
-  m.evicted_bytes = counters_.evicted_bytes;
-  return m;
-}
-
-dbus::Dict PressureLoop::status() {
+PressureStatus PressureLoop::status() {
   monitor_->refresh();
   const auto now = Clock::now();
   const auto& st = monitor_->status();
-  dbus::Dict d;
-  d["source"] = sdbus::Variant(std::string(pressure::to_string(st.source)));
-  d["why"] = sdbus::Variant(st.why);
-  d["level"] = sdbus::Variant(std::string(policy::to_string(governor_.level())));
-  d["raw_level"] = sdbus::Variant(std::string(policy::to_string(st.level)));
-  d["level_for_ms"] = sdbus::Variant(static_cast<uint64_t>(std::max<int64_t>(0, ms_since(governor_.level_since(), now))));
-  if (st.psi) {
-    d["some_avg10"] = sdbus::Variant(st.psi->some.avg10);
-    d["some_avg60"] = sdbus::Variant(st.psi->some.avg60);
-    d["full_avg10"] = sdbus::Variant(st.psi->full.avg10);
-    d["full_avg60"] = sdbus::Variant(st.psi->full.avg60);
-    d["some_total_us"] = sdbus::Variant(st.psi->some.total_us);
-    d["full_total_us"] = sdbus::Variant(st.psi->full.total_us);
-  }
-  if (st.mem_available) d["source_mem_available"] = sdbus::Variant(*st.mem_available);
-  d["some_events"] = sdbus::Variant(st.some_events);
-  d["full_events"] = sdbus::Variant(st.full_events);
-  d["spurious_events"] = sdbus::Variant(st.spurious_events);
-  d["level_changes"] = sdbus::Variant(st.level_changes);
-  d["samples"] = sdbus::Variant(st.samples);
-  d["source_errors"] = sdbus::Variant(st.read_errors);
-  if (!st.last_error.empty()) d["source_last_error"] = sdbus::Variant(st.last_error);
-  d["decision"] = sdbus::Variant(last_decision_);
-  d["damon"] = sdbus::Variant(damon_);
-  d["evictions"] = sdbus::Variant(counters_.evictions);
-  d["admin_evictions"] = sdbus::Variant(counters_.admin_evictions);
-  d["actions"] = sdbus::Variant(counters_.actions);
-  d["action_errors"] = sdbus::Variant(counters_.action_errors);
-  d["evicted_bytes"] = sdbus::Variant(counters_.evicted_bytes);
-  d["evicted_cached_bytes"] = sdbus::Variant(counters_.evicted_cached_bytes);
-  d["evicted_kv_bytes"] = sdbus::Variant(counters_.evicted_kv_bytes);
-  d["evicted_model_bytes"] = sdbus::Variant(counters_.evicted_model_bytes);
-  d["reserve_returned_bytes"] = sdbus::Variant(counters_.reserve_bytes);
-  d["returned_bytes"] = sdbus::Variant(counters_.returned_bytes);
-  d["grows"] = sdbus::Variant(counters_.grows);
-  d["grown_bytes"] = sdbus::Variant(counters_.grown_bytes);
-  d["resize_failures"] = sdbus::Variant(counters_.resize_failures);
-  d["last_resize_error"] = sdbus::Variant(last_resize_error_);
-  d["last_eviction_us"] = sdbus::Variant(last_duration_us_);
-  d["max_eviction_us"] = sdbus::Variant(max_duration_us_);
-  d["resize_pool"] = sdbus::Variant(cfg_.resize_pool);
-  d["pool_target_bytes"] = sdbus::Variant(pool_target_pages_ * pool_.page_size());
-  d["pool_current_bytes"] = sdbus::Variant(pool_.counts().total_bytes());
-  d["floor_bytes"] = sdbus::Variant(floor_pages_ * pool_.page_size());
-  d["target_some_bytes"] = sdbus::Variant(cfg_.target_some_bytes);
-  d["target_full_bytes"] = sdbus::Variant(cfg_.target_full_bytes);
-  std::vector<dbus::Dict> last;
-  for (auto it = last_.rbegin(); it != last_.rend(); ++it) {
-    dbus::Dict e;
-    e["age_ms"] = sdbus::Variant(static_cast<uint64_t>(std::max<int64_t>(0, ms_since(it->at, now))));
-    e["trigger"] = sdbus::Variant(it->trigger);
-    e["kind"] = sdbus::Variant(std::string(kind_name(it->outcome.action.kind)));
-    e["object"] = sdbus::Variant(it->outcome.object);
-    e["bytes"] = sdbus::Variant(it->outcome.freed_bytes);
-    e["reason"] = sdbus::Variant(it->outcome.action.reason);
-    last.push_back(std::move(e));
-  }
-  d["last_evictions"] = sdbus::Variant(last);  // newest first
-  return d;
+  PressureStatus p;
+  p.source = pressure::to_string(st.source);
+  p.why = st.why;
+  p.level = governor_.level();
+  p.raw_level = st.level;
+  p.level_for_ms = static_cast<uint64_t>(std::max<int64_t>(0, ms_since(governor_.level_since(), now)));
+  p.psi = st.psi;
+  p.source_mem_available = st.mem_available;
+  p.some_events = st.some_events;
+  p.full_events = st.full_events;
+  p.spurious_events = st.spurious_events;
+  p.level_changes = st.level_changes;
+  p.samples = st.samples;
+  p.source_errors = st.read_errors;
+  p.source_last_error = st.last_error;
+  p.decision = last_decision_;
+  p.damon = damon_;
+  p.counters = counters_;
+  p.last_resize_error = last_resize_error_;
+  p.last_eviction_us = last_duration_us_;
+  p.max_eviction_us = max_duration_us_;
+  p.resize_pool = cfg_.resize_pool;
+  p.pool_target_bytes = pool_target_pages_ * pool_.page_size();
+  p.pool_current_bytes = pool_.counts().total_bytes();
+  p.floor_bytes = floor_pages_ * pool_.page_size();
+  p.target_some_bytes = cfg_.target_some_bytes;
+  p.target_full_bytes = cfg_.target_full_bytes;
+  for (auto it = last_.rbegin(); it != last_.rend(); ++it)
+    p.last_evictions.push_back({static_cast<uint64_t>(std::max<int64_t>(0, ms_since(it->at, now))), it->trigger,
+                                action_kind_name(it->outcome.action.kind), it->outcome.object,
+                                it->outcome.freed_bytes, it->outcome.action.reason});
+  return p;
 }
 
 }  // namespace airs::daemon

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "dbus/variant.hpp"
+#include "daemon/status.hpp"
 #include "policy/governor.hpp"
 #include "policy/policy.hpp"
 #include "pool/pool.hpp"
@@ -50,6 +50,9 @@ struct EvictionOutcome {
   std::string error;        // empty on success
 };
 
+// "cached-kv", "kv-blocks" or "model": an action's kind in logs, status and Evict's report.
+[[nodiscard]] const char* action_kind_name(policy::ActionKind k);
+
 struct EvictionReport {
   bool dry_run = false;
   std::string trigger;              // "pressure full", "admin uid 0", ...
@@ -67,7 +70,7 @@ class PressureLoop {
  public:
   struct Hooks {
     // The effective pressure level changed (emit PressureChanged).
-    std::function<void(policy::Level level, const dbus::Dict& details)> level_changed;
+    std::function<void(policy::Level level, const PressureChange& details)> level_changed;
   };
 
   // Starts the pressure source on `loop`. All references must outlive the
@@ -81,32 +84,15 @@ class PressureLoop {
   PressureLoop(const PressureLoop&) = delete;
   PressureLoop& operator=(const PressureLoop&) = delete;
 
-  // Admin eviction (Manager.Evict). `what`: "priority" s, "session" o,
-  // "model" o|s (path or name), "bytes" t; at least one. Without "bytes"
-  // everything the filters allow goes. `who` names the caller for logs.
-  // Errors: EINVAL (bad or empty `what`), ENOENT (no such session/model).
-  // A dry run only plans. Loop thread.
-  Result<EvictionReport> admin_evict(const dbus::Dict& what, bool dry_run, const std::string& who);
+  // Admin eviction (Manager.Evict; `what` from evict_what_from_dict). At
+  // least one part; without bytes everything the filters allow goes. `who`
+  // names the caller for logs. Errors: EINVAL (nothing said, bytes 0),
+  // ENOENT (no such session/model). A dry run only plans. Loop thread.
+  Result<EvictionReport> admin_evict(const EvictWhat& what, bool dry_run, const std::string& who);
 
-  // The report as an a{sv} for the bus: "dry_run" b, "trigger" s,
-  // "requested_bytes" t, "planned_bytes" t, "freed_bytes" t,
-  // "reserve_bytes" t, "returned_bytes" t, "satisfied" b, "shortfall" s,
-  // "resize_note" s, "actions" aa{sv} of {kind s, object s, id t, blocks u,
-  // bytes t, freed_bytes t, reason s, error s}.
-  [[nodiscard]] static dbus::Dict to_dict(const EvictionReport& r);
-
-  // The "pressure" dict of status (refreshes PSI averages at most once per
-  // trigger window).
-  [[nodiscard]] dbus::Dict status();
-  // What the metrics export, typed.
-  struct Metrics {
-    policy::Level level = policy::Level::None;
-    double some_avg10 = 0;
-    double full_avg10 = 0;
-    uint64_t evictions = 0;
-    uint64_t evicted_bytes = 0;
-  };
-  [[nodiscard]] Metrics metrics();
+  // The pressure part of status and of the metrics (refreshes PSI averages
+  // at most once per trigger window).
+  [[nodiscard]] PressureStatus status();
   [[nodiscard]] policy::Level level() const { return governor_.level(); }
   // The seed's security floor: giving pages back never shrinks the pool below
   // `bytes` (the pinned primary model's footprint), so it can always be
@@ -156,21 +142,7 @@ class PressureLoop {
   std::string damon_;
   std::string last_decision_;
 
-  struct Counters {
-    uint64_t evictions = 0;        // runs that executed at least one action or returned reserve pages
-    uint64_t admin_evictions = 0;
-    uint64_t actions = 0;
-    uint64_t action_errors = 0;
-    uint64_t evicted_bytes = 0;    // pool pages freed by actions
-    uint64_t evicted_cached_bytes = 0;
-    uint64_t evicted_kv_bytes = 0;
-    uint64_t evicted_model_bytes = 0;
-    uint64_t reserve_bytes = 0;    // free reserve handed back
-    uint64_t returned_bytes = 0;   // to the kernel, all causes
-    uint64_t grows = 0;
-    uint64_t grown_bytes = 0;
-    uint64_t resize_failures = 0;  // shrinks or grows the kernel did not (fully) do
-  } counters_;
+  PressureCounters counters_;
   std::string last_resize_error_;
   uint64_t last_duration_us_ = 0;
   uint64_t max_duration_us_ = 0;

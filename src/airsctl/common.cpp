@@ -13,8 +13,8 @@ std::unique_ptr<sdbus::IConnection> connect(const Globals& g) {
   return sdbus::createSessionBusConnectionWithAddress(g.bus);
 }
 
-std::unique_ptr<sdbus::IProxy> manager_proxy(sdbus::IConnection& bus) {
-  return sdbus::createProxy(bus, dbus::kBusName, dbus::kManagerPath);
+std::unique_ptr<dbus::ManagerCalls> manager_proxy(sdbus::IConnection& bus) {
+  return std::make_unique<dbus::ManagerCalls>(bus);
 }
 
 int report(const sdbus::Error& e) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sdbus-c++/sdbus-c++.h>
 
+#include "dbus/proxies.hpp"
 #include "dbus/variant.hpp"
 
 namespace airs::cli {
@@ -36,8 +37,8 @@ struct Globals {
 // Connects to the bus named by g.bus. Throws sdbus::Error with a message
 // that says what to check.
 std::unique_ptr<sdbus::IConnection> connect(const Globals& g);
-// A proxy for the manager object.
-std::unique_ptr<sdbus::IProxy> manager_proxy(sdbus::IConnection& bus);
+// Typed calls on the manager object (the generated proxy).
+std::unique_ptr<dbus::ManagerCalls> manager_proxy(sdbus::IConnection& bus);
 
 // Prints an sdbus::Error as one line on stderr and returns the exit code
 // (kExitAccessDenied, kExitNotFound, kExitFailure otherwise).

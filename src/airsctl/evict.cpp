@@ -88,7 +88,7 @@ int run_evict(const Globals& g, const EvictArgs& a) {
   try {
     auto bus = connect(g);
     auto mgr = manager_proxy(*bus);
-    mgr->callMethod("Evict").onInterface("org.aios.Airs1.Manager").withArguments(what, a.dry_run).storeResultsTo(result);
+    result = mgr->Evict(what, a.dry_run);
   } catch (const sdbus::Error& e) {
     return report(e);
   }

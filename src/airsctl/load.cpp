@@ -15,13 +15,13 @@
 #include "airsctl/subcommands.hpp"
 #include "util/text.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 
 namespace airs::cli {
 namespace {
 
-std::optional<dbus::Dict> find_model(sdbus::IProxy& mgr, const std::string& object) {
-  dbus::Dict s;
-  mgr.callMethod("GetStatus").onInterface("org.aios.Airs1.Manager").storeResultsTo(s);
+std::optional<dbus::Dict> find_model(dbus::ManagerCalls& mgr, const std::string& object) {
+  const dbus::Dict s = mgr.GetStatus();
   auto models = dbus::get<std::vector<dbus::Dict>>(s, "models").value_or(std::vector<dbus::Dict>{});
   for (auto& m : models)
     if (std::string(dbus::get<sdbus::ObjectPath>(m, "object").value_or(sdbus::ObjectPath{})) == object) return m;
@@ -41,24 +41,24 @@ void add_load(CLI::App& app, Globals& g) {
   cmd->add_option("--name", a->name, "Model name (default: general.name)");
   cmd->add_flag("--no-wait", a->no_wait, "Return once the model is registered, without waiting for it to be resident");
   cmd->callback([&g, a] {
-    sys::UniqueFd fd(::open(a->path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-      std::fprintf(stderr, "airsctl: %s: %s\n", a->path.c_str(), std::strerror(errno));
+    auto opened = sys::open_file(a->path, O_RDONLY);
+    if (!opened) {
+      std::fprintf(stderr, "airsctl: %s\n", opened.error().message.c_str());
       throw CLI::RuntimeError(1);
     }
+    sys::UniqueFd fd = std::move(opened).value();
     try {
       auto bus = connect(g);
       auto mgr = manager_proxy(*bus);
       dbus::Dict opts;
       if (!a->name.empty()) opts["name"] = sdbus::Variant(a->name);
-      sdbus::ObjectPath path;
-      mgr->callMethod("LoadModel").onInterface("org.aios.Airs1.Manager").withArguments(sdbus::UnixFd(fd.get()), opts).storeResultsTo(path);
+      const sdbus::ObjectPath path = mgr->LoadModel(sdbus::UnixFd(fd.get()), opts);
       const bool tty = ::isatty(STDOUT_FILENO) != 0 && !g.json;
       auto t0 = std::chrono::steady_clock::now();
       std::optional<dbus::Dict> m;
       for (;;) {
         m = find_model(*mgr, path);
-        if (!m) throw sdbus::Error("org.aios.Airs1.Error.NotFound", "the model disappeared while loading");
+        if (!m) throw sdbus::Error(dbus::kErrNotFound, "the model disappeared while loading");
         const auto state = dbus::get<std::string>(*m, "state").value_or("");
         const uint64_t size = dbus::get<uint64_t>(*m, "region_bytes").value_or(1);
         const uint64_t res = dbus::get<uint64_t>(*m, "resident_bytes").value_or(0);
@@ -105,14 +105,13 @@ void add_load(CLI::App& app, Globals& g) {
       auto mgr = manager_proxy(*bus);
       std::string path = u->model;
       if (path.empty() || path[0] != '/') {
-        dbus::Dict s;
-        mgr->callMethod("GetStatus").onInterface("org.aios.Airs1.Manager").storeResultsTo(s);
+        const dbus::Dict s = mgr->GetStatus();
         for (auto& m : dbus::get<std::vector<dbus::Dict>>(s, "models").value_or(std::vector<dbus::Dict>{}))
           if (dbus::get<std::string>(m, "name").value_or("") == u->model)
             path = dbus::get<sdbus::ObjectPath>(m, "object").value_or(sdbus::ObjectPath{});
-        if (path.empty() || path[0] != '/') throw sdbus::Error("org.aios.Airs1.Error.NotFound", "no model named " + u->model);
+        if (path.empty() || path[0] != '/') throw sdbus::Error(dbus::kErrNotFound, "no model named " + u->model);
       }
-      mgr->callMethod("Unload").onInterface("org.aios.Airs1.Manager").withArguments(sdbus::ObjectPath(path), u->force);
+      mgr->Unload(sdbus::ObjectPath(path), u->force);
       if (g.json) {
         nlohmann::json j{{"schema", kJsonSchema}, {"unloaded", u->model}, {"object", path}, {"forced", u->force}};
         std::puts(j.dump().c_str());

@@ -14,8 +14,7 @@ void add_sessions(CLI::App& app, Globals& g) {
     try {
       auto bus = connect(g);
       auto mgr = manager_proxy(*bus);
-      std::vector<dbus::Dict> list;
-      mgr->callMethod("ListSessions").onInterface("org.aios.Airs1.Manager").storeResultsTo(list);
+      const std::vector<dbus::Dict> list = mgr->ListSessions();
       if (g.json) {
         nlohmann::json j = {{"schema", kJsonSchema}, {"sessions", nlohmann::json::array()}};
         for (auto& d : list) j["sessions"].push_back(dbus::to_json(d));

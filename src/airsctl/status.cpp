@@ -101,8 +101,7 @@ void add_status(CLI::App& app, Globals& g) {
       auto bus = connect(g);
       auto mgr = manager_proxy(*bus);
       for (;;) {
-        dbus::Dict s;
-        mgr->callMethod("GetStatus").onInterface("org.aios.Airs1.Manager").storeResultsTo(s);
+        const dbus::Dict s = mgr->GetStatus();
         if (*watch > 0) std::fputs("\033[H\033[2J", stdout);
         if (g.json) {
           auto j = dbus::to_json(s);

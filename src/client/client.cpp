@@ -4,12 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -29,8 +24,10 @@
 #include "client/status_page.hpp"
 #include "client/touch_guard.hpp"
 #include "dbus/names.hpp"
+#include "dbus/proxies.hpp"
 #include "dbus/variant.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
@@ -62,21 +59,30 @@ int fail(const sdbus::Error& e) {
 
 int fail(const airs::Error& e) { return fail(e.code, e.message); }
 
-airs::sys::UniqueFd dup_cloexec(int fd) { return airs::sys::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 3)); }
+// A kept copy of a received fd (invalid if the dup failed: the caller's next use says so).
+airs::sys::UniqueFd dup_cloexec(int fd) {
+  auto r = airs::sys::dup_cloexec(fd);
+  return r ? std::move(r).value() : airs::sys::UniqueFd();
+}
 
-int pidfd_open_(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+// A read-only shared mapping of the whole of `fd` (status and notice pages).
+airs::Result<airs::sys::Mapping> map_whole_readonly(int fd, const std::string& what) {
+  auto st = airs::sys::stat_of(fd, what);
+  if (!st) return std::move(st).error();
+  return airs::sys::map_shared(fd, static_cast<uint64_t>(st->st_size), PROT_READ, 0, what);
+}
 
 }  // namespace
 
 struct airs_client {
   std::unique_ptr<sdbus::IConnection> bus;
-  std::unique_ptr<sdbus::IProxy> manager;
+  std::unique_ptr<airs::dbus::ManagerCalls> manager;
 };
 
 struct airs_model {
   airs_client* client = nullptr;
   std::string object;
-  std::unique_ptr<sdbus::IProxy> proxy;
+  std::unique_ptr<airs::dbus::ModelCalls> proxy;
   airs::sys::UniqueFd gguf;
   uint64_t file_size = 0;
   airs::sys::UniqueFd region;
@@ -116,7 +122,7 @@ struct airs_model {
 
 struct airs_session {
   airs_client* client = nullptr;
-  std::unique_ptr<sdbus::IProxy> proxy;
+  std::unique_ptr<airs::dbus::SessionCalls> proxy;
   airs::sys::Mapping arena;
   airs::sys::Mapping notices;
   airs::sys::UniqueFd notice_event;
@@ -137,7 +143,7 @@ int airs_connect(const char* bus, airs_client** out) {
     if (b == "system") c->bus = sdbus::createSystemBusConnection();
     else if (b == "session") c->bus = sdbus::createSessionBusConnection();
     else c->bus = sdbus::createSessionBusConnectionWithAddress(b);
-    c->manager = sdbus::createProxy(*c->bus, airs::dbus::kBusName, airs::dbus::kManagerPath);
+    c->manager = std::make_unique<airs::dbus::ManagerCalls>(*c->bus);
   } catch (const sdbus::Error& e) {
     return fail(ECONNREFUSED, "cannot connect to the D-Bus: " + e.getMessage());
   }
@@ -182,14 +188,12 @@ void airs_model::watch() {
       fds[3].fd = fallback->fd();
       n = 4;
     }
-    int r = ::poll(fds, n, -1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return;
-    if (fds[0].revents != 0) return;
-    if (fds[1].revents & POLLIN) {
-      uint64_t v;
-      (void)!::read(notify.get(), &v, sizeof v);
+    if (auto r = airs::sys::poll_fds(fds, n, -1); !r) {
+      if (r.error().code == EINTR) continue;
+      return;
     }
+    if (fds[0].revents != 0) return;
+    if (fds[1].revents & POLLIN) (void)airs::sys::eventfd_drain(notify.get());
     if ((fds[2].revents & POLLIN) && !in_fallback.load()) {
       start_fallback("airs-memd exited during the load");
       if (!in_fallback.load()) return;
@@ -227,8 +231,10 @@ static airs::Result<airs::sys::UniqueFd> daemon_pidfd(airs_client& client) {
       .onInterface("org.freedesktop.DBus")
       .withArguments(std::string(airs::dbus::kBusName))
       .storeResultsTo(dpid);
-  airs::sys::UniqueFd fd(pidfd_open_(static_cast<pid_t>(dpid)));
-  if (!fd) return airs::make_error(errno, "pidfd_open of airs-memd (pid {}): {}", dpid, std::strerror(errno));
+  auto fd = airs::sys::pidfd_open(static_cast<pid_t>(dpid));
+  if (!fd)
+    return airs::make_error(fd.error().code, "pidfd_open of airs-memd (pid {}): {}", dpid,
+                            std::strerror(fd.error().code));
   return fd;
 }
 
@@ -237,23 +243,17 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
   auto m = std::make_unique<airs_model>();
   m->client = client;
   m->quiet = opt != nullptr && opt->quiet != 0;
-  struct stat st {};
-  if (::fstat(gguf.get(), &st) != 0) return fail(errno, std::string("fstat: ") + std::strerror(errno));
-  m->file_size = static_cast<uint64_t>(st.st_size);
+  auto st = airs::sys::stat_of(gguf.get(), "GGUF");
+  if (!st) return fail(st.error());
+  m->file_size = static_cast<uint64_t>(st->st_size);
   m->gguf = std::move(gguf);
   try {
     airs::dbus::Dict opts;
     if (opt != nullptr && opt->name != nullptr) opts["name"] = sdbus::Variant(std::string(opt->name));
-    sdbus::ObjectPath path;
-    client->manager->callMethod("LoadModel")
-        .onInterface("org.aios.Airs1.Manager")
-        .withArguments(sdbus::UnixFd(m->gguf.get()), opts)
-        .storeResultsTo(path);
-    m->object = path;
-    m->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, m->object);
+    m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
+    m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
 
-    const std::string mode =
-        client->manager->getProperty("Mode").onInterface("org.aios.Airs1.Manager").get<std::string>();
+    const std::string mode = client->manager->Mode();
     sdbus::UnixFd region, status;
     uint64_t size = 0;
     airs::dbus::Dict info;
@@ -266,10 +266,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     if (mode != "cooperative") {
       if (auto u = airs::sys::uffd_create()) {
         try {
-          m->proxy->callMethod("OpenLazy")
-              .onInterface("org.aios.Airs1.Model")
-              .withArguments(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{})
-              .storeResultsTo(region, size, status, info);
+          std::tie(region, size, status, info) =
+              m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
           proof_uffd = std::move(u).value();
           lazy = true;
         } catch (const sdbus::Error& e) {
@@ -280,20 +278,15 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     if (!lazy) {
       airs::dbus::Dict oopts;
       if (mode == "cooperative") oopts["wait"] = sdbus::Variant(false);
-      m->proxy->callMethod("Open")
-          .onInterface("org.aios.Airs1.Model")
-          .withTimeout(std::chrono::hours(24))
-          .withArguments(sdbus::UnixFd(m->gguf.get()), oopts)
-          .storeResultsTo(region, size, status, info);
+      // Waits for the whole fill (the XML gives Open a 24 h timeout).
+      std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
     }
     m->region = dup_cloexec(region.get());
     m->region_size = size;
-    struct stat sst {};
-    if (::fstat(status.get(), &sst) != 0) return fail(errno, "fstat status page");
-    void* sp = ::mmap(nullptr, static_cast<size_t>(sst.st_size), PROT_READ, MAP_SHARED, status.get(), 0);
-    if (sp == MAP_FAILED) return fail(errno, std::string("mmap status page: ") + std::strerror(errno));
-    m->status_map = airs::sys::Mapping(sp, static_cast<size_t>(sst.st_size));
-    m->status = airs::client::StatusPageView(sp, static_cast<uint64_t>(sst.st_size));
+    auto sp = map_whole_readonly(status.get(), "status page");
+    if (!sp) return fail(sp.error());
+    m->status_map = std::move(sp).value();
+    m->status = airs::client::StatusPageView(m->status_map.get(), m->status_map.size());
 
     const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
     m->mode = airs::dbus::get<std::string>(info, "mode").value_or(mode);
@@ -322,20 +315,18 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       if (guarded) {
         // The daemon reads what a touch asks for next (Model.Follow). A
         // daemon without Follow still fills everything in the background.
-        int p[2];
-        if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) != 0)
-          return fail(errno, std::string("socketpair: ") + std::strerror(errno));
-        airs::sys::UniqueFd rd(p[0]);
-        m->requests.reset(p[1]);
-        ::shutdown(p[1], SHUT_RD);
+        auto ch = airs::sys::message_channel();
+        if (!ch) return fail(ch.error());
+        airs::sys::UniqueFd rd = std::move(ch->first);
+        m->requests = std::move(ch->second);
         try {
-          m->proxy->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(rd.get()));
+          m->proxy->Follow(sdbus::UnixFd(rd.get()));
         } catch (const sdbus::Error& e) {
           m->requests.reset();
           if (!m->quiet) std::fprintf(stderr, "airs: %s: no read-ahead on touch (%s)\n", m->object.c_str(), e.getMessage().c_str());
         }
         if (const char* t = std::getenv("AIRS_TOUCH_TRACE"); t != nullptr && t[0] != '\0')
-          m->touch_trace.reset(::open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+          if (auto f = airs::sys::open_file(t, O_WRONLY | O_CREAT | O_APPEND, 0644)) m->touch_trace = std::move(f).value();
         airs::client::TouchGuardSpec spec;
         spec.base = m->plain.get();
         spec.size = size;
@@ -357,9 +348,9 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       }
     } else if (resident || !lazy) {
       // Fully resident: a plain read-only mapping, no userfaultfd at all.
-      void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, m->region.get(), 0);
-      if (p == MAP_FAILED) return fail(errno, std::string("mmap model: ") + std::strerror(errno));
-      m->plain = airs::sys::Mapping(p, size);
+      auto p = airs::sys::map_shared(m->region.get(), size, PROT_READ, 0, "model");
+      if (!p) return fail(p.error());
+      m->plain = std::move(p).value();
     } else {
       auto lm = airs::client::LazyMapping::create(
           m->region.get(), size,
@@ -367,21 +358,21 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
           std::move(proof_uffd));
       if (!lm) return fail(lm.error());
       m->lazy.emplace(std::move(lm).value());
-      m->notify.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-      m->stop.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-      if (!m->notify || !m->stop) return fail(errno, "eventfd");
+      auto notify = airs::sys::eventfd_create();
+      auto stop = airs::sys::eventfd_create();
+      if (!notify) return fail(notify.error());
+      if (!stop) return fail(stop.error());
+      m->notify = std::move(notify).value();
+      m->stop = std::move(stop).value();
       // The daemon's pid, to notice its death (a uffd never reports it).
       if (auto pidfd = daemon_pidfd(*client); !pidfd) return fail(pidfd.error());
       else m->daemon_pidfd = std::move(pidfd).value();
       auto ufd = m->lazy->dup_uffd();
       if (!ufd) return fail(ufd.error());
       try {
-        m->proxy->callMethod("Attach")
-            .onInterface("org.aios.Airs1.Model")
-            .withArguments(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
+        m->proxy->Attach(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
       } catch (const sdbus::Error& e) {
-        pollfd pf{m->daemon_pidfd.get(), POLLIN, 0};
-        if (::poll(&pf, 1, 0) == 1) {
+        if (airs::sys::pidfd_exited(m->daemon_pidfd.get())) {
           m->start_fallback("airs-memd exited before serving this model");
         } else {
           throw;
@@ -399,15 +390,15 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
 
 int airs_model_open(airs_client* client, const char* path, const airs_model_options* opt, airs_model** out) {
   if (path == nullptr) return fail(EINVAL, "airs_model_open: path is NULL");
-  airs::sys::UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return fail(errno, std::string(path) + ": " + std::strerror(errno));
-  return open_model(client, std::move(fd), opt, out);
+  auto fd = airs::sys::open_file(path, O_RDONLY);
+  if (!fd) return fail(fd.error());
+  return open_model(client, std::move(fd).value(), opt, out);
 }
 
 int airs_model_open_fd(airs_client* client, int gguf_fd, const airs_model_options* opt, airs_model** out) {
-  auto fd = dup_cloexec(gguf_fd);
-  if (!fd) return fail(errno, std::string("dup: ") + std::strerror(errno));
-  return open_model(client, std::move(fd), opt, out);
+  auto fd = airs::sys::dup_cloexec(gguf_fd);
+  if (!fd) return fail(fd.error());
+  return open_model(client, std::move(fd).value(), opt, out);
 }
 
 const void* airs_model_data(const airs_model* m) { return m == nullptr ? nullptr : m->data(); }
@@ -464,9 +455,8 @@ int airs_model_wait_resident(airs_model* m, int timeout_ms) {
 void airs_model_close(airs_model* m) {
   if (m == nullptr) return;
   if (m->watcher.joinable()) {
-    uint64_t one = 1;
     m->guard_stop.store(true);
-    if (m->stop) (void)!::write(m->stop.get(), &one, sizeof one);
+    if (m->stop) (void)airs::sys::eventfd_signal(m->stop.get());
     m->watcher.join();
   }
   // A take-over the watcher had no time to record (closed right after the
@@ -475,7 +465,7 @@ void airs_model_close(airs_model* m) {
   m->guard.reset();
   if (!m->serving_itself()) {
     try {
-      m->proxy->callMethod("Release").onInterface("org.aios.Airs1.Model");
+      m->proxy->Release();
     } catch (const sdbus::Error&) {
       // The daemon is gone or dropped us already; leaving the bus releases too.
     }
@@ -493,14 +483,9 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
   auto s = std::make_unique<airs_session>();
   s->client = client;
   try {
-    sdbus::ObjectPath path;
-    sdbus::UnixFd arena, notice, event;
-    airs::dbus::Dict geo;
-    client->manager->callMethod("CreateSession")
-        .onInterface("org.aios.Airs1.Manager")
-        .withArguments(sdbus::ObjectPath(model->object), std::string(kNames[priority]), airs::dbus::Dict{})
-        .storeResultsTo(path, arena, notice, event, geo);
-    s->proxy = sdbus::createProxy(*client->bus, airs::dbus::kBusName, path);
+    auto [path, arena, notice, event, geo] =
+        client->manager->CreateSession(sdbus::ObjectPath(model->object), std::string(kNames[priority]), airs::dbus::Dict{});
+    s->proxy = std::make_unique<airs::dbus::SessionCalls>(*client->bus, path);
     s->geo.block_bytes = airs::dbus::get<uint32_t>(geo, "block_bytes").value_or(0);
     s->geo.tokens_per_block = airs::dbus::get<uint32_t>(geo, "tokens_per_block").value_or(0);
     s->geo.bytes_per_token = airs::dbus::get<uint64_t>(geo, "bytes_per_token").value_or(0);
@@ -510,16 +495,14 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
     s->kv_type = airs::dbus::get<std::string>(geo, "kv_type").value_or("");
     // Mapped once; only blocks the daemon handed out are touched. NORESERVE:
     // the arena is mostly holes, pages exist only where chunks are committed.
-    void* a = ::mmap(nullptr, s->geo.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, arena.get(), 0);
-    if (a == MAP_FAILED) return fail(errno, std::string("mmap KV arena: ") + std::strerror(errno));
-    s->arena = airs::sys::Mapping(a, s->geo.arena_bytes);
-    struct stat st {};
-    if (::fstat(notice.get(), &st) != 0) return fail(errno, "fstat notice page");
-    void* n = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, notice.get(), 0);
-    if (n == MAP_FAILED) return fail(errno, std::string("mmap notice page: ") + std::strerror(errno));
-    s->notices = airs::sys::Mapping(n, static_cast<size_t>(st.st_size));
+    auto a = airs::sys::map_shared(arena.get(), s->geo.arena_bytes, PROT_READ | PROT_WRITE, MAP_NORESERVE, "KV arena");
+    if (!a) return fail(a.error());
+    s->arena = std::move(a).value();
+    auto n = map_whole_readonly(notice.get(), "notice page");
+    if (!n) return fail(n.error());
+    s->notices = std::move(n).value();
     s->notice_event = dup_cloexec(event.get());
-    s->reader = airs::client::NoticeReader(n);
+    s->reader = airs::client::NoticeReader(s->notices.get());
     if (!s->reader.valid()) return fail(EPROTO, "the daemon's notice page is not valid (version mismatch?)");
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -539,8 +522,7 @@ const char* airs_session_kv_type(const airs_session* s) { return s == nullptr ? 
 int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
   if (s == nullptr || (blocks_out == nullptr && n > 0)) return fail(EINVAL, "airs_session_allocate: NULL argument");
   try {
-    std::vector<uint32_t> blocks;
-    s->proxy->callMethod("Allocate").onInterface("org.aios.Airs1.Session").withArguments(n).storeResultsTo(blocks);
+    const std::vector<uint32_t> blocks = s->proxy->Allocate(n);
     if (blocks.size() != n) return fail(EIO, "Allocate returned a different number of blocks");
     std::copy(blocks.begin(), blocks.end(), blocks_out);
     return 0;
@@ -562,7 +544,7 @@ int airs_session_allocate_at(airs_session* s, uint32_t index, uint32_t* block_ou
 int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
   if (s == nullptr) return fail(EINVAL, "airs_session_free: NULL session");
   try {
-    s->proxy->callMethod("Free").onInterface("org.aios.Airs1.Session").withArguments(std::vector<uint32_t>(blocks, blocks + n));
+    s->proxy->Free(std::vector<uint32_t>(blocks, blocks + n));
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -572,9 +554,7 @@ int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
 int airs_session_commit(airs_session* s, const uint32_t* blocks, const uint64_t* hashes, size_t n) {
   if (s == nullptr) return fail(EINVAL, "airs_session_commit: NULL session");
   try {
-    s->proxy->callMethod("Commit")
-        .onInterface("org.aios.Airs1.Session")
-        .withArguments(std::vector<uint32_t>(blocks, blocks + n), std::vector<uint64_t>(hashes, hashes + n));
+    s->proxy->Commit(std::vector<uint32_t>(blocks, blocks + n), std::vector<uint64_t>(hashes, hashes + n));
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -584,11 +564,7 @@ int airs_session_commit(airs_session* s, const uint32_t* blocks, const uint64_t*
 int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n, uint32_t* blocks_out) {
   if (s == nullptr) return fail(EINVAL, "airs_session_match_prefix: NULL session");
   try {
-    std::vector<uint32_t> blocks;
-    s->proxy->callMethod("MatchPrefix")
-        .onInterface("org.aios.Airs1.Session")
-        .withArguments(std::vector<uint64_t>(hashes, hashes + n))
-        .storeResultsTo(blocks);
+    const std::vector<uint32_t> blocks = s->proxy->MatchPrefix(std::vector<uint64_t>(hashes, hashes + n));
     std::copy(blocks.begin(), blocks.end(), blocks_out);
     return static_cast<int>(blocks.size());
   } catch (const sdbus::Error& e) {
@@ -599,7 +575,7 @@ int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n,
 int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writable) {
   if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
   try {
-    s->proxy->callMethod("PrepareWrite").onInterface("org.aios.Airs1.Session").withArguments(block).storeResultsTo(*writable);
+    *writable = s->proxy->PrepareWrite(block);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -622,7 +598,7 @@ int airs_session_post_length(airs_session* s, uint32_t tokens) {
 int airs_session_set_length(airs_session* s, uint32_t tokens) {
   if (s == nullptr) return fail(EINVAL, "airs_session_set_length: NULL session");
   try {
-    s->proxy->callMethod("SetLength").onInterface("org.aios.Airs1.Session").withArguments(tokens);
+    s->proxy->SetLength(tokens);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -645,8 +621,7 @@ int airs_session_read_notices(airs_session* s, uint32_t* blocks_out, size_t cap)
 
 int airs_session_read_notices_spilled(airs_session* s, uint32_t* blocks_out, uint8_t* spilled_out, size_t cap) {
   if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
-  uint64_t v;
-  (void)!::read(s->notice_event.get(), &v, sizeof v);  // reset the eventfd (non-blocking)
+  (void)airs::sys::eventfd_drain(s->notice_event.get());  // reset the eventfd (non-blocking)
   const int64_t n = s->reader.read(blocks_out, cap, spilled_out);
   if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
   return static_cast<int>(n);
@@ -657,7 +632,7 @@ uint64_t airs_session_restored_blocks(const airs_session* s) { return s == nullp
 void airs_session_close(airs_session* s) {
   if (s == nullptr) return;
   try {
-    s->proxy->callMethod("Close").onInterface("org.aios.Airs1.Session");
+    s->proxy->Close();
   } catch (const sdbus::Error&) {
     // Gone already (daemon restarted, or we left the bus): nothing to close.
   }

@@ -1,12 +1,10 @@
-// The real KernelOps. Where src/sys already wraps a call (PSI triggers,
-// io_uring rings) it is used as is; the rest are the few raw calls a probe
-// needs that nothing else in the daemon makes (a uffd from one named source,
-// an O_DIRECT open of an arbitrary file).
+// The real KernelOps. Where src/sys already wraps a call (userfaultfd from
+// one named source, PSI triggers, io_uring rings) it is used as is; the rest
+// are the few raw calls a probe needs that nothing else in the daemon makes
+// (an O_DIRECT open of an arbitrary file).
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,26 +25,21 @@ namespace {
 // UFFDIO_API with no requested features answers with every feature the
 // kernel has; that is the whole point of asking.
 Result<uint64_t> api_features(sys::UniqueFd fd, const std::string& what) {
-  uffdio_api api{};
-  api.api = UFFD_API;
-  api.features = 0;
-  if (::ioctl(fd.get(), UFFDIO_API, &api) != 0)
-    return make_error(errno, "UFFDIO_API on a userfaultfd from {}: {}", what, std::strerror(errno));
-  return static_cast<uint64_t>(api.features);
+  auto f = sys::uffd_api(fd.get(), 0);
+  if (!f) return make_error(f.error().code, "UFFDIO_API on a userfaultfd from {}: {}", what, std::strerror(f.error().code));
+  return f;
 }
 
 Result<uint64_t> real_uffd_syscall() {
-  sys::UniqueFd fd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
-  if (!fd) return make_error(errno, "userfaultfd(2): {}", std::strerror(errno));
-  return api_features(std::move(fd), "userfaultfd(2)");
+  auto fd = sys::uffd_create_syscall();
+  if (!fd) return std::move(fd).error();
+  return api_features(std::move(fd).value(), "userfaultfd(2)");
 }
 
 Result<uint64_t> real_uffd_device(const std::string& device) {
-  sys::UniqueFd dev(::open(device.c_str(), O_RDWR | O_CLOEXEC));
-  if (!dev) return make_error(errno, "open {}: {}", device, std::strerror(errno));
-  sys::UniqueFd fd(::ioctl(dev.get(), USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK));
-  if (!fd) return make_error(errno, "USERFAULTFD_IOC_NEW on {}: {}", device, std::strerror(errno));
-  return api_features(std::move(fd), device);
+  auto fd = sys::uffd_create_device(device);
+  if (!fd) return std::move(fd).error();
+  return api_features(std::move(fd).value(), device);
 }
 
 Status real_io_uring_setup() {

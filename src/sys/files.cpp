@@ -42,6 +42,18 @@ Status make_dir(const std::string& path, mode_t mode) {
   return make_error(errno == 0 ? EEXIST : errno, "{}: {}", path, std::strerror(errno == 0 ? EEXIST : errno));
 }
 
+Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, mode));
+  if (!fd) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  return fd;
+}
+
+Result<UniqueFd> dup_cloexec(int fd) {
+  UniqueFd r(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
+  if (!r) return make_error(errno, "dup: {}", std::strerror(errno));
+  return r;
+}
+
 Result<struct stat> stat_of(int fd, const std::string& what) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(errno, "{}: fstat: {}", what, std::strerror(errno));

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sys/fd.hpp"
 #include "util/result.hpp"
 
 namespace airs::sys {
@@ -38,6 +39,13 @@ struct FileId {
 
 // mkdir `path` with `mode` unless it exists (as a directory).
 [[nodiscard]] Status make_dir(const std::string& path, mode_t mode);
+
+// open(path, flags | O_CLOEXEC, mode). Errors: "<path>: <strerror>".
+[[nodiscard]] Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode = 0);
+
+// A new descriptor of the same open file, O_CLOEXEC and never 0-2 (a
+// received fd kept past the message that carried it). Errors: "dup: <why>".
+[[nodiscard]] Result<UniqueFd> dup_cloexec(int fd);
 
 // fstat(fd), naming `what` in the error.
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);

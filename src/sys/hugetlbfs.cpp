@@ -42,45 +42,18 @@ std::optional<uint64_t> parse_pagesize_option(const std::string& opts) {
   return std::nullopt;
 }
 
-// Mount points in mountinfo escape space, tab, newline and backslash as \ooo.
-std::string unescape_mountinfo(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3') {
-      const int v = (s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0');
-      out.push_back(static_cast<char>(v));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<std::optional<std::string>> find_hugetlbfs_mount(uint64_t page_size, uint64_t default_page_size,
                                                         const std::string& mountinfo) {
   auto text = read_text_file(mountinfo, 16 << 20);
   if (!text) return std::move(text).error();
-  std::istringstream in(*text);
-  std::string line;
-  while (std::getline(in, line)) {
-    // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream pre(line.substr(0, dash));
-    std::string id, parent, dev, root, mnt;
-    pre >> id >> parent >> dev >> root >> mnt;
-    std::istringstream post(line.substr(dash + 3));
-    std::string fstype, source, superopts;
-    post >> fstype >> source >> superopts;
-    if (fstype != "hugetlbfs") continue;
-    const uint64_t ps = parse_pagesize_option(superopts).value_or(default_page_size);
+  for (auto& e : parse_mountinfo(*text)) {
+    if (e.fstype != "hugetlbfs") continue;
+    const uint64_t ps = parse_pagesize_option(e.super_options).value_or(default_page_size);
     if (ps != page_size) continue;
-    std::string path = unescape_mountinfo(mnt);
-    if (::access(path.c_str(), W_OK) != 0) continue;
-    return std::optional<std::string>(std::move(path));
+    if (::access(e.mount_point.c_str(), W_OK) != 0) continue;
+    return std::optional<std::string>(std::move(e.mount_point));
   }
   return std::optional<std::string>();
 }

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -47,6 +48,21 @@ uint64_t eventfd_drain(int efd) {
   uint64_t v = 0;
   if (::read(efd, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) return 0;
   return v;
+}
+
+Result<std::pair<UniqueFd, UniqueFd>> message_channel() {
+  int p[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) != 0)
+    return make_error(errno, "socketpair: {}", std::strerror(errno));
+  std::pair<UniqueFd, UniqueFd> out{UniqueFd(p[0]), UniqueFd(p[1])};
+  ::shutdown(p[1], SHUT_RD);
+  return out;
+}
+
+Result<int> poll_fds(pollfd* fds, size_t n, int timeout_ms) {
+  const int r = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
+  if (r < 0) return make_error(errno, "poll: {}", std::strerror(errno));
+  return r;
 }
 
 Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size) {

@@ -2,10 +2,12 @@
 // (notifications), sealed memfds (read-only shared status pages).
 #pragma once
 
+#include <poll.h>
 #include <sys/types.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "sys/fd.hpp"
 #include "util/result.hpp"
@@ -24,6 +26,15 @@ namespace airs::sys {
 [[nodiscard]] Status eventfd_signal(int efd, uint64_t n = 1);
 // Reads and returns the counter (0 if nothing was pending).
 uint64_t eventfd_drain(int efd);
+
+// A SOCK_SEQPACKET socket pair (O_CLOEXEC) for one-way messages: `first`
+// reads, `second` writes (its read side is shut down).
+// Errors: "socketpair: <why>".
+[[nodiscard]] Result<std::pair<UniqueFd, UniqueFd>> message_channel();
+
+// poll(2) on `n` descriptors, `timeout_ms` (-1: forever). Returns how many
+// have events; EINTR comes back as an error like any other.
+[[nodiscard]] Result<int> poll_fds(pollfd* fds, size_t n, int timeout_ms);
 
 // A memfd (MFD_CLOEXEC|MFD_ALLOW_SEALING) of `size` bytes.
 [[nodiscard]] Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size);

@@ -10,10 +10,48 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "sys/fd.hpp"
 
 namespace airs::sys {
+namespace {
+
+// Mount points in mountinfo escape space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3') {
+      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<MountEntry> parse_mountinfo(const std::string& text) {
+  std::vector<MountEntry> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream pre(line.substr(0, dash));
+    std::string id, parent, dev, root, mnt;
+    pre >> id >> parent >> dev >> root >> mnt;
+    std::istringstream post(line.substr(dash + 3));
+    MountEntry e;
+    std::string source;
+    post >> e.fstype >> source >> e.super_options;
+    e.mount_point = unescape_mountinfo(mnt);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
 
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -23,6 +23,16 @@ namespace airs::sys {
 // (HugePages_Total etc. are page counts).
 [[nodiscard]] Result<std::map<std::string, uint64_t>> read_meminfo(const std::string& path = "/proc/meminfo");
 
+// One line of /proc/PID/mountinfo
+// ("id parent maj:min root mountpoint opts [optional...] - fstype source superopts").
+struct MountEntry {
+  std::string mount_point;  // unescaped (mountinfo writes space, tab, newline, backslash as \ooo)
+  std::string fstype;
+  std::string super_options;
+};
+// Every well-formed line of a mountinfo text, in order. Pure.
+[[nodiscard]] std::vector<MountEntry> parse_mountinfo(const std::string& text);
+
 struct HugePageSize {
   uint64_t bytes = 0;      // e.g. 2 MiB
   uint64_t nr = 0;         // nr_hugepages

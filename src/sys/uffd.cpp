@@ -14,20 +14,27 @@
 
 namespace airs::sys {
 
+Result<UniqueFd> uffd_create_syscall() {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)));
+  if (!fd) return make_error(errno, "userfaultfd(2): {}", std::strerror(errno));
+  return fd;
+}
+
+Result<UniqueFd> uffd_create_device(const std::string& device) {
+  UniqueFd dev(::open(device.c_str(), O_RDWR | O_CLOEXEC));
+  if (!dev) return make_error(errno, "open {}: {}", device, std::strerror(errno));
+  UniqueFd fd(::ioctl(dev.get(), USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK));
+  if (!fd) return make_error(errno, "USERFAULTFD_IOC_NEW on {}: {}", device, std::strerror(errno));
+  return fd;
+}
+
 Result<UniqueFd> uffd_create() {
-  const int flags = O_CLOEXEC | O_NONBLOCK;
-  int dev_errno = 0;
-  UniqueFd dev(::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC));
-  if (dev) {
-    UniqueFd fd(::ioctl(dev.get(), USERFAULTFD_IOC_NEW, flags));
-    if (fd) return fd;
-    dev_errno = errno;
-  } else {
-    dev_errno = errno;
-  }
-  UniqueFd fd(static_cast<int>(::syscall(SYS_userfaultfd, flags)));
-  if (fd) return fd;
-  const int sys_errno = errno;
+  auto dev = uffd_create_device();
+  if (dev) return dev;
+  auto sc = uffd_create_syscall();
+  if (sc) return sc;
+  const int dev_errno = dev.error().code;
+  const int sys_errno = sc.error().code;
   return make_error(sys_errno,
                     "cannot create a userfaultfd: /dev/userfaultfd: {}; userfaultfd(2): {} "
                     "(grant access to /dev/userfaultfd, e.g. a udev rule for the client's group, or set "

@@ -52,6 +52,11 @@ namespace airs::sys {
 // the device's permissions allow even with vm.unprivileged_userfaultfd=0,
 // then the userfaultfd(2) syscall. Errors name both attempts.
 [[nodiscard]] Result<UniqueFd> uffd_create();
+// Each way alone (the probe reports them apart), O_CLOEXEC|O_NONBLOCK.
+// Errors: "userfaultfd(2): <why>"; "open <device>: <why>" or
+// "USERFAULTFD_IOC_NEW on <device>: <why>".
+[[nodiscard]] Result<UniqueFd> uffd_create_syscall();
+[[nodiscard]] Result<UniqueFd> uffd_create_device(const std::string& device = "/dev/userfaultfd");
 
 // UFFDIO_API handshake asking for `features`. Returns the features the kernel
 // granted; fails (EOPNOTSUPP) if any requested one is missing.

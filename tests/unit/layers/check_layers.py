@@ -24,7 +24,7 @@ ALLOWED = {
     "pool": {"util", "sys"},
     "pager": {"util", "sys", "pool", "client"},         # client: the status page wire format only
     "pressure": {"util", "sys", "policy"},
-    "dbus": {"util"},
+    "dbus": {"util", "dbus_gen"},                      # proxies.hpp: typed calls over the generated proxies
     "client": {"util", "sys", "dbus", "airs"},          # libairs (lazy mapping, wire formats)
     "preload": {"airs", "client"},                     # client: the cooperative touch guard it chains signals to
     "airsctl": {"util", "sys", "dbus", "gguf", "airs"},

@@ -58,3 +58,19 @@ TEST(Procfs, MissingHugepageDirSaysWhy) {
   ASSERT_FALSE(sizes);
   EXPECT_NE(sizes.error().message.find("hugetlbfs"), std::string::npos);
 }
+
+TEST(Mountinfo, ParsesEveryLineAndUnescapesTheMountPoint) {
+  const auto m = sys::parse_mountinfo(
+      "22 1 0:21 / /proc rw - proc proc rw\n"
+      "40 22 0:40 / /mnt/huge\\040pages rw,relatime shared:9 master:2 - hugetlbfs none rw,pagesize=2M\n"
+      "no separator here\n"
+      "41 22 0:41 / /a\\134b rw - tmpfs tmpfs rw,size=1k");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].mount_point, "/proc");
+  EXPECT_EQ(m[0].fstype, "proc");
+  EXPECT_EQ(m[1].mount_point, "/mnt/huge pages");  // optional fields skipped
+  EXPECT_EQ(m[1].fstype, "hugetlbfs");
+  EXPECT_EQ(m[1].super_options, "rw,pagesize=2M");
+  EXPECT_EQ(m[2].mount_point, "/a\\b");
+  EXPECT_EQ(m[2].super_options, "rw,size=1k");
+}

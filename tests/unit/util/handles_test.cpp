@@ -1,0 +1,83 @@
+// The small descriptor helpers of src/sys that the client library and the
+// daemon use instead of raw calls.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "sys/files.hpp"
+#include "sys/proc_handles.hpp"
+
+namespace airs::sys {
+namespace {
+
+TEST(Handles, DupCloexecIsANewCloseOnExecDescriptorAboveStdio) {
+  auto e = eventfd_create();
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  auto d = dup_cloexec(e->get());
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_GE(d->get(), 3);
+  EXPECT_NE(d->get(), e->get());
+  EXPECT_EQ(::fcntl(d->get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  // The same file: a signal on one is read from the other.
+  ASSERT_TRUE(eventfd_signal(e->get(), 5).ok());
+  EXPECT_EQ(eventfd_drain(d->get()), 5u);
+  EXPECT_EQ(eventfd_drain(d->get()), 0u);  // non-blocking, nothing pending
+
+  auto bad = dup_cloexec(-1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, EBADF);
+  EXPECT_EQ(bad.error().message, "dup: " + std::string(std::strerror(EBADF)));
+}
+
+TEST(Handles, OpenFileIsCloseOnExecAndNamesThePathOnError) {
+  auto f = open_file("/proc/self/status", O_RDONLY);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(::fcntl(f->get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  auto missing = open_file("/nonexistent/airs-model.gguf", O_RDONLY);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_EQ(missing.error().message, "/nonexistent/airs-model.gguf: " + std::string(std::strerror(ENOENT)));
+}
+
+TEST(Handles, MessageChannelCarriesWholeMessagesOneWay) {
+  auto ch = message_channel();
+  ASSERT_TRUE(ch.ok()) << ch.error().message;
+  auto& [rd, wr] = *ch;
+  EXPECT_EQ(::fcntl(rd.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_EQ(::fcntl(wr.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  ASSERT_EQ(::send(wr.get(), "abc", 3, 0), 3);
+  ASSERT_EQ(::send(wr.get(), "de", 2, 0), 2);
+  char buf[8] = {};
+  EXPECT_EQ(::recv(rd.get(), buf, sizeof buf, 0), 3);  // one message per read
+  EXPECT_EQ(std::string(buf, 3), "abc");
+  EXPECT_EQ(::recv(rd.get(), buf, sizeof buf, 0), 2);
+  // The writing end's read side is shut down: a read there sees end of file at once.
+  EXPECT_EQ(::recv(wr.get(), buf, sizeof buf, MSG_DONTWAIT), 0);
+}
+
+TEST(Handles, PollFdsReportsReadinessAndErrors) {
+  auto e = eventfd_create();
+  ASSERT_TRUE(e.ok());
+  pollfd p{e->get(), POLLIN, 0};
+  auto none = poll_fds(&p, 1, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+  ASSERT_TRUE(eventfd_signal(e->get()).ok());
+  auto one = poll_fds(&p, 1, 0);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, 1);
+  EXPECT_TRUE(p.revents & POLLIN);
+  auto bad = poll_fds(nullptr, 1, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, EFAULT);
+  EXPECT_EQ(bad.error().message, "poll: " + std::string(std::strerror(EFAULT)));
+}
+
+}  // namespace
+}  // namespace airs::sys
