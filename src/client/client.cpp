@@ -534,7 +534,7 @@ int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
 int airs_session_allocate_at(airs_session* s, uint32_t index, uint32_t* block_out) {
   if (s == nullptr || block_out == nullptr) return fail(EINVAL, "airs_session_allocate_at: NULL argument");
   try {
-    s->proxy->callMethod("AllocateAt").onInterface("org.aios.Airs1.Session").withArguments(index).storeResultsTo(*block_out);
+    *block_out = s->proxy->AllocateAt(index);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -585,10 +585,7 @@ int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writab
 int airs_session_post_length(airs_session* s, uint32_t tokens) {
   if (s == nullptr) return fail(EINVAL, "airs_session_post_length: NULL session");
   try {
-    auto call = s->proxy->createMethodCall("org.aios.Airs1.Session", "SetLength");
-    call << tokens;
-    call.dontExpectReply();
-    s->proxy->callMethod(call);  // sd_bus_send: returns once written or queued
+    s->proxy->PostSetLength(tokens);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);

@@ -59,6 +59,17 @@ class SessionCalls final : private detail::ProxyHolder, public org::aios::Airs1:
       : ProxyHolder{sdbus::createProxy(bus, kBusName, path)}, Session_proxy(*owned_) {}
   ~SessionCalls() = default;
 
+  // SetLength sent one way: returns once the message is written or queued,
+  // no reply is awaited (a refusal shows at the next synchronous call). The
+  // generated proxy only makes calls that wait, so this is the one method
+  // name spelled here; it must stay the XML's SetLength(u).
+  void PostSetLength(uint32_t tokens) {
+    auto call = owned_->createMethodCall(INTERFACE_NAME, "SetLength");
+    call << tokens;
+    call.dontExpectReply();
+    owned_->callMethod(call);
+  }
+
  private:
   void onEvicted(const std::vector<uint32_t>&, const std::string&) override {}
 };
