@@ -267,9 +267,13 @@ Status Daemon::init() {
     pressure_ = std::move(pl).value();
     adopt_kept(std::move(kept));
     // --- end pressure loop ---
-    spdlog::info("pool: {} in {} pages of {} ({}), pinned: hugetlb pages are never swapped or reclaimed",
-                 format_bytes(pool_->counts().total_bytes()), pool_->counts().total_pages(), format_bytes(page_size_),
-                 pool_->backend().name());
+    // Pinned as status's pinned_how says: hugetlb pages by construction,
+    // shmem pages only where each model's mlock works.
+    const bool hugetlb = std::string_view(pool_->backend().name()) == "hugetlbfs";
+    spdlog::info("pool: {} in {} pages of {} ({}), pinned: {}", format_bytes(pool_->counts().total_bytes()),
+                 pool_->counts().total_pages(), format_bytes(page_size_), pool_->backend().name(),
+                 hugetlb ? "hugetlb pages are never swapped or reclaimed"
+                         : "shmem pages are locked with mlock per model (status says where that failed)");
   } else {
     mode_ = "cloud-only";
     spdlog::info("profile {}: no local model pool (cloud inference only)", profile_);

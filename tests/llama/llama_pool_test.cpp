@@ -388,7 +388,7 @@ TEST_P(LlamaModes, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
   // "clients" counts userfaultfd attachments (cooperative mode: request
   // sockets): the second process found the model resident and mapped it
   // plainly, without one.
-  EXPECT_EQ(m2["clients"].get<uint64_t>(), 1U) << m2.dump();
+  EXPECT_EQ(m2["clients"].get<uint64_t>(), 1U) << m2.dump() << "\n" << d.log();
   // One copy: the second process added no model I/O and no pool pages.
   EXPECT_EQ(m2["bytes_read"], m1["bytes_read"]) << m1.dump() << "\n" << m2.dump();
   EXPECT_EQ(m2["resident_bytes"], m1["resident_bytes"]);

@@ -28,17 +28,60 @@ namespace {
   ::_exit(127);
 }
 
-int wait_for(pid_t pid, std::chrono::milliseconds timeout) {
+// Reaps `pid` if it exits within `timeout`: true, and `code` is its exit
+// status (or -signal).
+bool reap_within(pid_t pid, std::chrono::milliseconds timeout, int& code) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   int st = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pid_t r = ::waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  do {
+    if (::waitpid(pid, &st, WNOHANG) == pid) {
+      code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+      return true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
+// Waits up to `timeout` for `pid`, then SIGKILLs and reaps it.
+int wait_for(pid_t pid, std::chrono::milliseconds timeout) {
+  int code = 0;
+  if (reap_within(pid, timeout, code)) return code;
   ::kill(pid, SIGKILL);
+  int st = 0;
   ::waitpid(pid, &st, 0);
   return -SIGKILL;
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// What each thread of `pid` is doing, from /proc: its name, state, the
+// kernel function it sleeps in, its syscall (number and arguments) and its
+// kernel stack (root only). For a process that did not exit when told to:
+// the log then says where it hangs.
+std::string describe_threads(pid_t pid) {
+  std::string out;
+  const std::string base = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(base, ec)) {
+    const std::string d = t.path().string();
+    const std::string stat = read_small_file(d + "/stat");
+    const auto close_paren = stat.rfind(')');
+    const std::string state = close_paren == std::string::npos ? "?" : stat.substr(close_paren + 2, 1);
+    out += "  thread " + t.path().filename().string() + " (" + read_small_file(d + "/comm") + ") state " + state +
+           " wchan " + read_small_file(d + "/wchan") + " syscall " + read_small_file(d + "/syscall") + "\n";
+    std::istringstream stack(read_small_file(d + "/stack"));
+    for (std::string line; std::getline(stack, line);) out += "    " + line + "\n";
+  }
+  if (ec) out += "  (cannot list " + base + ": " + ec.message() + ")\n";
+  return out;
 }
 
 }  // namespace
@@ -168,7 +211,16 @@ DaemonProcess::~DaemonProcess() {
 int DaemonProcess::stop(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, SIGTERM);
-  int r = wait_for(pid_, timeout);
+  // Not exited in time: where each of its threads is goes into its log
+  // (log() shows it), then wait_for kills it.
+  int r = 0;
+  if (!reap_within(pid_, timeout, r)) {
+    std::ofstream(dir_ + "/stderr", std::ios::app)
+        << "daemon_fixture: airs-memd (pid " << pid_ << ") has not exited " << timeout.count()
+        << " ms after SIGTERM; its threads:\n"
+        << describe_threads(pid_) << "daemon_fixture: SIGKILL\n";
+    r = wait_for(pid_, std::chrono::milliseconds(0));
+  }
   pid_ = -1;
   return r;
 }

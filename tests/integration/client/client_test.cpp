@@ -208,13 +208,19 @@ INSTANTIATE_TEST_SUITE_P(, ConcurrentClients, ::testing::Values(2, 4),
 
 // ---- 2. attach halfway through warm-up ----
 
+// The warm-up is paced (warmup_rate 4 MiB/s: 16 s for the model, faults are
+// not paced) so the rest of it outlasts a client's start by an order of
+// magnitude even where processes start slowly (TCG); the throttle alone
+// finished it in 1 s, which a slowed client's start could miss. Pinned: for
+// those seconds no client maps it, and memory pressure on the machine
+// (PSI full) would evict it as unused (seen under TSan on a busy host).
 TEST_F(ClientIntegration, ClientAttachesHalfwayThroughWarmup) {
   auto m = make_model(dir_, "big.gguf", "big", 64 * kMiB, 16);
-  if (!start(96, "[models]\nqueue_depth = 1\n", 64 * kMiB)) return;
+  if (!start(96, "[models]\nqueue_depth = 1\nwarmup_rate = \"4M\"\npinned = [\"big\"]\n", 64 * kMiB)) return;
   const std::string obj = load(m);  // starts the warm-up, nobody attached
   if (!require_direct_io(obj)) return;
   const uint64_t region = round_up_pages(m.size());
-  auto quarter = wait_until([&] { return model_status(obj).value("resident_bytes", uint64_t{0}) >= region / 4; }, 10s);
+  auto quarter = wait_until([&] { return model_status(obj).value("resident_bytes", uint64_t{0}) >= region / 4; }, 60s);
   ASSERT_TRUE(quarter) << model_status(obj).dump();
   Child c(client(m, {"--order", "seq"}));
   auto o = c.expect_line("opened");
@@ -229,21 +235,28 @@ TEST_F(ClientIntegration, ClientAttachesHalfwayThroughWarmup) {
 
 // ---- 3. kill -9 of a client mid-fault ----
 
+// In order, not by timing: the two survivors open and wait (no reads yet),
+// then the victim starts reading; the warm-up crawls (warmup_rate 1 MiB/s)
+// so the victim's own faults are what fills, each a throttled read of a
+// unit it waits in. However slowly the processes start (TCG), the victim
+// faults before the model is resident. Pinned: no client maps it until the
+// survivors have started, and memory pressure would evict it as unused.
 TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
   auto m = make_model(dir_, "m.gguf", "victim", 32 * kMiB);
-  if (!start(64, "[models]\nqueue_depth = 1\n", 16 * kMiB)) return;
+  if (!start(64, "[models]\nqueue_depth = 1\nwarmup_rate = \"1M\"\npinned = [\"victim\"]\n", 16 * kMiB)) return;
   const std::string obj = load(m);
   if (!require_direct_io(obj)) return;
   const auto pool0 = dbus_->status()["pool"];
 
+  Child a(client(m, {"--order", "seq", "--wait-go", "--hold"}));
+  Child b(client(m, {"--order", "random:5", "--wait-go", "--hold"}));
+  for (Child* c : {&a, &b}) ASSERT_TRUE(c->expect_line("waiting")) << c->transcript();
   Child victim(client(m, {"--order", "random:3"}));
-  Child a(client(m, {"--order", "seq", "--hold"}));
-  Child b(client(m, {"--order", "random:5", "--hold"}));
-  for (Child* c : {&victim, &a, &b}) ASSERT_TRUE(c->expect_line("opened")) << c->transcript();
-  ASSERT_TRUE(victim.expect_line("verifying"));
+  ASSERT_TRUE(victim.expect_line("opened")) << victim.transcript();
+  ASSERT_TRUE(victim.expect_line("verifying")) << victim.transcript();
   EXPECT_EQ(model_status(obj).value("refcount", 0u), 3u);
   // Blocked in a fault on a page the daemon is still reading.
-  auto in_fault = wait_until([&] { return victim.thread_waits_in("handle_userfault"); }, 5s);
+  auto in_fault = wait_until([&] { return victim.thread_waits_in("handle_userfault"); }, 30s);
   ASSERT_TRUE(in_fault) << "the victim never waited in a fault\n" << victim.transcript();
   const auto t_kill = std::chrono::steady_clock::now();
   victim.kill(SIGKILL);
@@ -256,6 +269,7 @@ TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
       << "the dead client's reference was not dropped within 1 s: " << model_status(obj).dump();
   std::printf("[ info ] reference of the killed client dropped %lld ms after the kill\n",
               static_cast<long long>(since_kill));
+  for (Child* c : {&a, &b}) c->send("go");
   for (Child* c : {&a, &b}) {
     expect_verified(*c, m);
     ASSERT_TRUE(c->expect_line("holding")) << c->transcript();
@@ -281,16 +295,24 @@ TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
 // Both userfaultfd modes: the library's fallback server answers the faults.
 class DaemonDeath : public ClientIntegration, public ::testing::WithParamInterface<std::string> {};
 
+// In order, not by timing: the idle client opens (the load starts, its
+// warm-up crawling at warmup_rate 1 MiB/s), then the faulting one starts
+// and the daemon is killed while it waits in a throttled fault. Four units
+// at least, so one unit is never half the model (32 MiB pages on 16 KiB).
 TEST_P(DaemonDeath, KillDashNineOfTheDaemonMidLoad) {
-  auto m = make_model(dir_, "m.gguf", "orphan", 32 * kMiB);
-  if (!start(64, "[models]\nqueue_depth = 1\nmode = \"" + GetParam() + "\"\n", 8 * kMiB)) return;
-  Child faulting(client(m, {"--order", "seq"}));
+  const uint64_t size = std::max<uint64_t>(32 * kMiB, 4 * huge_page_size());
+  auto m = make_model(dir_, "m.gguf", "orphan", size);
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB),
+             "[models]\nqueue_depth = 1\nwarmup_rate = \"1M\"\nmode = \"" + GetParam() + "\"\n", 8 * kMiB))
+    return;
   Child idle(client(m, {"--order", "random:11", "--wait-go"}));
-  auto o = faulting.expect_line("opened");
-  ASSERT_TRUE(o) << faulting.transcript();
+  auto o = idle.expect_line("opened");
+  ASSERT_TRUE(o) << idle.transcript();
   if (!require_direct_io(field(*o, "object"))) return;
   ASSERT_TRUE(idle.expect_line("waiting")) << idle.transcript();
-  ASSERT_TRUE(wait_until([&] { return faulting.thread_waits_in("handle_userfault"); }, 5s))
+  Child faulting(client(m, {"--order", "seq"}));
+  ASSERT_TRUE(faulting.expect_line("opened")) << faulting.transcript();
+  ASSERT_TRUE(wait_until([&] { return faulting.thread_waits_in("handle_userfault"); }, 30s))
       << faulting.transcript();
   const uint64_t resident = model_status(field(*o, "object")).value("resident_bytes", uint64_t{0});
   EXPECT_LT(resident, round_up_pages(m.size()) / 2) << "most of the model was loaded before the kill";
@@ -314,9 +336,15 @@ INSTANTIATE_TEST_SUITE_P(LazyModes, DaemonDeath, ::testing::Values("full", "smal
 // Cooperative mode (no userfaultfd): the daemon dies while the paced fill
 // is a quarter done. A client waiting per tensor and one blocked in open
 // (waiting for residency) both swap the GGUF file in and read its bytes.
+// The fill is paced at 1 MiB/s (32 s for 32 MiB; waits do not pull it), so
+// the second client opens long before half of it, however slowly it starts
+// (TCG). Four units at least, so one unit is never half the model.
 TEST_F(ClientIntegration, CooperativeClientsOutliveTheDaemonMidLoad) {
-  auto m = make_model(dir_, "m.gguf", "orphan-coop", 32 * kMiB);
-  if (!start(64, "[models]\nmode = \"cooperative\"\nwarmup_rate = \"8M\"\n")) return;
+  const uint64_t size = std::max<uint64_t>(32 * kMiB, 4 * huge_page_size());
+  auto m = make_model(dir_, "m.gguf", "orphan-coop", size);
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB),
+             "[models]\nmode = \"cooperative\"\nwarmup_rate = \"1M\"\n"))
+    return;
   Child per_layer(client(m, {"--per-layer", "--order", "seq"}));
   auto o = per_layer.expect_line("opened");
   ASSERT_TRUE(o) << per_layer.transcript();
@@ -324,7 +352,7 @@ TEST_F(ClientIntegration, CooperativeClientsOutliveTheDaemonMidLoad) {
   Child blocked(client(m, {"--order", "random:5"}));
   const std::string object = field(*o, "object");
   // Both opened (the second is now waiting for residency inside open).
-  ASSERT_TRUE(wait_until([&] { return model_status(object).value("refcount", 0U) >= 2; }, 10s))
+  ASSERT_TRUE(wait_until([&] { return model_status(object).value("refcount", 0U) >= 2; }, 60s))
       << model_status(object).dump();
   EXPECT_EQ(dbus_->status().value("mode", std::string()), "cooperative");
   const auto ms = model_status(object);

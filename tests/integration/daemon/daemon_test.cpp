@@ -2,6 +2,7 @@
 // errors, clean shutdown.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -41,6 +42,44 @@ TEST(Daemon, ServesStatusOnItsBusAndStopsCleanly) {
 
   EXPECT_EQ(d.stop(), 0) << d.log();
   EXPECT_NE(d.log().find("stopped"), std::string::npos);
+}
+
+// A daemon that does not exit when told to: the fixture's stop() kills it
+// after its timeout and first writes into the log where each of its
+// threads is (state, kernel function, syscall, kernel stack), so a test that
+// fails so says where the daemon hangs. Stopped (SIGSTOP), the SIGTERM stays
+// pending and the process cannot exit.
+TEST(Daemon, AStopThatTimesOutLogsWhereTheDaemonsThreadsAre) {
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), kSmallPool);
+  ASSERT_TRUE(d.started()) << d.log();
+  ASSERT_EQ(::kill(d.pid(), SIGSTOP), 0);
+  // Each thread stops when it is next scheduled: wait for all of them (on a
+  // loaded machine that can take longer than the stop's timeout below).
+  const std::string tasks = "/proc/" + std::to_string(d.pid()) + "/task";
+  auto all_stopped = [&] {
+    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream in(t.path() / "stat");
+      const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');
+      if (paren == std::string::npos || stat.compare(paren, 3, ") T") != 0) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 1000 && !all_stopped(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(all_stopped());
+  EXPECT_EQ(d.stop(std::chrono::milliseconds(300)), -SIGKILL);
+  const std::string log = d.log();
+  EXPECT_NE(log.find("has not exited 300 ms after SIGTERM; its threads:"), std::string::npos) << log;
+  EXPECT_NE(log.find("(airs-memd) state T wchan "), std::string::npos) << log;
+  // Every thread, not only the main one (a worker may not have named
+  // itself yet when it stopped).
+  size_t stopped_threads = 0;
+  for (size_t at = log.find(") state T wchan "); at != std::string::npos; at = log.find(") state T wchan ", at + 1))
+    ++stopped_threads;
+  EXPECT_GE(stopped_threads, 2U) << log;
+  EXPECT_NE(log.find("daemon_fixture: SIGKILL"), std::string::npos) << log;
+  EXPECT_EQ(log.find("stopped\n"), std::string::npos) << log;
 }
 
 TEST(Daemon, StatusWithoutDaemonSaysSo) {

@@ -39,6 +39,8 @@ TEST_P(ForcedMode, GivesTheFileBytesAndSaysWhichModeItRuns) {
   EXPECT_EQ(j["mode"], mode);
   EXPECT_FALSE(j["mode_reason"].get<std::string>().empty());
   EXPECT_EQ(j["pool"]["backend"], mode == "full" ? "hugetlbfs" : "shmem");
+  // The start-up line claims hugetlb's pinning only for hugetlb pages.
+  EXPECT_EQ(d.log().find("pinned: hugetlb pages") != std::string::npos, mode == "full") << d.log();
   EXPECT_EQ(j["pool"]["numa"], "local");
   EXPECT_EQ(d.stop(), 0) << d.log();
   fs::remove_all(dir);
