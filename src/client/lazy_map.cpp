@@ -19,6 +19,11 @@
 
 namespace airs::client {
 
+namespace {
+// <sys/mman.h> of glibc 2.36 lacks it; the kernel's value (asm-generic/mman-common.h).
+constexpr int kMadvCollapse = 25;
+}  // namespace
+
 Status check_no_mlock_future() {
   const uint64_t ps = sys::base_page_size();
   void* p = ::mmap(nullptr, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -80,8 +85,14 @@ Status LazyMapping::unregister() {
   registered_ = false;
   // The system call itself: libairs-preload.so interposes madvise() and
   // absorbs it on model mappings.
-  if (backing_ == LazyBacking::Shmem && ::syscall(SYS_madvise, map_.get(), size(), MADV_DONTNEED) != 0)
+  if (backing_ != LazyBacking::Shmem) return {};
+  if (::syscall(SYS_madvise, map_.get(), size(), MADV_DONTNEED) != 0)
     return make_error(errno, "madvise(MADV_DONTNEED) of the resident model mapping: {}", std::strerror(errno));
+  // Kernels before 6.14 keep the emptied PTE tables, so the next touch maps
+  // 4 KiB entries again (seen on 6.1); MADV_COLLAPSE (6.1+) retracts
+  // them and maps each huge folio by one PMD entry. Best effort: a kernel
+  // without it, or memfd pages, keeps base-page entries (the same bytes).
+  (void)::syscall(SYS_madvise, map_.get(), size(), kMadvCollapse);
   return {};
 }
 
