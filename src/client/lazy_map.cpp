@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
@@ -46,6 +47,11 @@ Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBackin
     return make_error(EPERM, "model region fd is not O_RDWR: userfaultfd registration needs a writable fd");
   LazyMapping lm;
   lm.backing_ = backing;
+  if (backing == LazyBacking::Shmem) {
+    auto st = sys::stat_of(region_fd, "model region fd");
+    if (!st) return std::move(st).error();
+    lm.huge_folios_ = static_cast<uint64_t>(st->st_blksize) > sys::base_page_size();
+  }
   // No MAP_POPULATE, no MAP_LOCKED: nothing may touch the range before the
   // registration below.
   auto m = sys::map_shared(region_fd, size, PROT_READ, 0, "model region");
@@ -85,7 +91,9 @@ Status LazyMapping::unregister() {
   registered_ = false;
   // The system call itself: libairs-preload.so interposes madvise() and
   // absorbs it on model mappings.
-  if (backing_ != LazyBacking::Shmem) return {};
+  // Base pages (a memfd): nothing to gain, and MADV_COLLAPSE would copy the
+  // whole model into new huge folios (it ignores shmem_enabled).
+  if (backing_ != LazyBacking::Shmem || !huge_folios_) return {};
   if (::syscall(SYS_madvise, map_.get(), size(), MADV_DONTNEED) != 0)
     return make_error(errno, "madvise(MADV_DONTNEED) of the resident model mapping: {}", std::strerror(errno));
   // Kernels before 6.14 keep the emptied PTE tables, so the next touch maps

@@ -54,7 +54,7 @@ class LazyMapping {
   // A dup of the uffd to send to the daemon.
   [[nodiscard]] Result<sys::UniqueFd> dup_uffd() const;
   // Unregister once the model is fully resident: no more fault overhead. On
-  // shmem it then drops the mapping's page table entries (MADV_DONTNEED:
+  // shmem on huge folios it then drops the mapping's page table entries (MADV_DONTNEED:
   // the pages stay in the region, every one of them READY), so the next
   // touches map the region the way its page cache holds it: one PMD entry
   // per 2 MiB on huge folios instead of the 512 PTEs CONTINUE installed
@@ -68,6 +68,9 @@ class LazyMapping {
   sys::UniqueFd uffd_;
   sys::Mapping map_;
   bool registered_ = false;
+  // The region's page cache may hold huge folios (its st_blksize is the PMD
+  // size, as shmem reports for a huge tmpfs file); memfd base pages: false.
+  bool huge_folios_ = false;
   LazyBacking backing_ = LazyBacking::Hugetlbfs;
 };
 
