@@ -17,6 +17,9 @@
 #include "gguf/gguf.hpp"
 
 int main(int argc, char** argv) {
+  // Progress lines, one at a time: a pipe would otherwise hold them until
+  // exit, and a demo that is killed would say nothing of how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string bus = "system";
   std::string path;
   int hold_s = 0;

@@ -706,8 +706,14 @@ bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count) 
   auto r = sys::uffd_continue(c.uffd.get(), addr, len, m.unit);
   if (!r) {
     // ENOENT/EINVAL: the client unmapped or unregistered the range; it no
-    // longer takes our answers.
-    spdlog::warn("model '{}': client {} (pid {}): {}; detaching it", m.name, c.key, c.pid, r.error().message);
+    // longer takes our answers. Once the model is resident that is libairs'
+    // watcher dropping its registration (plain faults map the pages from
+    // then on), racing a fault it had raised just before: the kernel woke
+    // that fault at the unregistration, so nothing waits for this answer.
+    if (r.error().code == ENOENT && m.state == client::ModelLoadState::Resident)
+      spdlog::debug("model '{}': client {} (pid {}) unregistered at residency; detaching it", m.name, c.key, c.pid);
+    else
+      spdlog::warn("model '{}': client {} (pid {}): {}; detaching it", m.name, c.key, c.pid, r.error().message);
     return false;
   }
   if (r->owner_gone) return false;

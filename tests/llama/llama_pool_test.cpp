@@ -387,8 +387,10 @@ TEST_P(LlamaModes, TwoProcessesShareOneCopyAndTheSecondDoesNoModelIo) {
   EXPECT_EQ(m2["refcount"].get<uint64_t>(), 2U) << m2.dump();
   // "clients" counts userfaultfd attachments (cooperative mode: request
   // sockets): the second process found the model resident and mapped it
-  // plainly, without one.
-  EXPECT_EQ(m2["clients"].get<uint64_t>(), 1U) << m2.dump() << "\n" << d.log();
+  // plainly, without one. (The first has one if it opened the model before
+  // the load ended: under TCG the daemon can fill 48 MiB before a process
+  // gets that far, and then it has none either.)
+  EXPECT_EQ(m2["clients"], m1["clients"]) << m1.dump() << "\n" << m2.dump() << "\n" << d.log();
   // One copy: the second process added no model I/O and no pool pages.
   EXPECT_EQ(m2["bytes_read"], m1["bytes_read"]) << m1.dump() << "\n" << m2.dump();
   EXPECT_EQ(m2["resident_bytes"], m1["resident_bytes"]);

@@ -122,6 +122,13 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::mil
   }
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
+  // Still running at the deadline: say where each of its threads is before
+  // it is killed (a hang then names the wait it hangs in).
+  // (WNOWAIT: peek, the reaping stays with wait_for.)
+  if (siginfo_t si{}; std::chrono::steady_clock::now() >= deadline &&
+                      ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0)
+    r.err += "\nrun_process: " + argv.front() + " (pid " + std::to_string(pid) + ") still running after " +
+             std::to_string(timeout.count()) + " ms; its threads:\n" + describe_threads(pid);
   int code = wait_for(pid, std::chrono::milliseconds(std::max<int64_t>(
                                0, std::chrono::duration_cast<std::chrono::milliseconds>(
                                       deadline - std::chrono::steady_clock::now()).count()) + 100));

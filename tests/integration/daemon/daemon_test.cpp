@@ -82,6 +82,20 @@ TEST(Daemon, AStopThatTimesOutLogsWhereTheDaemonsThreadsAre) {
   EXPECT_EQ(log.find("stopped\n"), std::string::npos) << log;
 }
 
+// A helper process that outlives its time limit is described before it is
+// killed: where each thread waits (here: sleep's nanosleep).
+TEST(DaemonFixture, AProcessPastItsTimeLimitIsDescribedThenKilled) {
+  auto r = run_process({"/bin/sleep", "30"}, std::chrono::milliseconds(300));
+  EXPECT_EQ(r.signal, SIGKILL);
+  EXPECT_NE(r.err.find("run_process: /bin/sleep (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("still running after 300 ms; its threads:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(sleep) state S wchan "), std::string::npos) << r.err;
+  // A process that ends in time is not described.
+  auto quick = run_process({"/bin/true"}, std::chrono::seconds(30));
+  EXPECT_EQ(quick.exit_code, 0);
+  EXPECT_EQ(quick.err.find("still running"), std::string::npos) << quick.err;
+}
+
 TEST(Daemon, StatusWithoutDaemonSaysSo) {
   PrivateBus bus;
   auto r = run_process({airsctl_path(), "--bus", bus.address(), "status"});
