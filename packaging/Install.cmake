@@ -11,6 +11,9 @@ set(_airs_sd ${PROJECT_SOURCE_DIR}/systemd)
 # Under the prefix (/usr): these paths are fixed by systemd, D-Bus and udev,
 # not by GNUInstallDirs (whose LIBDIR is multiarch on Debian).
 install(FILES ${_airs_sd}/airs-memd.service DESTINATION lib/systemd/system)
+# The huge-folio tmpfs for the shmem pool, on kernels with transparent huge
+# pages only (the generator says why it is not a line of the unit).
+install(PROGRAMS ${_airs_sd}/airs-memd-generator DESTINATION lib/systemd/system-generators)
 install(FILES ${_airs_sd}/org.aios.Airs1.conf DESTINATION share/dbus-1/system.d)
 install(FILES ${_airs_sd}/org.aios.Airs1.service DESTINATION share/dbus-1/system-services)
 install(FILES ${_airs_sd}/sysusers.d/airs.conf DESTINATION lib/sysusers.d)

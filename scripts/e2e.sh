@@ -287,6 +287,41 @@ else
   fail "airs-demo: $out"
 fi
 
+# ---- the shmem pool's huge-folio tmpfs (airs-memd-generator) ------------------
+# On a kernel with transparent huge pages the package's generator gives the
+# service a huge=within_size tmpfs at /run/airs/shm (without them it writes
+# nothing: huge= would stop the service there). The daemon in a shmem mode
+# then puts its pool there in huge folios; a client reads the file's bytes.
+dropin=/run/systemd/generator/airs-memd.service.d/huge-shmem.conf
+if [[ -r /sys/kernel/mm/transparent_hugepage/hpage_pmd_size ]]; then
+  if grep -q "$dropin" <<<"$(svc DropInPaths)"; then
+    pass "generator: $dropin (this kernel has transparent huge pages)"
+    ct sh -c "printf '[models]\nmode = \"small-pages\"\n' >/etc/airs/airs-memd.conf.d/60-e2e-shmem.conf"
+    if ct systemctl restart airs-memd.service; then
+      note=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$(svc InvocationID)" 2>/dev/null | grep -o 'shmem files: .*' | head -1 || true)
+      if [[ $note == "shmem files: tmpfs /run/airs/shm files in "*" huge folios"* ]]; then
+        pass "small-pages mode under the unit: the pool is in huge folios ($note)"
+      else
+        fail "small-pages mode under the unit: the pool is not on the generator's tmpfs: '${note:-no shmem line in the journal}'"
+      fi
+      if out=$(ct airs-demo --bus system /var/tmp/e2e.gguf 2>&1); then
+        pass "small-pages mode under the unit: a client reads the file's bytes (airs-demo)"
+      else
+        fail "small-pages mode under the unit: airs-demo: $out"
+      fi
+    else
+      fail "restart in small-pages mode failed"; ct journalctl -u airs-memd --no-pager | tail -20
+    fi
+    ct rm -f /etc/airs/airs-memd.conf.d/60-e2e-shmem.conf
+    ct systemctl restart airs-memd.service || fail "restart back in the default mode failed"
+  else
+    fail "generator: no $dropin on a kernel with transparent huge pages (DropInPaths: $(svc DropInPaths))"
+  fi
+else
+  grep -q "$dropin" <<<"$(svc DropInPaths)" && fail "generator: $dropin written on a kernel without transparent huge pages" \
+    || pass "generator: no huge-folio tmpfs on a kernel without transparent huge pages"
+fi
+
 # ---- stop, kill, watchdog --------------------------------------------------------
 t_stop=$(date +%s.%N)
 ct systemctl stop airs-memd.service
