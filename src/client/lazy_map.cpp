@@ -89,6 +89,15 @@ Status LazyMapping::unregister() {
   if (!registered_) return {};
   AIRS_TRY(sys::uffd_unregister(uffd_.get(), address(), size()));
   registered_ = false;
+  // Wake every thread still asleep on a fault of the range. The kernel's
+  // unregistration wakes the faults it finds queued, but since 6.6 a fault
+  // runs under the per-VMA lock, which UFFDIO_UNREGISTER's mmap write lock
+  // does not exclude: a fault that queues itself after that wake and before
+  // the VMA is write-locked sleeps on, its message answered by nobody (the
+  // daemon's CONTINUE then fails with ENOENT). The VMA write lock waited for
+  // it to queue, so by now it is queued, and UFFDIO_WAKE needs no
+  // registration (docs/retire.md).
+  AIRS_TRY(sys::uffd_wake(uffd_.get(), address(), size()));
   // The system call itself: libairs-preload.so interposes madvise() and
   // absorbs it on model mappings.
   // Base pages (a memfd): nothing to gain, and MADV_COLLAPSE would copy the

@@ -2,7 +2,7 @@
 // inference process needs so it can never read zero-filled weights, and the
 // fallback that serves its own faults if the daemon dies mid-load.
 //
-// Order that keeps zero pages out (KERNEL-FACTS.md): refuse if
+// Order that keeps zero pages out (docs/kernel-facts.md): refuse if
 // mlockall(MCL_FUTURE) is active (it would populate zero pages at mmap),
 // mmap PROT_READ MAP_SHARED without MAP_POPULATE, MADV_DONTFORK (a forked
 // child must not see the unregistered range), register MISSING|MINOR

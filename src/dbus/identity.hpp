@@ -1,6 +1,7 @@
 // Caller identity from the bus, looked up once per connection (unique name)
 // and forgotten when the name leaves the bus. Looking credentials up on every
-// call costs ~220 µs (KERNEL-FACTS); a cached lookup costs a hash probe.
+// call costs ~220 µs (GetConnectionCredentials round trip, measured with a private
+// dbus-daemon and sdbus-c++ 1.2); a cached lookup costs a hash probe.
 #pragma once
 
 #include <sys/types.h>

@@ -710,6 +710,12 @@ bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count) 
     // watcher dropping its registration (plain faults map the pages from
     // then on), racing a fault it had raised just before: the kernel woke
     // that fault at the unregistration, so nothing waits for this answer.
+    // The thread that raised this fault may still sleep on it: the kernel's
+    // unregistration can miss a fault queued under the per-VMA lock (6.6+),
+    // and a client whose range was replaced is not woken at all. The wake
+    // needs no registration; the thread then faults again, on whatever maps
+    // the range now (docs/retire.md).
+    (void)sys::uffd_wake(c.uffd.get(), addr, len);
     if (r.error().code == ENOENT && m.state == client::ModelLoadState::Resident)
       spdlog::debug("model '{}': client {} (pid {}) unregistered at residency; detaching it", m.name, c.key, c.pid);
     else

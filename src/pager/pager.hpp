@@ -3,7 +3,7 @@
 // daemon's event loop thread: every method must be called from it, and all
 // work happens in callbacks of the EventLoop given at create (no threads).
 //
-// The zero-page rules it keeps (KERNEL-FACTS.md): clients register
+// The zero-page rules it keeps (docs/kernel-facts.md): clients register
 // MISSING|MINOR on their own uffd before anything touches their mapping; the
 // daemon fills only through its own reserving mapping of the region and
 // answers with UFFDIO_CONTINUE once a unit's bytes are complete; read errors

@@ -1,4 +1,4 @@
-// The platform mode (DESIGN.md §2.7) chosen from probed capabilities, and
+// The platform mode chosen from probed capabilities, and
 // the exact change that would enable each missing capability. Pure: no I/O.
 //
 //   full         hugetlbfs pool, lazy loading via userfaultfd MISSING|MINOR:

@@ -457,6 +457,42 @@ TEST_P(PagerModeTest, OneClientInOrderFaultDriven) {
   EXPECT_EQ(s.bytes_read, g_file_size);
 }
 
+// A client's thread asleep on a fault whose range is no longer registered
+// (docs/kernel-facts.md: UFFDIO_UNREGISTER can miss a fault queued under
+// the per-VMA lock; the test client replaces the VMA, which wakes nobody):
+// the daemon's CONTINUE for it fails with ENOENT, and the daemon must still
+// wake the thread, which then reads the file's bytes. Without the wake it
+// sleeps for good and the client never exits.
+TEST_P(PagerModeTest, AFaultLeftAsleepOnARangeNoLongerRegisteredIsWoken) {
+  PagerOptions o;
+  o.background_warmup = false;
+  Daemon d = make_daemon(kPoolPages, o);
+  const ModelId id = load(d, g_src);
+  Child c = spawn("stale-fault");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  // The loop stays still until the client's reader sleeps and its range is
+  // replaced: only then may the daemon read the fault.
+  char go = 0;
+  ASSERT_EQ(::recv(c.sock.get(), &go, 1, 0), 1) << "the client did not get its reader asleep: "
+                                                  << describe(wait_child(nullptr, c.pid, 5s));
+  const int st = wait_child(&d, c.pid, 30s);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  EXPECT_EQ(stats(d, id).clients, 0U) << "the client whose range is gone stays attached";
+}
+
+// The same sleeper, woken by libairs itself: LazyMapping::unregister wakes
+// the range after unregistering (the daemon, which would wake it too, reads
+// nothing meanwhile: its loop stays still until the client exits).
+TEST_P(PagerModeTest, UnregisterWakesAFaultLeftAsleep) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  Child c = spawn("stale-unregister");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(nullptr, c.pid, 30s);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+}
+
 TEST_P(PagerModeTest, RandomOrderFaultDriven) {
   PagerOptions o;
   o.background_warmup = false;

@@ -286,6 +286,62 @@ int main(int argc, char** argv) {
       return 23;
     return 0;
   }
+  if (mode == "stale-fault" || mode == "stale-unregister") {
+    // A thread sleeps on a fault of unit 1 while the range stops being
+    // registered without the kernel waking it (docs/kernel-facts.md: a
+    // fault queued under the per-VMA lock can miss UFFDIO_UNREGISTER's
+    // wake). Made here by mapping a plain view of the region over the range
+    // (MAP_FIXED replaces the VMA and wakes nobody). Then it must be woken:
+    //   stale-fault       by the daemon, whose CONTINUE for that fault now
+    //                     fails with ENOENT (told "go" once the thread
+    //                     sleeps; the unit is filled after that);
+    //   stale-unregister  by LazyMapping::unregister (the model is resident:
+    //                     the unit's entries are dropped first so that the
+    //                     touch faults; the daemon answers nothing meanwhile).
+    // Either way the thread then reads the unit's bytes through the view.
+    const bool by_daemon = mode == "stale-fault";
+    if (!by_daemon) {
+      pollfd p{notify, POLLIN, 0};  // attached, every ready unit mapped
+      if (::poll(&p, 1, 30000) != 1) return 19;
+      if (status.state() != airs::client::ModelLoadState::Resident) return 20;
+      if (::madvise(const_cast<std::byte*>(base) + g_unit, g_unit, MADV_DONTNEED) != 0) return 24;
+    }
+    std::atomic<pid_t> tid{0};
+    std::atomic<bool> ok{false};
+    std::thread t([&] {
+      tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      ok = verify_unit(base, 1);
+    });
+    // Asleep in the fault: its wait channel says so.
+    bool asleep = false;
+    for (int i = 0; i < 10000 && !asleep; ++i) {
+      if (tid.load() != 0) {
+        char w[64] = {};
+        const std::string path = "/proc/self/task/" + std::to_string(tid.load()) + "/wchan";
+        if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+          if (::read(fd, w, sizeof w - 1) < 0) w[0] = 0;
+          ::close(fd);
+        }
+        asleep = std::strcmp(w, "handle_userfault") == 0;
+      }
+      if (!asleep) ::usleep(1000);
+    }
+    if (!asleep) {
+      std::fprintf(stderr, "client: the reader never slept in handle_userfault\n");
+      std::_Exit(25);
+    }
+    if (::mmap(const_cast<std::byte*>(base), hello.region_size, PROT_READ, MAP_SHARED | MAP_FIXED, region_fd, 0) !=
+        base)
+      std::_Exit(26);
+    if (by_daemon) {
+      const char go = 'g';
+      if (::send(sock, &go, 1, 0) != 1) std::_Exit(27);
+    } else if (!lm->unregister()) {
+      std::_Exit(28);
+    }
+    t.join();
+    return ok.load() ? 0 : 3;
+  }
   if (mode == "fork") {
     const pid_t child = ::fork();
     if (child == 0) {

@@ -1,5 +1,5 @@
 // The real probe on the real machine. The CI machine has hugetlbfs,
-// userfaultfd, io_uring and PSI (DESIGN.md, KERNEL-FACTS.md): a missing one
+// userfaultfd, io_uring and PSI (docs/kernel-facts.md): a missing one
 // here is a failure of the probe or of the machine, never a skip.
 #include <gtest/gtest.h>
 #include <unistd.h>
