@@ -113,7 +113,6 @@ name=${name:-$suite-$kernel_pkg-$arch}
 [[ -n $ctest_jobs ]] || ctest_jobs=$smp
 skip() { echo "SKIP: $name: $*"; exit 77; }
 if [[ -n $require ]]; then
-  # shellcheck disable=SC2086  # a glob
   compgen -G "$require" >/dev/null || skip "no $require (for arm64: scripts/cross-arm64.sh builds the tree and its .deb)"
 fi
 stamp() { date +%s.%N; }
