@@ -81,7 +81,9 @@ fi
 # integration and llama tests, about 10 minutes under TCG where KVM cannot
 # boot a stock kernel, which is detected at once), and Debian 13's arm64
 # kernels with 16 KiB and 4 KiB pages (TCG, the build-arm64 tree above in an
-# extracted arm64 userland, at most 8 minutes each). Kernels and the
+# extracted arm64 userland, at most 8 minutes each), and the arm64 .deb
+# installed and driven under systemd as PID 1 in the 4k kernel (about 3.5
+# minutes; docs/vm-tests.md). Kernels and the
 # userland are cached in /var/cache/airs-vm. A test that cannot run (no
 # qemu, no mmdebstrap, no KVM when forced) skips, naming why.
 for p in qemu-system-x86 qemu-system-arm mmdebstrap cpio; do

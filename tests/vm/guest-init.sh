@@ -17,6 +17,7 @@ for arg in $(cat /proc/cmdline); do
     airs.kver=*) kver=${arg#airs.kver=} ;;
     airs.root=*) root=${arg#airs.root=} ;;
     airs.overlays=*) overlays=${arg#airs.overlays=} ;;
+    airs.init=*) init=${arg#airs.init=} ;;
   esac
 done
 
@@ -63,6 +64,9 @@ mount -t tmpfs -o mode=755,nosuid,nodev tmpfs $r/run
 mkdir -p $r/run/lock $r/run/user && chmod 1777 $r/run/lock
 mount --bind /scratch/tmp $r/tmp
 mount --bind /scratch/var-tmp $r/var/tmp
+# airs.init=systemd: systemd mounts the cgroups itself (v2, as on a
+# Debian 12 machine) and /run stays as mounted here.
+if [ "${init:-chroot}" != systemd ]; then
 # cgroups laid out as on the host that runs the suite (hybrid): v2 at
 # /sys/fs/cgroup/unified with memory, cpu and pids for child groups (memory
 # pressure tests), v1 blkio at /sys/fs/cgroup/blkio (the client tests slow
@@ -72,6 +76,7 @@ mkdir -p $r/sys/fs/cgroup/unified $r/sys/fs/cgroup/blkio
 mount -t cgroup -o blkio cgroup $r/sys/fs/cgroup/blkio
 mount -t cgroup2 -o nsdelegate cgroup2 $r/sys/fs/cgroup/unified
 for c in cpu memory pids; do echo "+$c" > $r/sys/fs/cgroup/unified/cgroup.subtree_control 2>/dev/null; done
+fi
 mount -t hugetlbfs -o mode=1770 hugetlbfs $r/dev/hugepages
 mount -t debugfs debugfs $r/sys/kernel/debug 2>/dev/null
 # The guest kernel's modules where modprobe looks for them.
@@ -84,6 +89,18 @@ ln -sf /proc/self/fd $r/dev/fd 2>/dev/null
 hostname airs-vm
 
 up1=$(cut -d' ' -f1 /proc/uptime)
+if [ "${init:-chroot}" = systemd ]; then
+  # systemd as PID 1 on the guest root; the job (systemd.run= on the
+  # command line) adds its own times and powers the guest off.
+  chroot $r /sbin/ldconfig
+  {
+    echo "kernel-boot $up0"
+    echo "guest-setup $(awk -v a=$up0 -v b=$up1 'BEGIN { printf "%.1f", b - a }')"
+  } > $r$results/timing
+  echo "$up1" > $r$results/init-done
+  echo "guest-init: kernel $(uname -r), switching to systemd for $job" > /dev/console
+  exec switch_root $r /lib/systemd/systemd
+fi
 echo "guest-init: kernel $(uname -r), running $job" > /dev/console
 chroot $r /bin/sh "$job" < /dev/null > /dev/console 2>&1
 up2=$(cut -d' ' -f1 /proc/uptime)

@@ -18,6 +18,19 @@
 #             [--tcg-exclude R]  tests not run when the guest runs under TCG
 #                                (those that race a client's start against a
 #                                timed load: TCG starts processes ~10x slower)
+#             [--init chroot|systemd]  chroot (default): the initramfs runs
+#                                the job in a chroot of the guest root;
+#                                systemd: the guest root boots with systemd
+#                                as PID 1 (--userland own only; its userland
+#                                has systemd, D-Bus and a dpkg database) and
+#                                runs the job as a service
+#                                (systemd.run=), then powers off
+#             [--job CMD]        a shell command run in the guest instead of
+#                                ctest; its exit code is the result (77 =
+#                                skipped) and its output job.log
+#             [--require GLOB]   skip (77) before booting when no file
+#                                matches GLOB (what the job needs from the
+#                                build tree, such as the .deb)
 #
 # What the guest is:
 # - the kernel (vmlinuz and its modules) of the given package, downloaded for
@@ -56,7 +69,7 @@
 # Timings of each stage are printed as "vm-timing:" lines.
 set -euo pipefail
 
-arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job="" host_setup="" fixture_exclude_setup=""
+arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job="" host_setup="" fixture_exclude_setup="" init=chroot job_cmd="" require=""
 mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs=""
 while (($#)); do
   case $1 in
@@ -76,6 +89,9 @@ while (($#)); do
     --hugepagesz) hugepagesz=$2; shift 2 ;;
     --userland) userland=$2; shift 2 ;;
     --pre-job) pre_job=$2; shift 2 ;;
+    --init) init=$2; shift 2 ;;
+    --job) job_cmd=$2; shift 2 ;;
+    --require) require=$2; shift 2 ;;
     --host-setup) host_setup=$2; shift 2 ;;
     --fixture-exclude-setup) fixture_exclude_setup=$2; shift 2 ;;
     --timeout) vm_timeout=$2; shift 2 ;;
@@ -86,6 +102,7 @@ while (($#)); do
   esac
 done
 [[ -n $kernel_pkg && -n $build ]] || { echo "run-vm.sh: --kernel and --build are required" >&2; exit 2; }
+[[ $init == chroot || $init == systemd ]] || { echo "run-vm.sh: --init is chroot or systemd" >&2; exit 2; }
 [[ -n $label || -n $regex ]] || label=integration
 [[ -f $build/CTestTestfile.cmake ]] || { echo "SKIP: ${name:-$kernel_pkg-$arch}: no build tree at $build (for arm64: scripts/cross-arm64.sh builds build-arm64)"; exit 77; }
 build=$(cd "$build" && pwd -P)
@@ -95,6 +112,9 @@ suite=${suite:-$host_suite}
 name=${name:-$suite-$kernel_pkg-$arch}
 [[ -n $ctest_jobs ]] || ctest_jobs=$smp
 skip() { echo "SKIP: $name: $*"; exit 77; }
+if [[ -n $require ]]; then
+  compgen -G "$require" >/dev/null || skip "no $require (for arm64: scripts/cross-arm64.sh builds the tree and its .deb)"
+fi
 stamp() { date +%s.%N; }
 took() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -232,25 +252,49 @@ echo "vm-timing: $name download $(took "$t") s ($(basename "$kdeb"))"
 userland_pkgs=dash,bash,libc-bin,coreutils,util-linux,bsdutils,procps,findutils,grep,sed,gawk,diffutils,tar,gzip,xz-utils,zstd
 userland_pkgs+=,kmod,base-passwd,base-files,busybox,cmake,dbus-daemon
 userland_pkgs+=,libstdc++6,libsdbus-c++1,liburing2,libnuma1,libspdlog1.10,libfmt9,libsystemd0,libxxhash0,libtomlplusplus3
+# --init systemd: systemd as PID 1, the system bus, and dpkg with a
+# database of what is there (tests/vm/dpkg-status.sh), so a .deb installs
+# with its real maintainer scripts. A userland of its own.
+ul_variant="" extract_hook=() ul_recipe=$userland_pkgs
+if [[ $init == systemd ]]; then
+  [[ $userland != host ]] || { echo "run-vm.sh: --init systemd needs --userland own" >&2; exit 2; }
+  userland=own
+  userland_pkgs+=,systemd,dbus,dpkg,init-system-helpers
+  ul_variant=-systemd
+  hook=$(cd "$(dirname "$0")" && pwd)/dpkg-status.sh
+  extract_hook=(--extract-hook="$hook \"\$1\"")
+  ul_recipe="$userland_pkgs $(md5sum < "$hook" | cut -c1-12)"
+fi
 guest_root=/ overlays=""
 if [[ $userland == own ]]; then
   command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap): it builds the $arch userland"
-  guest_root=$cache/userland-$host_suite-$arch
-  if [[ ! -f $guest_root/.done || $(cat "$guest_root/.done") != "$userland_pkgs" ]]; then
+  guest_root=$cache/userland-$host_suite-$arch$ul_variant
+  if [[ ! -f $guest_root/.done || $(cat "$guest_root/.done") != "$ul_recipe" ]]; then
     t=$(stamp)
     src_list=""
     for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do [[ -s $f ]] && { src_list=$f; break; }; done
     [[ -n $src_list ]] || { echo "run-vm.sh: no apt sources on this machine to build the $arch userland from" >&2; exit 1; }
     rm -rf "$guest_root" "$guest_root.tmp"
     timeout 900 mmdebstrap --quiet --mode=root --variant=extract --architectures="$arch" --include="$userland_pkgs" \
-      "$host_suite" "$guest_root.tmp" "$src_list" || { echo "run-vm.sh: mmdebstrap of the $arch userland failed" >&2; exit 1; }
+      "${extract_hook[@]}" "$host_suite" "$guest_root.tmp" "$src_list" ||
+      { echo "run-vm.sh: mmdebstrap of the $arch userland failed" >&2; exit 1; }
     cp "$guest_root.tmp/usr/share/base-passwd/passwd.master" "$guest_root.tmp/etc/passwd"
     cp "$guest_root.tmp/usr/share/base-passwd/group.master" "$guest_root.tmp/etc/group"
+    # The system users the packages' maintainer scripts (and a first boot)
+    # would create (messagebus, systemd-journal, ...), from their sysusers.d.
+    if [[ $init == systemd ]]; then
+      if command -v systemd-sysusers >/dev/null; then
+        systemd-sysusers --root="$guest_root.tmp" >/dev/null
+      fi
+      # awk for maintainer scripts (airs-memd's postinst): an alternative,
+      # which gawk's own postinst would have made.
+      update-alternatives --root "$guest_root.tmp" --quiet --install /usr/bin/awk awk /usr/bin/gawk 10
+    fi
     printf '%s\n' 0123456789abcdef0123456789abcdef > "$guest_root.tmp/etc/machine-id"
     printf '#!/bin/sh\n# ctest cross-compiling emulator: the guest runs %s natively.\nexec "$@"\n' "$arch" \
       > "$guest_root.tmp/usr/bin/$qemu_user"
     chmod 755 "$guest_root.tmp/usr/bin/$qemu_user"
-    echo "$userland_pkgs" > "$guest_root.tmp/.done"
+    echo "$ul_recipe" > "$guest_root.tmp/.done"
     mv "$guest_root.tmp" "$guest_root"
     echo "vm-timing: $name userland ($arch, $host_suite) $(took "$t") s"
   fi
@@ -329,6 +373,8 @@ fi
 # --- the job, the scratch disk, the boot ----------------------------------------
 results=$build/vm-results/$name
 rm -rf "$results"; mkdir -p "$results"
+log=ctest.log
+[[ -z $job_cmd ]] || log=job.log
 write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   local selector=() ex=$exclude
   if [[ $accel_opt == tcg* && -n $tcg_exclude ]]; then
@@ -341,16 +387,35 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   [[ -z $fixture_exclude_setup ]] || selector+=(-FS "$fixture_exclude_setup")
   {
     echo "#!/bin/sh"
-    echo "# Runs inside the guest, in the host's root (chroot), on kernel $kver."
+    if [[ $init == systemd ]]; then
+      echo "# Runs inside the guest as systemd's kernel-command-line.service, on kernel $kver."
+      # The generated service is ordered after basic.target but pulls in only
+      # sysinit.target: start the rest of a basic boot (sockets: the system
+      # bus; timers, paths, slices).
+      echo "systemctl start basic.target"
+      echo "t0=\$(cut -d' ' -f1 /proc/uptime)"
+    else
+      echo "# Runs inside the guest, in the host's root (chroot), on kernel $kver."
+    fi
     echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb LANG=C.UTF-8"
     # An extracted userland has no linker cache yet.
     [[ $userland != own ]] || echo "ldconfig"
     echo "cd $build || exit 1"
     [[ -z $pre_job ]] || echo "$pre_job"
-    printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q' "$build" "$ctest_timeout" "$ctest_jobs"
-    printf ' %q' "${selector[@]}"
-    echo " > $results/ctest.log 2>&1"
+    if [[ -n $job_cmd ]]; then
+      echo "( $job_cmd ) > $results/$log 2>&1"
+    else
+      printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q' "$build" "$ctest_timeout" "$ctest_jobs"
+      printf ' %q' "${selector[@]}"
+      echo " > $results/$log 2>&1"
+    fi
     echo "echo \$? > $results/rc"
+    if [[ $init == systemd ]]; then
+      # The initramfs wrote its own times; systemd's boot and the job's here.
+      echo "t1=\$(cut -d' ' -f1 /proc/uptime)"
+      echo "awk -v a=\"\$t0\" -v b=\"\$t1\" -v s=\"\$(cat $results/init-done 2>/dev/null || echo 0)\" 'BEGIN { printf \"systemd-boot %.1f\\nguest-tests %.1f\\n\", a - s, b - a }' >> $results/timing"
+      echo "sync"
+    fi
   } > "$results/job.sh"
   chmod 755 "$results/job.sh"
 }
@@ -371,11 +436,17 @@ cmdline="console=$console panic=-1 oops=panic loglevel=4 psi=1 hugepages=$hugepa
 [[ -z $hugepagesz ]] || cmdline="hugepagesz=$hugepagesz default_hugepagesz=$hugepagesz $cmdline"
 cmdline="$cmdline airs.job=$results/job.sh airs.results=$results airs.kver=$kver"
 [[ $userland != own ]] || cmdline="$cmdline airs.root=own airs.overlays=$overlays"
+if [[ $init == systemd ]]; then
+  # systemd-run-generator: the job is the boot's one service (default.target
+  # becomes it, after basic.target), and its end powers the guest off.
+  cmdline="$cmdline airs.init=systemd systemd.run=$results/job.sh"
+  cmdline="$cmdline systemd.run_success_action=poweroff-force systemd.run_failure_action=poweroff-force"
+fi
 case $arch in
   amd64) machine=(-M q35) ;;
   arm64) machine=(-M virt) ;;
 esac
-echo "==> $name: booting $kver ($(basename "$vmlinuz")), ${mem_mib} MiB, $smp CPUs, $hugepages huge pages, $accel_opt; $(grep "^ctest" "$results/job.sh")"
+echo "==> $name: booting $kver ($(basename "$vmlinuz")), ${mem_mib} MiB, $smp CPUs, $hugepages huge pages, $accel_opt; $(grep -E "^(ctest|\\( )" "$results/job.sh")"
 boot() {  # accel args... ; runs qemu under timeout, in the background
   timeout -k 10 "$vm_timeout" "$qemu" "${machine[@]}" "$@" -m "$mem_mib" -smp "$smp" \
     -nographic -no-reboot -nodefaults -serial "file:$results/console.log" -monitor none \
@@ -415,7 +486,7 @@ qrc=$?
 set -e
 rm -f "$scratch"
 total=$(took "$t")
-if [[ -f $results/ctest.log ]]; then cat "$results/ctest.log"; fi
+if [[ -f $results/$log ]]; then cat "$results/$log"; fi
 [[ ! -f $results/timing ]] || while read -r k v; do echo "vm-timing: $name $k $v s"; done < "$results/timing"
 echo "vm-timing: $name boot+tests+poweroff $total s"
 if [[ ! -s $results/rc ]]; then
@@ -426,5 +497,5 @@ if [[ ! -s $results/rc ]]; then
   exit 1
 fi
 rc=$(cat "$results/rc")
-echo "==> $name: ctest exit $rc (kernel $kver, accel $accel_opt; console log $results/console.log)"
+echo "==> $name: ${job_cmd:+job }${job_cmd:-ctest} exit $rc (kernel $kver, accel $accel_opt, init $init; console log $results/console.log)"
 exit "$rc"

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <cstring>
@@ -232,42 +233,79 @@ class PagerTest : public ::testing::Test {
     return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
   }
 
-  // Forks a daemon (made by `make`) that loads the test model, hands it to
-  // two clients in `client_mode` and serves them; after `grace` the daemon
-  // is killed (SIGKILL). Returns the clients' wait statuses. The caller
-  // must be a child subreaper so the clients (grandchildren) come back to it.
-  static std::vector<int> kill_daemon_under_clients(const std::function<Daemon()>& make,
-                                                    const std::string& client_mode, std::chrono::milliseconds grace) {
+  // Forks a daemon (made by `make`) whose block reads are held in the
+  // device (HeldReads: nothing it reads arrives until this process lets it
+  // go), hands the test model to two clients in `client_mode` and serves
+  // them until `waiting(d, id, clients)` says a client waits for the load;
+  // then the daemon is killed (SIGKILL) and its held reads are let go (its
+  // exit waits for them). So the clients wait first and the daemon dies
+  // second, however slowly they start (TCG). The clients start before the
+  // daemon's reads are held: their own reads (the fallback's) are not.
+  // Returns the clients' wait statuses, or `skip` says why the test cannot
+  // run. The caller must be a child subreaper so the clients
+  // (grandchildren) come back to it.
+  struct KilledMidLoad {
+    std::vector<int> statuses;
+    std::string skip;
+  };
+  using WaitingPred = std::function<bool(Daemon&, ModelId, std::vector<Child>&)>;
+  static KilledMidLoad kill_daemon_under_clients(const std::function<Daemon()>& make, const std::string& client_mode,
+                                                 const WaitingPred& waiting) {
+    HeldReads held(g_src);
+    if (!held.throttle.available()) return {{}, "cannot hold reads in the device: " + held.throttle.why()};
+    enum : int32_t { kWaiting, kNoHold, kNoDirectIo, kNoAttach, kNeverWaited };
+    struct Report {
+      int32_t code;
+      pid_t pids[2];
+    };
     int pipefd[2];
     EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
     const pid_t daemon = ::fork();
     if (daemon == 0) {
       ::close(pipefd[0]);
       Daemon d = make();
-      const ModelId id = load(d, g_src);
-      pid_t pids[2];
-      for (int i = 0; i < 2; ++i) {
-        Child c = spawn(client_mode);
-        if (!attach(d, id, c, static_cast<pager::ClientKey>(i + 1))) _exit(2);
-        pids[i] = c.pid;
+      std::vector<Child> cs;
+      for (int i = 0; i < 2; ++i) cs.push_back(spawn(client_mode));
+      Report r{kWaiting, {cs[0].pid, cs[1].pid}};
+      const auto report = [&](int32_t code) {
+        r.code = code;
+        if (::write(pipefd[1], &r, sizeof r) != static_cast<ssize_t>(sizeof r)) _exit(3);
+      };
+      if (!held.start()) {
+        report(kNoHold);
+        _exit(0);
       }
-      if (::write(pipefd[1], pids, sizeof pids) != static_cast<ssize_t>(sizeof pids)) _exit(3);
+      const ModelId id = load(d, g_src);
+      if (!stats(d, id).direct_io) {
+        report(kNoDirectIo);
+        _exit(0);
+      }
+      for (size_t i = 0; i < cs.size(); ++i) {
+        if (!attach(d, id, cs[i], static_cast<pager::ClientKey>(i + 1))) {
+          report(kNoAttach);
+          _exit(2);
+        }
+      }
+      report(run_until(d, [&] { return waiting(d, id, cs); }, 120s) ? kWaiting : kNeverWaited);
       for (;;) (void)d.loop->run_once(5ms);
     }
     ::close(pipefd[1]);
     g_children.push_back(daemon);
-    pid_t pids[2];
-    const bool got = ::read(pipefd[0], pids, sizeof pids) == static_cast<ssize_t>(sizeof pids);
+    Report r{};
+    const bool got = ::read(pipefd[0], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
     ::close(pipefd[0]);
-    EXPECT_TRUE(got) << "the forked daemon did not start its clients";
-    if (!got) return {};
-    g_children.insert(g_children.end(), pids, pids + 2);
-    std::this_thread::sleep_for(grace);
+    if (got) g_children.insert(g_children.end(), r.pids, r.pids + 2);
     ::kill(daemon, SIGKILL);
+    (void)held.release();
     ::waitpid(daemon, nullptr, 0);
+    if (got && r.code == kNoDirectIo) return {{}, g_src + " takes no O_DIRECT: its reads would come from the page cache"};
+    if (got && r.code == kNoHold) return {{}, "the daemon could not lock its mappings and join the throttled group"};
+    EXPECT_TRUE(got && r.code == kWaiting) << "the forked daemon did not report waiting clients (report "
+                                           << (got ? std::to_string(r.code) : std::string("none")) << ")";
+    if (!got || r.code != kWaiting) return {};
     std::vector<int> out;
-    for (pid_t p : pids) out.push_back(wait_child(nullptr, p));
-    return out;
+    for (pid_t p : r.pids) out.push_back(wait_child(nullptr, p));
+    return {out, ""};
   }
 
   // Run the daemon's loop until pred() or timeout.
@@ -1106,15 +1144,21 @@ TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   TempMount mnt(shmem ? 0 : kPoolPages + 8);
   ASSERT_TRUE(shmem || !mnt.dir.empty()) << "cannot mount hugetlbfs";
   // The daemon: fault-driven only, so most of the model is still missing
-  // when it dies.
+  // when it dies. It dies while a client waits in a fault whose read is
+  // held in the device; the clients then serve their own faults (exit 6:
+  // the daemon outlived a client's pass, nothing tested).
   PagerOptions o;
   o.background_warmup = false;
   o.prefetch_window = 0;
-  const auto statuses = kill_daemon_under_clients(
-      [&] { return shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o); }, "fallback:3000",
-      20ms);
-  ASSERT_EQ(statuses.size(), 2U);
-  for (int st : statuses) EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  const auto killed = kill_daemon_under_clients(
+      [&] { return shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o); }, "fallback:0",
+      [](Daemon& d, ModelId id, std::vector<Child>&) {
+        const auto s = stats(d, id);
+        return s.faults_waited >= 1 && s.units_in_flight >= 1;
+      });
+  if (!killed.skip.empty()) GTEST_SKIP() << killed.skip;
+  ASSERT_EQ(killed.statuses.size(), 2U);
+  for (int st : killed.statuses) EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
   // Everything the dead daemon and its clients held is back in the kernel
   // (hugetlbfs: the private mount counts it exactly; shmem pages have no
   // such private counter).
@@ -1199,13 +1243,21 @@ TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
 
 TEST_F(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  // The warm-up paced to 16 MiB/s: the 66 MiB model takes about four
-  // seconds and is far from resident when the daemon dies.
-  PagerOptions o;
-  o.warmup_bytes_per_s = 16 << 20;
-  const auto statuses = kill_daemon_under_clients([&] { return make_daemon(kPoolPages, o); }, "coop-fallback", 700ms);
-  ASSERT_EQ(statuses.size(), 2U);
-  for (int st : statuses)
+  // The fill's reads are held in the device: no unit becomes ready. The
+  // daemon dies once both clients said (one byte on their socket) that
+  // they wait for a rank that is not ready.
+  std::vector<bool> said(2, false);
+  const auto killed = kill_daemon_under_clients(
+      [&] { return make_daemon(kPoolPages, {}); }, "coop-fallback", [&](Daemon&, ModelId, std::vector<Child>& cs) {
+        for (size_t i = 0; i < cs.size(); ++i) {
+          char b = 0;
+          if (!said[i] && ::recv(cs[i].sock.get(), &b, 1, MSG_DONTWAIT) == 1) said[i] = true;
+        }
+        return std::find(said.begin(), said.end(), false) == said.end();
+      });
+  if (!killed.skip.empty()) GTEST_SKIP() << killed.skip;
+  ASSERT_EQ(killed.statuses.size(), 2U);
+  for (int st : killed.statuses)
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
         << describe(st) << " (exit 7: resident before the daemon died, nothing tested)";
 }

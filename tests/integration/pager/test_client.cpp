@@ -76,7 +76,9 @@ bool verify_unit(const std::byte* base, uint64_t u, bool past_eof = true) {
 //   coop-fallback  like coop-ranks while the daemon dies mid-load: the waits
 //                  swap the GGUF file in; then every byte of the file must
 //                  read right at the same address (exit 7: the model was
-//                  resident before the daemon died, nothing tested)
+//                  resident before the daemon died, nothing tested). Sends
+//                  one byte on its socket before it first waits for a rank
+//                  that is not ready (the test kills the daemon then).
 // Whether the region's shmem file holds huge folios: a memfd (named
 // "/memfd:...") never does here; a file of the daemon's huge tmpfs does.
 bool region_on_huge_folios(int fd) {
@@ -106,7 +108,8 @@ uint64_t pmd_mapped_kb(const void* addr) {
   return kb;
 }
 
-int run_cooperative(const std::string& mode, int region_fd, const airs::test::Hello& hello, StatusPageView status) {
+int run_cooperative(const std::string& mode, int sock, int region_fd, const airs::test::Hello& hello,
+                    StatusPageView status) {
   if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
   // A writable mapping must be refused on the O_RDONLY fd.
   if (::mmap(nullptr, hello.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0) != MAP_FAILED) return 51;
@@ -131,7 +134,13 @@ int run_cooperative(const std::string& mode, int region_fd, const airs::test::He
     airs::client::CooperativeFallback fb(m->get(), hello.region_size, g_src, daemon->get(), [&] { ++announced; });
     std::vector<bool> checked(units, false);
     std::vector<airs::client::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+    bool said_waiting = false;
     for (const auto& r : ranks) {
+      if (!said_waiting && !status.rank_ready(r.rank)) {
+        const char b = 'w';
+        if (::send(sock, &b, 1, MSG_NOSIGNAL) != 1) return 58;
+        said_waiting = true;
+      }
       auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30), &fb);
       if (!st) {
         std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
@@ -217,7 +226,7 @@ int main(int argc, char** argv) {
   if (::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0) != MAP_FAILED)
     return 15;
 
-  if (hello.backing == airs::test::kBackingCooperative) return run_cooperative(mode, region_fd, hello, status);
+  if (hello.backing == airs::test::kBackingCooperative) return run_cooperative(mode, sock, region_fd, hello, status);
 
   auto lm = LazyMapping::create(region_fd, hello.region_size,
                                 hello.backing == airs::test::kBackingShmem ? LazyBacking::Shmem : LazyBacking::Hugetlbfs);
