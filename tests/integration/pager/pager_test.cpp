@@ -603,6 +603,7 @@ TEST_P(PagerModeTest, UnitAllocatedAheadOfItsReadWaitsForTheRead) {
   PagerOptions o;
   o.queue_depth = 1;
   o.allocate_ahead = 8;
+  o.copy_fill = false;  // a copy fill allocates nothing ahead
   // The warm-up paced to 1 MiB/s (populates are not paced): unit 5 is still
   // unread when a slow client (sanitizer builds start in seconds) faults it.
   o.warmup_bytes_per_s = 1 << 20;
