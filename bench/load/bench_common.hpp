@@ -133,14 +133,21 @@ class LoopThread {
 };
 
 // The in-process daemon: a pool just large enough for a `size`-byte model
-// (hugetlbfs: full mode, else pinned shmem) and a pager on `lt`'s loop
-// thread (started here), watching when the model it loads is resident.
+// (hugetlbfs: full mode, else pinned shmem, with `shmem` options: memfds of
+// base pages with huge_folios = false) and a pager on `lt`'s loop thread
+// (started here), watching when the model it loads is resident.
 // Destroy `pager` on the loop thread (lt.call) before stopping it.
 struct BenchPager {
-  BenchPager(LoopThread& lt, bool hugetlbfs, uint64_t size, airs::pager::PagerOptions po) {
+  BenchPager(LoopThread& lt, bool hugetlbfs, uint64_t size, airs::pager::PagerOptions po,
+             airs::pool::ShmemOptions shmem = {}) {
     std::unique_ptr<airs::pool::PoolBackend> backend;
-    if (hugetlbfs) backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
-    else backend = std::move(airs::pool::ShmemBackend::create({})).value();
+    if (hugetlbfs) {
+      backend = std::move(airs::pool::HugetlbfsBackend::create({})).value();
+    } else {
+      auto b = std::move(airs::pool::ShmemBackend::create(std::move(shmem))).value();
+      std::fprintf(stderr, "pool: %s\n", b->huge_folios_note().c_str());
+      backend = std::move(b);
+    }
     const uint64_t unit = backend->page_size();
     auto p = airs::pool::Pool::create(std::move(backend), {airs::pool::pages_for(size, unit) * unit, false});
     if (!p) die(p.error().message);

@@ -172,6 +172,12 @@ int main(int argc, char** argv) {
   app.add_option("--layers", nlayers, "blk layers");
   app.add_option("--compute-us", compute_us, "compute time per layer, µs (one run per value)");
   app.add_option("--allocate-ahead", allocate_ahead, "pager: units allocated ahead of their reads (0 = off)");
+  bool memfd = false;
+  bool copy_fill = airs::pager::PagerOptions{}.copy_fill;
+  app.add_flag("--memfd", memfd, "shmem modes: memfds of base pages even where huge folios work (a kernel without "
+                                 "transparent huge pages, as stock Raspberry Pi OS)");
+  app.add_option("--copy-fill", copy_fill, "pager: fill base-page shmem by copy through a bounce buffer (1) or read "
+                                           "into the region (0)");
   std::string only = "abcdef";
   app.add_option("--only", only, "scenarios to run, by letter (e.g. \"ef\" for the shmem modes under a profiler)");
   CLI11_PARSE(app, argc, argv);
@@ -259,7 +265,10 @@ int main(int argc, char** argv) {
       airs::pager::PagerOptions po;
       po.uffd_clients = mode != AirsMode::Cooperative;
       po.allocate_ahead = allocate_ahead;
-      BenchPager bp(lt, mode == AirsMode::Full, size, po);
+      po.copy_fill = copy_fill;
+      airs::pool::ShmemOptions so;
+      so.huge_folios = !memfd;
+      BenchPager bp(lt, mode == AirsMode::Full, size, po, so);
       bp.load(lt, path, size, extents);
       auto& pager = bp.pager;
       const airs::pager::ModelId id = bp.id;

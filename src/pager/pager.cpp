@@ -9,25 +9,34 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
 #include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
+#include "sys/shmem.hpp"
 #include "sys/uffd.hpp"
 #include "util/units.hpp"
 
 namespace airs::pager {
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; Debian 12's headers may lack it
+#endif
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; Debian 12's headers may lack it
+#define MADV_POPULATE_WRITE 23
 #endif
 
 using Clock = std::chrono::steady_clock;
 
-// Completions of populates carry this bit; reads carry their bare slot.
+// Completions of populates carry this bit; reads carry their bare slot, and
+// a copied read's write into the region and the populate linked to it
+// (copy_in) carry their slot with kWriteTag and kCopiedTag.
 constexpr uint64_t kPopulateTag = uint64_t{1} << 63;
+constexpr uint64_t kWriteTag = uint64_t{1} << 62;
+constexpr uint64_t kCopiedTag = uint64_t{1} << 61;
 enum : uint8_t { kNotPopulated = 0, kPopulating = 1, kPopulated = 2 };
 
 void LatencyHistogram::add(uint64_t us) {
@@ -76,6 +85,9 @@ struct Pager::Model {
   [[nodiscard]] bool idle() const { return in_flight == 0 && populates_in_flight == 0; }
   bool pin_warned = false;
   bool populate_warned = false;
+  // Filled by copy (PagerOptions::copy_fill): read into a bounce buffer,
+  // written into the region file; no populates ahead.
+  bool copy_fill = false;
   uint32_t in_flight = 0;
   uint32_t populates_in_flight = 0;
   std::vector<uint8_t> populated;  // per unit, since the last (re)fill started
@@ -100,6 +112,8 @@ struct Pager::Read {
   uint64_t done = 0;
   uint64_t expected = 0;
   bool direct = false;
+  bool copy = false;      // into bounce(slot), then copy_in
+  int32_t write_res = 0;  // copy_in's write into the region
 };
 
 struct Pager::Populate {
@@ -138,6 +152,7 @@ Pager::~Pager() {
     for (auto* tab : {&models_, &unloading_})
       for (auto& [id, m] : *tab)
         if (!m->idle()) (void)m->region.release();
+    (void)bounce_.release();  // a copy still writes from it
   }
   for (auto& [id, m] : models_) {
     for (auto& [key, c] : m->clients) {
@@ -225,6 +240,9 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   m->file_size = spec.file_size;
   m->unit = unit;
   m->region = std::move(region);
+  // A copy's write past the end of a truncated (unloaded) region fails on
+  // the seal instead of growing the file back (sys::create_shmem_file).
+  m->copy_fill = opts_.copy_fill && pool_.backend().fills_by_copy() && sys::sealed_against_growth(m->region->fd());
   // O_DIRECT where the file system allows: reads go straight into the huge
   // pages without polluting the page cache with a second copy.
   if (opts_.direct_io != DirectIo::Off) {
@@ -286,8 +304,9 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
     return id;
   }
   start_fill(ref);
-  spdlog::info("model '{}': {} in {} units of {}, {} reads", ref.name, format_bytes(ref.file_size), units,
-               format_bytes(unit), ref.gguf_direct ? "O_DIRECT" : "buffered");
+  spdlog::info("model '{}': {} in {} units of {}, {} reads{}", ref.name, format_bytes(ref.file_size), units,
+               format_bytes(unit), ref.gguf_direct ? "O_DIRECT" : "buffered",
+               ref.copy_fill ? ", copied into the region through a bounce buffer" : "");
   return id;
 }
 
@@ -380,7 +399,8 @@ bool Pager::populate_ahead() {
   bool queued = false;
   size_t slot = 0;
   for (auto& [id, m] : models_) {
-    if (m->retire != Model::Retire::None || !m->region->reserved()) continue;
+    // A copied unit's pages come from its write, not zeroed ahead.
+    if (m->retire != Model::Retire::None || !m->region->reserved() || m->copy_fill) continue;
     for (ReadClass cls : {ReadClass::Prefetch, ReadClass::Background}) {
       if (cls == ReadClass::Background && !opts_.background_warmup) break;
       for (uint32_t u : m->plan.peek(cls, opts_.allocate_ahead)) {
@@ -433,7 +453,7 @@ bool Pager::issue(Model& m, uint32_t unit) {
       unit_failed(m, unit, st.error().code);
       return true;
     }
-    r = Read{true, m.id, unit, 0, std::min(m.unit, m.file_size - uint64_t{unit} * m.unit), false};
+    r = Read{true, m.id, unit, 0, std::min(m.unit, m.file_size - uint64_t{unit} * m.unit), false, m.copy_fill, 0};
     m.plan.set_state(unit, UnitState::InFlight);
     m.read_order.push_back(unit);
     ++m.in_flight;
@@ -454,12 +474,89 @@ void Pager::submit_read(size_t slot) {
   // O_DIRECT lengths must be block multiples; reading past EOF is a short read.
   const uint64_t len = r.direct ? std::min(m.unit - r.done, *round_up(remaining, align)) : remaining;
   const int fd = r.direct ? m.gguf_direct.get() : m.gguf.get();
-  while (!ring_->queue_read(fd, m.region->data() + off, static_cast<uint32_t>(len), off, slot)) {
+  std::byte* dst = m.region->data() + off;
+  if (r.copy) {
+    if (std::byte* b = bounce(slot); b != nullptr) dst = b + r.done;
+    else r.copy = false;  // no bounce buffer (mapped once, at a read's start): straight into the region
+  }
+  while (!ring_->queue_read(fd, dst, static_cast<uint32_t>(len), off, slot)) {
     if (auto st = ring_->submit(); !st) {
       spdlog::error("pager: {}", st.error().message);
       break;
     }
   }
+}
+
+// The bounce buffer of read slot `slot` (a unit of anonymous memory), mapped
+// at the first use; nullptr if it cannot be (then reads go straight into the
+// region, logged once).
+std::byte* Pager::bounce(size_t slot) {
+  if (!bounce_.valid()) {
+    const size_t len = reads_.size() * pool_.page_size();
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      static bool warned = false;
+      if (!std::exchange(warned, true))
+        spdlog::warn("pager: no {} bounce buffer for copied reads ({}); reading into the regions instead",
+                     format_bytes(len), std::strerror(errno));
+      return nullptr;
+    }
+    bounce_ = sys::Mapping(p, len);
+  }
+  bounce_used_ = true;
+  return bounce_.bytes() + slot * pool_.page_size();
+}
+
+// A copied read is complete in its bounce buffer: write it into the region
+// file, and once that wrote every byte, fault the unit's pages into the
+// daemon's mapping (MADV_POPULATE_READ, linked), both in io-wq workers.
+// shmem_write_begin allocates each page without zeroing it and the copy
+// fills it; the populate maps the pages into the lock-on-fault mapping
+// (which locks them) and allocates the tail past the end of the file, so one
+// CONTINUE finds every page. Until the unit is READY nothing shows it to a
+// client: the zero-page rules of the header hold for the pages the write
+// put into the file as for pages allocated ahead.
+void Pager::copy_in(size_t slot) {
+  Read& r = reads_[slot];
+  Model& m = *find(r.model);
+  const uint64_t off = uint64_t{r.unit} * m.unit;
+  for (;;) {
+    if (ring_->sq_space() >= 2 &&
+        ring_->queue_write_linked(m.region->fd(), bounce(slot), static_cast<uint32_t>(r.expected), off,
+                                  kWriteTag | slot, true)) {
+      (void)ring_->queue_madvise(m.region->data() + off, static_cast<uint32_t>(m.unit), MADV_POPULATE_READ,
+                                 kCopiedTag | slot);
+      break;
+    }
+    if (auto st = ring_->submit(); !st) {
+      spdlog::error("pager: {}", st.error().message);
+      break;
+    }
+  }
+  if (auto st = ring_->submit(); !st) spdlog::error("pager: {}", st.error().message);
+}
+
+// The populate linked to a copy's write landed (or was cancelled because the
+// write fell short): the unit is done.
+void Pager::on_copied(size_t slot, int32_t res) {
+  Read& r = reads_[slot];
+  const int32_t wrote = r.write_res;
+  Model* m = find_any(r.model);
+  const bool live = m != nullptr && m->retire != Model::Retire::Unload && !closing_;
+  if (live && (wrote == -EAGAIN || wrote == -EINTR)) return copy_in(slot);
+  const uint32_t unit = r.unit;
+  const uint64_t expected = r.expected;
+  r.active = false;
+  --reads_active_;
+  if (m == nullptr) return;
+  --m->in_flight;
+  // Unloaded: the write went into pages the truncation took, or failed on
+  // the growth seal; the populate on the truncated mapping.
+  if (m->retire == Model::Retire::Unload || closing_) return;
+  if (wrote < 0 || static_cast<uint64_t>(wrote) != expected) return unit_failed(*m, unit, wrote < 0 ? -wrote : EIO);
+  // Populated: every page is in the mapping (and locked there if it locks
+  // on fault). Else pin allocates and locks the whole unit itself.
+  finish_unit(*m, unit, res == 0 ? m->unit : 0);
 }
 
 void Pager::on_ring() {
@@ -471,6 +568,7 @@ void Pager::after_reap() {
   map_ready();  // before a drain's punch takes the pages (a CONTINUE after it would find none)
   end_drains();
   pump();  // the slots the drained models held go to the others
+  free_bounce_if_idle();
 }
 
 bool Pager::reap_until(const std::function<bool()>& done, Clock::time_point deadline) {
@@ -551,6 +649,11 @@ bool Pager::draining(ModelId id) const {
 
 void Pager::on_completion(uint64_t user_data, int32_t res) {
   if ((user_data & kPopulateTag) != 0) return on_populated(user_data & ~kPopulateTag, res);
+  if ((user_data & kWriteTag) != 0) {
+    reads_[user_data & ~kWriteTag].write_res = res;  // its linked populate completes after it
+    return;
+  }
+  if ((user_data & kCopiedTag) != 0) return on_copied(user_data & ~kCopiedTag, res);
   const uint64_t slot = user_data;
   Read& r = reads_[slot];
   Model* m = find_any(r.model);
@@ -587,28 +690,43 @@ void Pager::on_completion(uint64_t user_data, int32_t res) {
   }
   const uint32_t unit = r.unit;
   const bool ok = r.done >= r.expected;
+  if (ok && r.copy) return copy_in(slot);  // the slot stays busy until the copy landed
+  const uint64_t written = r.done;
   r.active = false;
   --reads_active_;
   --m->in_flight;
-  if (ok) {
-    // shmem: the read wrote only the pages it reached (not the tail past
-    // EOF); pin makes every page of the unit present, so one CONTINUE covers
-    // it, and locks it. A pin failure leaves correct bytes that could be
-    // swapped: worth a warning, not a failed unit.
-    const uint64_t off = uint64_t{unit} * m->unit;
-    if (auto st = pool_.backend().pin(m->region->fd(), m->region->data(), off, m->unit, r.done,
-                                      "model '" + m->name + "'");
-        !st) {
-      if (!m->pin_warned) spdlog::warn("model '{}': {}", m->name, st.error().message);
-      m->pin_warned = true;
-      if (st.error().code != ENOMEM && st.error().code != EPERM && st.error().code != EAGAIN)
-        return unit_failed(*m, unit, st.error().code);
-    }
-    unit_ready(*m, unit);
-  } else {
-    // res < 0: read error; res == 0 before the expected end: the file shrank.
-    unit_failed(*m, unit, res < 0 ? -res : EIO);
+  // res < 0: read error; res == 0 before the expected end: the file shrank.
+  if (!ok) return unit_failed(*m, unit, res < 0 ? -res : EIO);
+  finish_unit(*m, unit, written);
+}
+
+// Unit `unit` holds its final bytes, the first `written` of them faulted
+// into the daemon's mapping. shmem: the rest (the tail past EOF, or all of
+// a copied unit whose populate failed) is not; pin makes every page of the
+// unit present, so one CONTINUE covers it, and locks it. A pin failure
+// leaves correct bytes that could be swapped: worth a warning, not a failed
+// unit.
+void Pager::finish_unit(Model& m, uint32_t unit, uint64_t written) {
+  const uint64_t off = uint64_t{unit} * m.unit;
+  if (auto st = pool_.backend().pin(m.region->fd(), m.region->data(), off, m.unit, written, "model '" + m.name + "'");
+      !st) {
+    if (!m.pin_warned) spdlog::warn("model '{}': {}", m.name, st.error().message);
+    m.pin_warned = true;
+    if (st.error().code != ENOMEM && st.error().code != EPERM && st.error().code != EAGAIN)
+      return unit_failed(m, unit, st.error().code);
   }
+  unit_ready(m, unit);
+}
+
+// No read in flight and no model loading: the bounce buffers' pages go back
+// to the kernel (MADV_FREE: reclaimed only under pressure, free to reuse
+// until then).
+void Pager::free_bounce_if_idle() {
+  if (!bounce_used_ || reads_active_ != 0) return;
+  for (const auto& [id, m] : models_)
+    if (m->state == client::ModelLoadState::Loading && m->region->reserved()) return;
+  (void)::madvise(bounce_.get(), bounce_.size(), MADV_FREE);
+  bounce_used_ = false;
 }
 
 void Pager::unit_ready(Model& m, uint32_t unit) {
@@ -1059,6 +1177,7 @@ Result<ModelStats> Pager::stats(ModelId id) const {
   s.read_mb_per_s = secs > 0 ? static_cast<double>(m->bytes_read) / 1e6 / secs : 0;
   s.direct_io = m->gguf_direct.valid();
   s.pin_failed = m->pin_warned;
+  s.copy_fill = m->copy_fill;
   s.faults = m->faults;
   s.faults_waited = m->faults_waited;
   s.ready_latency = m->ready_latency;

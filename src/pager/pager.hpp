@@ -101,6 +101,18 @@ struct PagerOptions {
   // cooperative mode the warm-up is the whole fill, so this paces it all.
   uint64_t warmup_bytes_per_s = 0;
   DirectIo direct_io = DirectIo::Auto;
+  // Fill base-page shmem (memfds: PoolBackend::fills_by_copy, the region
+  // sealed against growth) by copy: each unit is read into a reusable
+  // anonymous bounce buffer (one unit per read slot, queue_depth × unit of
+  // anonymous memory), then written into the region file and mapped into
+  // the daemon's locked mapping, both in the ring's io-wq workers; no pages
+  // are allocated ahead. Off (the default): reads go straight into the
+  // region mapping, as on hugetlbfs and huge folios. Measured
+  // (docs/shmem-base-pages.md, bench/load/memfd_fill.sh): the copy skips the
+  // zeroing and the pinning of shmem pages but costs a memcpy, and took
+  // 8-17% more process CPU for the same pass; kept for measuring other
+  // machines.
+  bool copy_fill = false;
 };
 
 // fault→resume latency (the daemon's side: fault event read → CONTINUE done).
@@ -128,6 +140,7 @@ struct ModelStats {
   double read_mb_per_s = 0;       // bytes_read over the time since (re)load until resident (or now)
   bool direct_io = false;         // O_DIRECT reads in use
   bool pin_failed = false;        // shmem: a unit could not be mlocked (its bytes may be swapped)
+  bool copy_fill = false;         // filled by copy through a bounce buffer (PagerOptions::copy_fill)
   uint64_t faults = 0;            // fault events handled (all clients, duplicates included)
   uint64_t faults_waited = 0;     // faults on units not yet ready
   LatencyHistogram ready_latency; // faults on READY units
@@ -266,6 +279,11 @@ class Pager {
   void pump();
   bool issue(Model& m, uint32_t unit);
   void submit_read(size_t slot);
+  std::byte* bounce(size_t slot);
+  void copy_in(size_t slot);
+  void on_copied(size_t slot, int32_t res);
+  void finish_unit(Model& m, uint32_t unit, uint64_t written);
+  void free_bounce_if_idle();
   void on_ring();
   void on_completion(uint64_t user_data, int32_t res);
   bool populate_ahead();
@@ -298,6 +316,10 @@ class Pager {
   std::unique_ptr<sys::Ring> ring_;
   std::vector<Read> reads_;  // slots, size queue_depth
   uint32_t reads_active_ = 0;
+  // Copy fill: one unit per read slot, mapped at the first copied read;
+  // its pages are given back (MADV_FREE) whenever no model loads.
+  sys::Mapping bounce_;
+  bool bounce_used_ = false;  // pages of bounce_ touched since the last MADV_FREE
   std::vector<Populate> populates_;  // slots, size allocate_ahead
   std::map<ModelId, std::unique_ptr<Model>> models_;
   // Unloaded models whose reads are still in flight: out of the table for

@@ -41,6 +41,10 @@ struct KernelView {
   std::vector<sys::NodeHugePages> nodes;
 };
 
+// Whether a pool file may be resized later (the reserve) or keeps the size
+// it was made with (model regions, KV arenas).
+enum class FileSize : uint8_t { MayGrow, Fixed };
+
 class PoolBackend {
  public:
   virtual ~PoolBackend() = default;
@@ -48,8 +52,10 @@ class PoolBackend {
   [[nodiscard]] virtual uint64_t page_size() const = 0;
   // The userfaultfd features a lazy client must request for this memory.
   [[nodiscard]] virtual uint64_t uffd_features() const = 0;
-  // A new unlinked file of `size` bytes (no pages yet).
-  [[nodiscard]] virtual Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size) = 0;
+  // A new unlinked file of `size` bytes (no pages yet). FileSize::Fixed: the
+  // file never grows (a model region); shmem seals it so (F_SEAL_GROW), which
+  // the pager's copy fill relies on.
+  [[nodiscard]] virtual Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) = 0;
   // Populate (allocate, zero, pin) / release a page-aligned range of a file.
   [[nodiscard]] virtual Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
   [[nodiscard]] virtual Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
@@ -76,6 +82,12 @@ class PoolBackend {
                                    uint64_t /*written*/, const std::string& /*what*/) {
     return {};
   }
+  // True when the pager may fill a model region by copying each unit in (a
+  // read into a bounce buffer, then a write into the file; opt-in,
+  // PagerOptions::copy_fill) instead of reading straight into the region's
+  // mapping: shmem of base pages (docs/shmem-base-pages.md). The pager also
+  // needs the region sealed against growth (FileSize::Fixed).
+  [[nodiscard]] virtual bool fills_by_copy() const { return false; }
   // The pool is done with file `fd` (called before it is closed): drop any
   // per-file state. Default: none.
   virtual void forget_file(int /*fd*/) {}

@@ -50,7 +50,7 @@ uint64_t HugetlbfsBackend::uffd_features() const {
   return UFFD_FEATURE_MISSING_HUGETLBFS | UFFD_FEATURE_MINOR_HUGETLBFS;
 }
 
-Result<sys::UniqueFd> HugetlbfsBackend::create_file(const std::string& name, uint64_t size) {
+Result<sys::UniqueFd> HugetlbfsBackend::create_file(const std::string& name, uint64_t size, FileSize /*kind*/) {
   auto fd = sys::create_hugetlb_file(mount_, page_size_, name);
   if (!fd) return std::move(fd).error();
   AIRS_TRY(sys::resize_file(fd->get(), size, name));

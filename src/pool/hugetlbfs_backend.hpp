@@ -31,7 +31,7 @@ class HugetlbfsBackend final : public PoolBackend {
   [[nodiscard]] const char* name() const override { return "hugetlbfs"; }
   [[nodiscard]] uint64_t page_size() const override { return page_size_; }
   [[nodiscard]] uint64_t uffd_features() const override;
-  [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size) override;
+  [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) override;
   [[nodiscard]] Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   [[nodiscard]] Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) override;

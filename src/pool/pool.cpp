@@ -122,7 +122,7 @@ Result<std::unique_ptr<Pool>> Pool::create(std::unique_ptr<PoolBackend> backend,
   // start then tries again with what is free now, a few times.
   Result<sys::UniqueFd> fd = make_error(ENOMEM, "pool: no attempt");
   for (int attempt = 0;; ++attempt) {
-    fd = backend->create_file("airs-pool-reserve", have_pages * ps);
+    fd = backend->create_file("airs-pool-reserve", have_pages * ps, FileSize::MayGrow);
     if (!fd) {
       undo_raise();
       return std::move(fd).error();
@@ -215,7 +215,7 @@ Result<std::unique_ptr<Region>> Pool::create_model_region(const std::string& nam
   const uint64_t pages = pages_for(bytes, ps);
   if (pages == 0) return make_error(EINVAL, "model '{}': empty region", name);
   if (pages > counts_.free_pages) return exhausted("model '" + name + "'", pages);
-  auto fd = backend_->create_file("airs-model:" + name, pages * ps);
+  auto fd = backend_->create_file("airs-model:" + name, pages * ps, FileSize::Fixed);
   if (!fd) return std::move(fd).error();
   auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Model));
   AIRS_TRY(reserve_region(*r));
@@ -300,7 +300,7 @@ Result<std::unique_ptr<Region>> Pool::create_kv_region(const std::string& name, 
   const uint64_t ps = counts_.page_size;
   const uint64_t pages = pages_for(bytes, ps);
   if (pages == 0) return make_error(EINVAL, "KV arena '{}': empty", name);
-  auto fd = backend_->create_file("airs-kv:" + name, pages * ps);
+  auto fd = backend_->create_file("airs-kv:" + name, pages * ps, FileSize::MayGrow);
   if (!fd) return std::move(fd).error();
   auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Kv));
   r->held_.assign(pages, false);

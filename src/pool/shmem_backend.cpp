@@ -87,8 +87,9 @@ ShmemBackend::~ShmemBackend() = default;
 
 uint64_t ShmemBackend::uffd_features() const { return UFFD_FEATURE_MISSING_SHMEM | UFFD_FEATURE_MINOR_SHMEM; }
 
-Result<sys::UniqueFd> ShmemBackend::create_file(const std::string& name, uint64_t size) {
-  auto fd = huge_mount_ ? sys::create_tmpfs_file(huge_mount_.get(), name) : sys::create_shmem_file(name);
+Result<sys::UniqueFd> ShmemBackend::create_file(const std::string& name, uint64_t size, FileSize kind) {
+  if (!huge_mount_) return sys::create_shmem_file(name, size, kind == FileSize::Fixed);
+  auto fd = sys::create_tmpfs_file(huge_mount_.get(), name);
   if (!fd) return std::move(fd).error();
   AIRS_TRY(sys::resize_file(fd->get(), size, name));
   return std::move(fd).value();

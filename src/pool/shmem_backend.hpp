@@ -78,7 +78,7 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] const std::string& huge_folios_note() const { return huge_note_; }
   [[nodiscard]] uint64_t page_size() const override { return unit_; }
   [[nodiscard]] uint64_t uffd_features() const override;
-  [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size) override;
+  [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) override;
   // fallocate + mlock (through the backend's own mapping of the file).
   [[nodiscard]] Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   // munlock + punch hole (frees the shmem pages, zaps every mapper's PTEs).
@@ -98,6 +98,9 @@ class ShmemBackend final : public PoolBackend {
   // not already hold: nothing for a fully written unit of a locked mapping.
   [[nodiscard]] Status pin(int fd, std::byte* map, uint64_t offset, uint64_t len, uint64_t written,
                            const std::string& what) override;
+  // Memfds of base pages may be filled by copy (docs/shmem-base-pages.md);
+  // huge folios are always read into straight (one pinned folio per 2 MiB).
+  [[nodiscard]] bool fills_by_copy() const override { return !huge_folios(); }
   void forget_file(int fd) override;
   [[nodiscard]] bool release_frees_memory() const override { return true; }
   // Handing the whole region over at once cost ~0.5 ms per 2 MiB unit

@@ -12,17 +12,27 @@
 #include <cstring>
 #include <utility>
 
+#include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
 
 namespace airs::sys {
 
-Result<UniqueFd> create_shmem_file(const std::string& name) {
-  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
+Result<UniqueFd> create_shmem_file(const std::string& name, uint64_t size, bool fixed_size) {
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return make_error(errno, "memfd_create for {}: {}", name, std::strerror(errno));
   // memfd inodes are created 0777: anyone handed an O_RDONLY fd could reopen
   // it writable through /proc/self/fd. Only the daemon may write.
   if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "fchmod 0600 of {}: {}", name, std::strerror(errno));
+  AIRS_TRY(resize_file(fd.get(), size, name));
+  const int seals = F_SEAL_SEAL | (fixed_size ? F_SEAL_GROW : 0);
+  if (::fcntl(fd.get(), F_ADD_SEALS, seals) != 0)
+    return make_error(errno, "sealing {}: {}", name, std::strerror(errno));
   return fd;
+}
+
+bool sealed_against_growth(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_GROW) != 0;
 }
 
 namespace {

@@ -13,9 +13,16 @@
 
 namespace airs::sys {
 
-// A new memfd (MFD_CLOEXEC, no MFD_HUGETLB): shmem base pages. Empty; size it
-// with resize_file. `name` shows in /proc/PID/fd.
-[[nodiscard]] Result<UniqueFd> create_shmem_file(const std::string& name);
+// A new memfd (MFD_CLOEXEC, no MFD_HUGETLB): shmem base pages, `size` bytes,
+// no pages yet. `name` shows in /proc/PID/fd. Sealed: F_SEAL_SEAL (nobody,
+// not even a holder of an O_RDWR fd, adds seals later: a client's
+// F_SEAL_SHRINK would stop an unload's truncation) and, with `fixed_size`,
+// F_SEAL_GROW: a write or fallocate past the end fails with EPERM, so a
+// write that lands after an unload truncated the file cannot bring it back
+// (and with it zero-filled holes below the write).
+[[nodiscard]] Result<UniqueFd> create_shmem_file(const std::string& name, uint64_t size, bool fixed_size);
+// True when `fd` is sealed against growth (F_SEAL_GROW).
+[[nodiscard]] bool sealed_against_growth(int fd);
 
 // A tmpfs instance of our own, mounted huge=within_size with no size or inode
 // limit (the pool bounds what it holds): fsopen + fsmount, a detached mount in

@@ -44,11 +44,12 @@ bool Ring::queue_madvise(void* addr, uint32_t len, int advice, uint64_t user_dat
   return true;
 }
 
-bool Ring::queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data) {
+bool Ring::queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data,
+                              bool async) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   if (sqe == nullptr) return false;
   io_uring_prep_write(sqe, fd, buf, len, offset);
-  io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+  io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK | (async ? IOSQE_ASYNC : 0));
   io_uring_sqe_set_data64(sqe, user_data);
   return true;
 }

@@ -41,8 +41,11 @@ class Ring {
   // Queue a write of `len` bytes of `buf` at `offset` of `fd`, linked to the
   // next queued entry (IOSQE_IO_LINK: that one runs only after this one
   // completed in full, else it completes with -ECANCELED). Returns false if
-  // the submission queue is full.
-  bool queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data);
+  // the submission queue is full. `async`: straight to one of the ring's
+  // io-wq workers (IOSQE_ASYNC), without first trying it inline in the
+  // submitting thread.
+  bool queue_write_linked(int fd, const void* buf, uint32_t len, uint64_t offset, uint64_t user_data,
+                          bool async = false);
   // Queue fsync(fd). Returns false if the submission queue is full.
   bool queue_fsync(int fd, uint64_t user_data);
   // Free submission slots (a caller that needs two linked slots checks first).

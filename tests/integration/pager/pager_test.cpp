@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <cstring>
@@ -55,10 +56,20 @@ int64_t g_raised = 0;         // nr_hugepages we added for the suite
 std::string g_nr_path;
 
 constexpr uint64_t kPoolPages = 48;
+// ASan and TSan intercept mlock/munlock and make them no-ops: VmLck stays 0.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kMlockWorks = false;
+#else
+constexpr bool kMlockWorks = true;
+#endif
 // The pool backend the suite's daemons use (the mode under test):
-// hugetlbfs = full mode, shmem = small-pages mode (and cooperative).
-enum class Backing { Hugetlbfs, Shmem };
+// hugetlbfs = full mode, shmem = small-pages mode (and cooperative), on
+// huge folios where the kernel gives them; ShmemMemfd: shmem forced onto
+// memfds of base pages (a kernel without transparent huge pages, as stock
+// Raspberry Pi OS).
+enum class Backing { Hugetlbfs, Shmem, ShmemMemfd };
 Backing g_backing = Backing::Hugetlbfs;
+bool shmem() { return g_backing != Backing::Hugetlbfs; }
 bool g_cooperative = false;
 std::vector<pid_t> g_children;  // killed at the end of each test if still alive
 
@@ -144,10 +155,11 @@ class PagerTest : public ::testing::Test {
     EXPECT_TRUE(loop.ok());
     d.loop = std::move(loop).value();
     std::unique_ptr<pool::PoolBackend> backend;
-    if (g_backing == Backing::Shmem) {
+    if (shmem()) {
       // The same unit as the huge page so the suite's sizes carry over.
       pool::ShmemOptions so;
       so.unit = g_unit;
+      so.huge_folios = g_backing == Backing::Shmem;
       auto b = pool::ShmemBackend::create(so);
       EXPECT_TRUE(b.ok()) << b.error().message;
       backend = std::move(b).value();
@@ -218,7 +230,7 @@ class PagerTest : public ::testing::Test {
   static Status attach(Daemon& d, ModelId id, Child& c, pager::ClientKey key, uint64_t file_size = g_file_size) {
     if (g_cooperative) return hand_out(d, id, c);
     test::Hello h{d.pager->region_size(id), file_size, ::getpid(),
-                  g_backing == Backing::Shmem ? test::kBackingShmem : test::kBackingHugetlbfs};
+                  shmem() ? test::kBackingShmem : test::kBackingHugetlbfs};
     if (!test::send_msg(c.sock.get(), &h, sizeof h, {d.pager->region_fd(id), d.pager->status_fd(id)}))
       return make_error(EIO, "send hello");
     test::AttachMsg am{};
@@ -475,8 +487,17 @@ class PagerModeTest : public PagerTest, public ::testing::WithParamInterface<Bac
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Modes, PagerModeTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem),
-                         [](const ::testing::TestParamInfo<Backing>& p) { return p.param == Backing::Shmem ? "SmallPages" : "Full"; });
+std::string backing_name(const ::testing::TestParamInfo<Backing>& p) {
+  switch (p.param) {
+    case Backing::Hugetlbfs: return "Full";
+    case Backing::Shmem: return "SmallPages";
+    case Backing::ShmemMemfd: return "SmallPagesMemfd";
+  }
+  return "?";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PagerModeTest,
+                         ::testing::Values(Backing::Hugetlbfs, Backing::Shmem, Backing::ShmemMemfd), backing_name);
 
 TEST_P(PagerModeTest, OneClientInOrderWithWarmup) { run_clients({}, {"seq"}); }
 
@@ -656,6 +677,7 @@ TEST_P(PagerModeTest, UnitAllocatedAheadOfItsReadWaitsForTheRead) {
   PagerOptions o;
   o.queue_depth = 1;
   o.allocate_ahead = 8;
+  o.copy_fill = false;  // a copy fill allocates nothing ahead
   // The warm-up paced to 1 MiB/s (populates are not paced): unit 5 is still
   // unread when a slow client (sanitizer builds start in seconds) faults it.
   o.warmup_bytes_per_s = 1 << 20;
@@ -1140,9 +1162,9 @@ TEST_F(PagerTest, PoolOnAHugetlbfsMountAgreesWithStatfs) {
 
 TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  const bool shmem = g_backing == Backing::Shmem;
-  TempMount mnt(shmem ? 0 : kPoolPages + 8);
-  ASSERT_TRUE(shmem || !mnt.dir.empty()) << "cannot mount hugetlbfs";
+  const bool on_shmem = shmem();
+  TempMount mnt(on_shmem ? 0 : kPoolPages + 8);
+  ASSERT_TRUE(on_shmem || !mnt.dir.empty()) << "cannot mount hugetlbfs";
   // The daemon: fault-driven only, so most of the model is still missing
   // when it dies. It dies while a client waits in a fault whose read is
   // held in the device; the clients then serve their own faults (exit 6:
@@ -1151,7 +1173,7 @@ TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   o.background_warmup = false;
   o.prefetch_window = 0;
   const auto killed = kill_daemon_under_clients(
-      [&] { return shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o); }, "fallback:0",
+      [&] { return on_shmem ? make_daemon(kPoolPages, o) : make_daemon_on(mnt.dir, kPoolPages, o); }, "fallback:0",
       [](Daemon& d, ModelId id, std::vector<Child>&) {
         const auto s = stats(d, id);
         return s.faults_waited >= 1 && s.units_in_flight >= 1;
@@ -1162,17 +1184,18 @@ TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   // Everything the dead daemon and its clients held is back in the kernel
   // (hugetlbfs: the private mount counts it exactly; shmem pages have no
   // such private counter).
-  if (!shmem) {
+  if (!on_shmem) {
     EXPECT_EQ(mnt.used_pages(), 0U);
   }
 }
 
 // Cooperative mode: shmem pool, no userfaultfd anywhere; clients map an
-// O_RDONLY region fd and wait on the status page.
-class CooperativeTest : public PagerTest {
+// O_RDONLY region fd and wait on the status page. On huge folios and on
+// memfds of base pages (filled by copy).
+class CooperativeTest : public PagerTest, public ::testing::WithParamInterface<Backing> {
  protected:
   void SetUp() override {
-    g_backing = Backing::Shmem;
+    g_backing = GetParam();
     g_cooperative = true;
     PagerTest::SetUp();
   }
@@ -1196,12 +1219,6 @@ class CooperativeTest : public PagerTest {
     ADD_FAILURE() << "child " << pid << " timed out";
     return -1;
   }
-  // ASan and TSan intercept mlock/munlock and make them no-ops: VmLck stays 0.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  static constexpr bool kMlockWorks = false;
-#else
-  static constexpr bool kMlockWorks = true;
-#endif
   static uint64_t locked_bytes() {
     if (!kMlockWorks) return kPoolPages * g_unit;
     auto t = sys::read_text_file("/proc/self/status");
@@ -1211,7 +1228,7 @@ class CooperativeTest : public PagerTest {
   }
 };
 
-TEST_F(CooperativeTest, UffdAttachIsRefused) {
+TEST_P(CooperativeTest, UffdAttachIsRefused) {
   Daemon d = make_daemon(kPoolPages, {});
   const ModelId id = load(d, g_src);
   auto uffd = sys::uffd_create();
@@ -1222,7 +1239,7 @@ TEST_F(CooperativeTest, UffdAttachIsRefused) {
   EXPECT_NE(st.error().message.find("cooperative"), std::string::npos) << st.error().message;
 }
 
-TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
+TEST_P(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
 #if defined(__SANITIZE_THREAD__)
   // The instrumented client starts after the whole fill is done, so there
   // is nothing left to wait for (the client exits 7 then); this race needs
@@ -1241,7 +1258,7 @@ TEST_F(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
   EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Resident);
 }
 
-TEST_F(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
+TEST_P(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   // The fill's reads are held in the device: no unit becomes ready. The
   // daemon dies once both clients said (one byte on their socket) that
@@ -1262,7 +1279,7 @@ TEST_F(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
         << describe(st) << " (exit 7: resident before the daemon died, nothing tested)";
 }
 
-TEST_F(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
+TEST_P(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
   PagerOptions o;
   o.queue_depth = 2;
   Daemon d = make_daemon(kPoolPages, o);
@@ -1308,7 +1325,7 @@ std::optional<VmaLock> vma_lock(const void* addr) {
   return v;
 }
 
-TEST_F(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
+TEST_P(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
   // A restarted daemon adopts the region the previous one filled (its fd
   // kept): resident at once, nothing read, and pinned like a fresh fill.
   // shmem pages were never faulted into the new daemon's mapping, so a
@@ -1345,6 +1362,119 @@ TEST_F(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
   uint64_t wrong = 0;
   for (uint64_t i = 0; i < g_file_size / 8; ++i) wrong += words[i] != test::pattern_word(i);
   EXPECT_EQ(wrong, 0U);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, CooperativeTest, ::testing::Values(Backing::Shmem, Backing::ShmemMemfd),
+                         [](const ::testing::TestParamInfo<Backing>& p) {
+                           return p.param == Backing::Shmem ? "HugeFolios" : "Memfd";
+                         });
+
+// The mapping of this process whose path in /proc/self/smaps ends with
+// `suffix`: its Rss in bytes and whether it is locked (VmFlags "lo").
+std::optional<VmaLock> vma_lock_named(const std::string& suffix) {
+  auto t = sys::read_text_file("/proc/self/smaps", 64 << 20);
+  if (!t) return std::nullopt;
+  std::istringstream in(*t);
+  std::string line;
+  std::optional<VmaLock> v;
+  bool in_it = false;
+  while (std::getline(in, line)) {
+    const bool header = !line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+                        line.find('-') != std::string::npos && line.find(':') > line.find(' ');
+    if (header) {
+      if (v && in_it) return v;
+      in_it = line.size() >= suffix.size() && line.compare(line.size() - suffix.size(), suffix.size(), suffix) == 0;
+      if (in_it) v = VmaLock{};
+    } else if (in_it && line.rfind("Rss:", 0) == 0) {
+      v->rss = std::stoull(line.substr(4)) * 1024;
+    } else if (in_it && line.rfind("VmFlags:", 0) == 0) {
+      v->locked = (line + " ").find(" lo ") != std::string::npos;
+    }
+  }
+  return in_it ? v : std::nullopt;
+}
+
+// The copy fill (memfds of base pages: read into a bounce buffer, written
+// into the region, populated into the daemon's locked mapping), in both
+// modes that use it: every byte a client reads is the file's, every page of
+// the region ends up in the daemon's locked mapping, and a unit that cannot
+// be read is never shown: a small-pages client touching it gets SIGBUS, a
+// cooperative client's wait fails, and the status page never calls it
+// ready.
+TEST_F(PagerTest, CopyFillOnMemfdsGivesTheFileBytesAndAReadErrorNeverZeros) {
+  struct Restore {
+    ~Restore() {
+      g_backing = Backing::Hugetlbfs;
+      g_cooperative = false;
+    }
+  } restore;
+  g_backing = Backing::ShmemMemfd;
+  const std::string cut = g_src + ".cut";
+  write_source(cut, g_file_size);
+  // Four whole units, then EOF where the model says there is more.
+  ASSERT_EQ(::truncate(cut.c_str(), static_cast<off_t>(4 * g_unit)), 0);
+  PagerOptions copy;
+  copy.copy_fill = true;
+  for (const bool cooperative : {false, true}) {
+    SCOPED_TRACE(cooperative ? "cooperative" : "small-pages");
+    g_cooperative = cooperative;
+    {
+      Daemon d = make_daemon(kPoolPages, copy);
+      const std::string name = cooperative ? "copy-coop" : "copy-uffd";
+      const ModelId id = load(d, g_src, name);
+      ASSERT_TRUE(stats(d, id).copy_fill) << "the model is not filled by copy: nothing tested";
+      Child c = spawn(cooperative ? "coop-resident" : "seq");
+      ASSERT_TRUE(attach(d, id, c, 1));
+      const int st = wait_child(&d, c.pid);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+      ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+      // Pinned: every page is mapped in the daemon's locked mapping.
+      auto v = vma_lock_named("/memfd:airs-model:" + name + " (deleted)");
+      ASSERT_TRUE(v) << "no mapping of the region in this process";
+      EXPECT_EQ(v->rss, d.pager->region_size(id)) << "pages of the copied region are not in the daemon's mapping";
+      if (kMlockWorks) {
+        EXPECT_TRUE(v->locked) << "the daemon's mapping of the region is not locked";
+      }
+    }
+    {
+      PagerOptions o = copy;
+      o.background_warmup = false;  // small-pages: only what faults (cooperative forces the warm-up on)
+      o.prefetch_window = 0;
+      Daemon d = make_daemon(kPoolPages, o);
+      const ModelId id = load(d, cut, "copy-cut");
+      ASSERT_TRUE(stats(d, id).copy_fill);
+      if (cooperative) {
+        Child c = spawn("coop-resident", g_src);
+        ASSERT_TRUE(attach(d, id, c, 1));
+        const int st = wait_child(&d, c.pid);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 53) << "expected the wait to fail (exit 53), got "
+                                                             << describe(st);
+      } else {
+        Child good = spawn("touch:0", g_src);
+        ASSERT_TRUE(attach(d, id, good, 1));
+        int st = wait_child(&d, good.pid);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+        Child late = spawn("touch:30", g_src);
+        ASSERT_TRUE(attach(d, id, late, 2));
+        st = wait_child(&d, late.pid);
+        EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) << "expected SIGBUS, got " << describe(st);
+      }
+      ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
+      const auto s = stats(d, id);
+      EXPECT_EQ(s.state, client::ModelLoadState::Failed);
+      EXPECT_GE(s.units_failed, 1U);
+      // Only units that hold the file's bytes are ever ready: the first four.
+      sys::UniqueFd sp(::dup(d.pager->status_fd(id)));
+      struct stat sst {};
+      ASSERT_EQ(::fstat(sp.get(), &sst), 0);
+      void* page = ::mmap(nullptr, static_cast<size_t>(sst.st_size), PROT_READ, MAP_SHARED, sp.get(), 0);
+      ASSERT_NE(page, MAP_FAILED);
+      client::StatusPageView view(page, static_cast<uint64_t>(sst.st_size));
+      for (uint32_t u = 4; u < view.unit_count(); ++u) EXPECT_FALSE(view.unit_ready(u)) << "unit " << u;
+      ::munmap(page, static_cast<size_t>(sst.st_size));
+    }
+  }
+  ::unlink(cut.c_str());
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ TEST(ShmemBackend, HugeFoliosHoldEachUnitWhereTheKernelAllows) {
     GTEST_SKIP() << "no huge-folio tmpfs on this machine (the memfd path is what runs): " << (*b)->huge_folios_note();
   const uint64_t u = (*b)->page_size();
   const uint64_t pmd = sys::thp_pmd_size();
-  auto fd = (*b)->create_file("airs-model:huge-test", 4 * u);
+  auto fd = (*b)->create_file("airs-model:huge-test", 4 * u, pool::FileSize::Fixed);
   ASSERT_TRUE(fd.ok()) << fd.error().message;
   EXPECT_EQ(fd_link(fd->get()), "/airs-model:huge-test (deleted)");
   auto map = (*b)->map_region(fd->get(), 4 * u, "test");
@@ -94,7 +94,7 @@ TEST(ShmemBackend, HugeFoliosOffOrAUnitSmallerThanAHugePageMakeMemfds) {
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE((*b)->huge_folios());
   EXPECT_NE((*b)->huge_folios_note().find("off"), std::string::npos) << (*b)->huge_folios_note();
-  auto fd = (*b)->create_file("airs-model:memfd-test", (*b)->page_size());
+  auto fd = (*b)->create_file("airs-model:memfd-test", (*b)->page_size(), pool::FileSize::Fixed);
   ASSERT_TRUE(fd.ok());
   EXPECT_EQ(fd_link(fd->get()).rfind("/memfd:airs-model:memfd-test", 0), 0U) << fd_link(fd->get());
   const uint64_t pmd = sys::thp_pmd_size();
@@ -105,6 +105,41 @@ TEST(ShmemBackend, HugeFoliosOffOrAUnitSmallerThanAHugePageMakeMemfds) {
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE((*s)->huge_folios());
   EXPECT_NE((*s)->huge_folios_note().find("not a multiple"), std::string::npos) << (*s)->huge_folios_note();
+}
+
+// The pager's copy fill writes into a model region from io-wq workers, and an
+// unload truncates the region without waiting for them: a write that lands
+// after the truncation must fail instead of growing the file back (which
+// would leave zero-filled holes below it for every mapping to read). Model
+// regions on memfds are sealed against growth; the reserve, which the pool
+// grows, is not; and nobody can add a seal later (a client's F_SEAL_SHRINK
+// would stop an unload's truncation).
+TEST(ShmemBackend, AModelRegionOnAMemfdNeverGrowsBackAfterItsTruncation) {
+  pool::ShmemOptions off;
+  off.huge_folios = false;
+  auto b = pool::ShmemBackend::create(off);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE((*b)->fills_by_copy());
+  const uint64_t u = (*b)->page_size();
+  auto fd = (*b)->create_file("airs-model:sealed", 4 * u, pool::FileSize::Fixed);
+  ASSERT_TRUE(fd.ok()) << fd.error().message;
+  EXPECT_TRUE(sys::sealed_against_growth(fd->get()));
+  std::vector<char> bytes(8192, 'x');
+  ASSERT_EQ(::pwrite(fd->get(), bytes.data(), bytes.size(), static_cast<off_t>(u)), 8192) << "a write inside the file";
+  ASSERT_EQ(::ftruncate(fd->get(), 0), 0) << std::strerror(errno);
+  errno = 0;
+  EXPECT_EQ(::pwrite(fd->get(), bytes.data(), bytes.size(), static_cast<off_t>(u)), -1);
+  EXPECT_EQ(errno, EPERM);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd->get(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  EXPECT_EQ(st.st_blocks, 0);
+  EXPECT_NE(::fcntl(fd->get(), F_ADD_SEALS, F_SEAL_SHRINK), 0) << "a seal could still be added";
+  auto grows = (*b)->create_file("airs-pool-reserve", u, pool::FileSize::MayGrow);
+  ASSERT_TRUE(grows.ok());
+  EXPECT_FALSE(sys::sealed_against_growth(grows->get()));
+  EXPECT_TRUE(sys::resize_file(grows->get(), 2 * u, "reserve"));
+  EXPECT_NE(::fcntl(grows->get(), F_ADD_SEALS, F_SEAL_SHRINK), 0) << "a seal could still be added";
 }
 
 // A tmpfs mounted at a fresh directory with `options` (root only); unmounted
@@ -156,7 +191,7 @@ TEST(ShmemBackend, AHugeDirIsUsedWhenItGivesHugeFoliosAndNamedWhenNot) {
     ASSERT_TRUE(b.ok());
     ASSERT_TRUE((*b)->huge_folios()) << (*b)->huge_folios_note();
     EXPECT_NE((*b)->huge_folios_note().find(huge.path()), std::string::npos) << (*b)->huge_folios_note();
-    auto fd = (*b)->create_file("airs-model:in-dir", (*b)->page_size());
+    auto fd = (*b)->create_file("airs-model:in-dir", (*b)->page_size(), pool::FileSize::Fixed);
     ASSERT_TRUE(fd.ok()) << fd.error().message;
     EXPECT_EQ(device_of_fd(fd->get()), device_of_path(huge.path())) << "the file is not on the directory's tmpfs";
   }
@@ -174,7 +209,7 @@ TEST(ShmemBackend, AHugeDirIsUsedWhenItGivesHugeFoliosAndNamedWhenNot) {
     // mount where this process may mount, which it may: it mounted above).
     EXPECT_NE(note.find(dir + (dir == plain ? " is not a tmpfs" : ": base pages only")), std::string::npos) << note;
     EXPECT_TRUE((*b)->huge_folios()) << note;
-    auto fd = (*b)->create_file("airs-model:elsewhere", (*b)->page_size());
+    auto fd = (*b)->create_file("airs-model:elsewhere", (*b)->page_size(), pool::FileSize::Fixed);
     ASSERT_TRUE(fd.ok());
     EXPECT_NE(device_of_fd(fd->get()), device_of_path(dir));
   }
@@ -222,7 +257,7 @@ TEST(ShmemBackend, PopulateAllocatesAndLocksReleaseFreesAndUnlocks) {
   auto b = pool::ShmemBackend::create({});
   ASSERT_TRUE(b.ok());
   const uint64_t u = (*b)->page_size();
-  auto fd = (*b)->create_file("shmem-test", 4 * u);
+  auto fd = (*b)->create_file("shmem-test", 4 * u, pool::FileSize::MayGrow);
   ASSERT_TRUE(fd.ok()) << fd.error().message;
   EXPECT_EQ(*sys::allocated_bytes(fd->get()), 0U);
   const uint64_t lck0 = locked_bytes();
