@@ -236,6 +236,14 @@ int main(int argc, char** argv) {
   }
   auto dup = lm->dup_uffd();
   if (!dup) return 17;
+  // fallback: a pidfd of the daemon before we attach; once attached, the
+  // test may kill it at any time (a pidfd opened later would find no pid).
+  airs::sys::UniqueFd daemon_pidfd;
+  if (mode.starts_with("fallback:")) {
+    auto pfd = airs::sys::pidfd_open(hello.daemon_pid);
+    if (!pfd) return 23;
+    daemon_pidfd = std::move(pfd).value();
+  }
   const int notify = ::eventfd(0, EFD_CLOEXEC);
   airs::test::AttachMsg am{lm->address(), lm->size()};
   if (!airs::test::send_msg(sock, &am, sizeof am, {dup->get(), notify})) return 18;
@@ -383,8 +391,7 @@ int main(int argc, char** argv) {
   }
   if (mode.starts_with("fallback:")) {
     const auto sleep_us = static_cast<useconds_t>(std::stoul(mode.substr(9)));
-    auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
-    if (!daemon) return 23;
+    const airs::sys::UniqueFd* daemon = &daemon_pidfd;
     auto fb = FallbackServer::create(*lm, region_fd, g_src, g_file_size, status);
     if (!fb) {
       std::fprintf(stderr, "client: %s\n", fb.error().message.c_str());
