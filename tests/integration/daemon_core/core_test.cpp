@@ -281,6 +281,44 @@ TEST_F(Core, PagesOnTheirWayBackAreNotPlannedForTwice) {
   EXPECT_EQ(dropped_, std::vector<std::string>{"filling"});
 }
 
+// A KV allocation whose room is in the pages of an unloaded model still
+// draining: EINPROGRESS (no block allocated, nothing else evicted), and the
+// same allocation once the drain ended gets them.
+TEST_F(Core, AKvAllocationThatNeedsDrainingPagesWaitsForThemOutsideTheCall) {
+  start(32, {"pinned"});
+  ASSERT_NE(load("pinned", 12), nullptr) << last_error_;
+  settle();
+  ModelEntry* filling = load("filling", 12, 2);
+  ASSERT_NE(filling, nullptr) << last_error_;
+  ModelEntry* pinned = models_->find_by_name("pinned");
+  auto s = kv_->create(*pinned, caller(0, ":1.1"), policy::Priority::Interactive, true);
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_TRUE(models_->unload(*filling, false, false, "test"));
+  const uint64_t returning = models_->returning_pages();
+  ASSERT_GT(returning, 0U) << "its reads landed before the unload: nothing was proven";
+  auto info = kv_->allocator().arena_geometry(s->session->arena);
+  ASSERT_TRUE(info);
+  // One chunk more than the free pool holds: within what is on its way.
+  const uint32_t want = static_cast<uint32_t>((pool_->counts().free_bytes() / info->chunk_bytes + 1) *
+                                              info->blocks_per_chunk);
+  ASSERT_LE(uint64_t{want} / info->blocks_per_chunk * info->chunk_bytes,
+            pool_->counts().free_bytes() + returning * pool_->page_size());
+  const uint64_t free_before = pool_->counts().free_pages;
+  auto early = kv_->allocate(*s->session, want);
+  ASSERT_FALSE(early) << "allocated before the pages were back";
+  EXPECT_EQ(early.error().code, EINPROGRESS) << early.error().message;
+  EXPECT_EQ(kv_->info(s->session->path)->blocks, 0U);
+  EXPECT_EQ(pool_->counts().free_pages, free_before) << "the waiting allocation holds pages";
+  EXPECT_EQ(models_->returning_pages(), returning) << "the call waited for the drain";
+  settle();
+  EXPECT_EQ(models_->returning_pages(), 0U);
+  auto blocks = kv_->allocate(*s->session, want);
+  ASSERT_TRUE(blocks) << blocks.error().message;
+  EXPECT_EQ(blocks->size(), want);
+  EXPECT_NE(models_->find_by_name("pinned"), nullptr);
+  EXPECT_EQ(dropped_, std::vector<std::string>{"filling"}) << "evicted more for the same need";
+}
+
 // A parked call whose pages never come back is refused by the loop's timer
 // with the reason, and one whose caller left the bus is dropped unanswered;
 // calls of other callers stay parked.
