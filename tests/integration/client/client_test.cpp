@@ -51,10 +51,13 @@ int daemon_uffd_fds(pid_t pid) {
   return n;
 }
 
-// Reads every file `pid` maps (its binary, its libraries) into the page
-// cache, so that while its reads are held in the device it pages in nothing
-// from the disk (a page-in would queue behind the held reads).
-void cache_mapped_files(pid_t pid) {
+// Reads every regular file `pid` maps from the disk holding `dir` (its
+// binary, its libraries) into the page cache, so that while its reads from
+// that disk are held it pages in nothing from it (a page-in would queue
+// behind the held reads).
+void cache_mapped_files(pid_t pid, const std::string& dir) {
+  struct stat disk {};
+  if (::stat(dir.c_str(), &disk) != 0) return;
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   std::set<std::string> files;
   for (std::string line; std::getline(maps, line);) {
@@ -63,6 +66,8 @@ void cache_mapped_files(pid_t pid) {
   }
   std::vector<char> buf(1 << 20);
   for (const auto& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != disk.st_dev) continue;
     std::ifstream in(f, std::ios::binary);
     while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
     }
@@ -196,7 +201,7 @@ class ClientIntegration : public ::testing::Test {
     EXPECT_TRUE(dbus_->unload(w, false).ok());
     EXPECT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
     if (::testing::Test::HasFailure()) return false;
-    cache_mapped_files(daemon_->pid());
+    cache_mapped_files(daemon_->pid(), dir_.path());
     EXPECT_TRUE(throttle_->set_rate(4096));
     std::string obj;
     if (paced) {
