@@ -237,8 +237,8 @@ Status Daemon::init() {
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
     // An eviction's pages are back in the pool: what the pressure loop
-    // meant to give the kernel goes now.
-    // Then the calls parked for pages on their way run again.
+    // meant to give the kernel goes now, then the calls parked for pages
+    // on their way (DrainWaits) run again.
     pager_->set_drain_listener([this](pager::ModelId, pager::Pager::Drained) {
       if (pressure_) pressure_->pages_returned();
       if (drain_waits_) drain_waits_->pages_returned();
@@ -514,6 +514,7 @@ Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, 
   if (!m) return std::move(m).error();
   if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
   add_model_object(**m);
+  spdlog::debug("{} (uid {}) loaded {}", caller.name, caller.uid, (*m)->object_path);
   return (*m)->object_path;
 }
 
@@ -554,10 +555,9 @@ Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller
     return std::move(r).error();
   }
   auto& cs = *r;
-  session_objects_.emplace(
-      cs.session->path,
-      std::make_unique<SessionObject>(*bus_, SessionServices{ids_, *kv_, *drain_waits_, [this](KvSession& s) { return close_session(s); }},
-                                      cs.session->path));
+  SessionServices services{ids_, *kv_, *drain_waits_, [this](KvSession& s) { return close_session(s); }};
+  session_objects_.emplace(cs.session->path,
+                           std::make_unique<SessionObject>(*bus_, std::move(services), cs.session->path));
   return NewSession{cs.session->path, std::move(cs.arena_fd), std::move(cs.notice_fd), std::move(cs.event_fd),
                     std::move(cs.geometry)};
 }
