@@ -5,7 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/bus_dicts.hpp"
-#include "daemon/daemon.hpp"
+#include "daemon/bus_replies.hpp"
+#include "daemon/access.hpp"
 #include "dbus/names.hpp"
 #include "sys/files.hpp"
 #include "sys/uffd.hpp"
@@ -14,24 +15,10 @@ namespace airs::daemon {
 namespace {
 constexpr std::ptrdiff_t kMaxPendingPerCaller = 4;
 constexpr size_t kMaxPending = 256;
-// Takes ownership of a dup of a received fd (sdbus::UnixFd closes its own).
-// (Invalid if the dup failed: the model call that gets it says so.)
-sys::UniqueFd take(const sdbus::UnixFd& fd) {
-  auto r = sys::dup_cloexec(fd.get());
-  return r ? std::move(r).value() : sys::UniqueFd();
-}
-
-sdbus::Error bus_error(const Error& e) {
-  try {
-    dbus::throw_error(e);
-  } catch (const sdbus::Error& be) {
-    return be;
-  }
-}
 }  // namespace
 
-ModelObject::ModelObject(sdbus::IConnection& bus, Daemon& daemon, uint64_t model_id, const std::string& path)
-    : AdaptorInterfaces(bus, path), d_(daemon), id_(model_id) {
+ModelObject::ModelObject(sdbus::IConnection& bus, ModelServices services, uint64_t model_id, const std::string& path)
+    : AdaptorInterfaces(bus, path), svc_(std::move(services)), id_(model_id) {
   registerAdaptor();
 }
 
@@ -41,28 +28,24 @@ ModelObject::~ModelObject() {
 }
 
 ModelEntry& ModelObject::entry() {
-  if (auto* m = d_.models().find(id_)) return *m;
+  if (auto* m = svc_.models.find(id_)) return *m;
   dbus::throw_error(dbus::kErrNotFound, "model " + getObject().getObjectPath() + " is no longer loaded");
 }
 
-const dbus::Caller& ModelObject::caller() { return d_.identities().of(*getObject().getCurrentlyProcessedMessage()); }
+const dbus::Caller& ModelObject::caller() { return svc_.ids.of(*getObject().getCurrentlyProcessedMessage()); }
 
 Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObject::open_for(const dbus::Caller& c,
                                                                                            int proof, bool lazy,
                                                                                            bool nowait) {
-  auto* m = d_.models().find(id_);
+  auto* m = svc_.models.find(id_);
   if (m == nullptr) return make_error(ENOENT, "model {} is no longer loaded", getObject().getObjectPath());
-  try {
-    d_.check_fd_quota(c, 2);
-  } catch (const sdbus::Error& e) {
-    return make_error(EDQUOT, "{}", e.getMessage());
-  }
-  auto r = d_.models().open(*m, c, proof, lazy, nowait);
+  AIRS_TRY(svc_.fds.take(c, 2));
+  auto r = svc_.models.open(*m, c, proof, lazy, nowait);
   if (!r) {
-    d_.fds_returned(c, 2);  // nothing was handed out
+    svc_.fds.returned(c, 2);  // nothing was handed out
     return std::move(r).error();
   }
-  OpenInfo info{d_.mode(), r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
+  OpenInfo info{svc_.mode, r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
                 lazy};
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
   return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
@@ -74,10 +57,10 @@ void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict opt
     const auto& c = caller();
     dbus::check_options(options, {{"wait", "b"}}, "Open");
     const bool wait = dbus::get<bool>(options, "wait").value_or(true);
-    if (!wait && d_.mode() != "cooperative")
+    if (!wait && svc_.mode != "cooperative")
       dbus::throw_error(dbus::kErrInvalidArgument,
                         "Open: \"wait\": false is for the cooperative mode (per-layer waits on the status page); "
-                        "this daemon runs in mode '" + d_.mode() + "': a plain mapping must wait until resident");
+                        "this daemon runs in mode '" + svc_.mode + "': a plain mapping must wait until resident");
     (void)entry();
     auto r = open_for(c, gguf_fd.get(), false, !wait);
     if (r) return result.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
@@ -101,7 +84,7 @@ void ModelObject::complete_pending() {
   auto waiting = std::move(pending_);
   pending_.clear();
   for (auto& p : waiting) {
-    const dbus::Caller* c = d_.identities().find(p.caller);
+    const dbus::Caller* c = svc_.ids.find(p.caller);
     if (c == nullptr) continue;  // left the bus meanwhile
     auto r = open_for(*c, p.proof.get(), false, false);
     if (r) {
@@ -136,7 +119,7 @@ std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::Open
   const auto& c = caller();
   dbus::check_options(options, {}, "OpenLazy");
   auto& m = entry();
-  if (!d_.is_trusted(c))
+  if (!svc_.access.is_trusted(c))
     dbus::throw_error(dbus::kErrAccessDenied,
                       fmt::format("OpenLazy on model '{}': uid {} is not trusted with a writable region (root, "
                                   "daemon.trusted_group or daemon.admin_group only); use Open, which waits until the "
@@ -154,31 +137,31 @@ void ModelObject::Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uf
                          const uint64_t& length) {
   const auto& c = caller();
   auto& m = entry();
-  if (!d_.is_trusted(c))
+  if (!svc_.access.is_trusted(c))
     dbus::throw_error(dbus::kErrAccessDenied, fmt::format("Attach on model '{}': uid {} is not trusted", m.name, c.uid));
-  auto s = d_.models().attach(m, c, take(notify_fd), take(uffd), addr, length);
+  auto s = svc_.models.attach(m, c, take(notify_fd), take(uffd), addr, length);
   if (!s) dbus::throw_error(s.error());
 }
 
 void ModelObject::Follow(const sdbus::UnixFd& requests) {
   const auto& c = caller();
-  auto s = d_.models().follow(entry(), c, take(requests));
+  auto s = svc_.models.follow(entry(), c, take(requests));
   if (!s) dbus::throw_error(s.error());
 }
 
 void ModelObject::Release() {
   const auto& c = caller();
-  auto s = d_.models().release(entry(), c.name);
+  auto s = svc_.models.release(entry(), c.name);
   if (!s) dbus::throw_error(s.error());
 }
 
 std::string ModelObject::Name() { return entry().name; }
 uint64_t ModelObject::Size() { return entry().file.size; }
 uint64_t ModelObject::ResidentBytes() {
-  auto s = d_.models().stats(entry());
+  auto s = svc_.models.stats(entry());
   return s ? s->resident_bytes : 0;
 }
-std::string ModelObject::State() { return model_state_name(d_.models().stats(entry())); }
+std::string ModelObject::State() { return model_state_name(svc_.models.stats(entry())); }
 uint32_t ModelObject::Refcount() { return entry().refcount(); }
 bool ModelObject::Pinned() { return entry().pinned; }
 

@@ -13,13 +13,23 @@
 
 namespace airs::daemon {
 
-class Daemon;
+class Access;
+class FdQuota;
+
+// What a model object uses of the daemon, and nothing else.
+struct ModelServices {
+  dbus::IdentityCache& ids;
+  Models& models;
+  const Access& access;  // OpenLazy and Attach: trusted callers only
+  FdQuota& fds;          // two fds per Open
+  std::string mode;      // "full", "small-pages" or "cooperative" (fixed at start)
+};
 
 class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Model_adaptor, sdbus::Properties_adaptor> {
  public:
   using OpenReply = sdbus::Result<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>;
 
-  ModelObject(sdbus::IConnection& bus, Daemon& daemon, uint64_t model_id, const std::string& path);
+  ModelObject(sdbus::IConnection& bus, ModelServices services, uint64_t model_id, const std::string& path);
   ~ModelObject();
   using Model_adaptor::emitResident;
 
@@ -57,7 +67,7 @@ class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Mode
   Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> open_for(const dbus::Caller& c, int proof,
                                                                                 bool lazy, bool nowait);
 
-  Daemon& d_;
+  ModelServices svc_;
   uint64_t id_;
   std::vector<Pending> pending_;
 };

@@ -2,24 +2,41 @@
 // Every method checks that the caller is the connection that created it.
 #pragma once
 
+#include <functional>
+#include <string>
+
+#include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
 #include "dbus_gen/adaptor.h"
+#include "util/result.hpp"
 
 namespace airs::daemon {
 
-class Daemon;
+class DrainWaits;
+class KvService;
 struct KvSession;
+
+// What a session object uses of the daemon, and nothing else.
+struct SessionServices {
+  dbus::IdentityCache& ids;
+  KvService& kv;
+  DrainWaits& drains;  // an allocation waiting for pages on their way back
+  // Close: the session ends (KvService::close) and its bus object is
+  // retired, destroyed after the reply (never inside its own handler).
+  std::function<Status(KvSession&)> close;
+};
 
 class SessionObject final
     : public sdbus::AdaptorInterfaces<org::aios::Airs1::Session_adaptor, sdbus::Properties_adaptor> {
  public:
-  SessionObject(sdbus::IConnection& bus, Daemon& daemon, const std::string& path);
+  SessionObject(sdbus::IConnection& bus, SessionServices services, const std::string& path);
   ~SessionObject();
   using Session_adaptor::emitEvicted;
 
  private:
-  std::vector<uint32_t> Allocate(const uint32_t& n) override;
-  uint32_t AllocateAt(const uint32_t& index) override;
+  // Both answered at once, or once the pages their room is in are back.
+  void Allocate(sdbus::Result<std::vector<uint32_t>>&& result, uint32_t n) override;
+  void AllocateAt(sdbus::Result<uint32_t>&& result, uint32_t index) override;
   void Free(const std::vector<uint32_t>& blocks) override;
   void Commit(const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes) override;
   std::vector<uint32_t> MatchPrefix(const std::vector<uint64_t>& hashes) override;
@@ -32,7 +49,7 @@ class SessionObject final
 
   KvSession& mine();
 
-  Daemon& d_;
+  SessionServices svc_;
   std::string path_;
 };
 

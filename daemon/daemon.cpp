@@ -1,13 +1,11 @@
 #include "daemon/daemon.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 
 #include <csignal>
-#include <set>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +15,7 @@
 #include "daemon/bus_model.hpp"
 #include "daemon/bus_session.hpp"
 #include "daemon/content_hasher.hpp"
+#include "daemon/drain_waits.hpp"
 #include "daemon/evictor.hpp"
 #include "daemon/kept_models.hpp"
 #include "daemon/kv_service.hpp"
@@ -36,13 +35,27 @@
 #include "util/units.hpp"
 
 namespace airs::daemon {
+namespace {
+// How long a call waits for pages on their way back before it is refused
+// (a stalled disk): well inside the 25 s default timeout of D-Bus clients.
+constexpr auto kDrainWaitLimit = std::chrono::seconds(5);
+}  // namespace
 
-Daemon::Daemon(Options options) : cfg_(std::move(options.config)), bus_address_(std::move(options.bus_override)) {
+Daemon::Daemon(Options options)
+    : cfg_(std::move(options.config)),
+      bus_address_(std::move(options.bus_override)),
+      access_(cfg_.daemon.admin_group, cfg_.daemon.trusted_group) {
   if (bus_address_.empty()) bus_address_ = cfg_.daemon.bus;
+  fds_ = std::make_unique<FdQuota>(cfg_.kv.max_fds_per_uid, ids_, [this](sys::InodeSet& ours, sys::InodeSet& notices) {
+    if (models_) models_->add_inodes(ours);
+    if (kv_) kv_->add_inodes(ours, notices);
+  });
   started_ = std::chrono::steady_clock::now();
 }
 
 Daemon::~Daemon() {
+  // Calls still waiting for pages are refused while the bus is there.
+  drain_waits_.reset();
   // The pager may still finish reads while it drains: nothing above it may
   // hear about them any more.
   if (pager_) {
@@ -224,10 +237,15 @@ Status Daemon::init() {
                                        std::move(mh));
     pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
     // An eviction's pages are back in the pool: what the pressure loop
-    // meant to give the kernel goes now.
+    // meant to give the kernel goes now, then the calls parked for pages
+    // on their way (DrainWaits) run again.
     pager_->set_drain_listener([this](pager::ModelId, pager::Pager::Drained) {
       if (pressure_) pressure_->pages_returned();
+      if (drain_waits_) drain_waits_->pages_returned();
     });
+    auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
+    if (!waits) return std::move(waits).error();
+    drain_waits_ = std::move(waits).value();
     if (!cfg_.daemon.state_dir.empty()) {
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
       models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
@@ -300,9 +318,7 @@ Status Daemon::init() {
   AIRS_TRY(connect_bus());
   if (models_) {
     // Models adopted from the previous daemon get their bus objects now.
-    for (auto* m : models_->all())
-      if (!model_objects_.contains(m->id))
-        model_objects_.emplace(m->id, std::make_unique<ModelObject>(*bus_, *this, m->id, m->object_path));
+    for (auto* m : models_->all()) add_model_object(*m);
     preload_models();
   }
   return {};
@@ -433,21 +449,31 @@ void Daemon::preload_models() {
       spdlog::error("models.preload: {}", fd.error().message);
       continue;
     }
-    LoadRequest req;
-    req.gguf_fd = fd->get();
-    req.uid = 0;
-    req.exempt = true;
-    auto m = models_->load(req);
-    if (!m) {
-      spdlog::error("models.preload: {}: {}", path, m.error().message);
-      continue;
-    }
-    if (!model_objects_.contains((*m)->id))
-      model_objects_.emplace((*m)->id, std::make_unique<ModelObject>(*bus_, *this, (*m)->id, (*m)->object_path));
-    preloaded_.push_back((*m)->name);
-    if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
-    spdlog::info("models.preload: '{}' from {}", (*m)->name, path);
+    auto held = std::make_shared<sys::UniqueFd>(std::move(fd).value());
+    auto run = [this, path, held] { return preload(path, held->get()); };
+    if (!run())
+      drain_waits_->park(DrainWaits::Call{"", "models.preload of " + path, run, [path](const Error& e) {
+                                            spdlog::error("models.preload: {}: {}", path, e.message);
+                                          }});
   }
+}
+
+bool Daemon::preload(const std::string& path, int gguf_fd) {
+  LoadRequest req;
+  req.gguf_fd = gguf_fd;
+  req.uid = 0;
+  req.exempt = true;
+  auto m = models_->load(req);
+  if (!m && m.error().code == EINPROGRESS) return false;
+  if (!m) {
+    spdlog::error("models.preload: {}: {}", path, m.error().message);
+    return true;
+  }
+  add_model_object(**m);
+  preloaded_.push_back((*m)->name);
+  if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
+  spdlog::info("models.preload: '{}' from {}", (*m)->name, path);
+  return true;
 }
 
 ModelStatus Daemon::model_status(const ModelEntry& m) const {
@@ -483,15 +509,19 @@ Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, 
   req.gguf_fd = gguf_fd;
   req.name = name;
   req.uid = caller.uid;
-  req.exempt = is_admin(caller);
+  req.exempt = access_.is_admin(caller);
   auto m = models_->load(req);
   if (!m) return std::move(m).error();
   if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
-  if (!model_objects_.contains((*m)->id)) {
-    model_objects_.emplace((*m)->id, std::make_unique<ModelObject>(*bus_, *this, (*m)->id, (*m)->object_path));
-    spdlog::debug("{} (uid {}) loaded {}", caller.name, caller.uid, (*m)->object_path);
-  }
+  add_model_object(**m);
+  spdlog::debug("{} (uid {}) loaded {}", caller.name, caller.uid, (*m)->object_path);
   return (*m)->object_path;
+}
+
+void Daemon::add_model_object(const ModelEntry& m) {
+  if (model_objects_.contains(m.id)) return;
+  model_objects_.emplace(m.id, std::make_unique<ModelObject>(*bus_, ModelServices{ids_, *models_, access_, *fds_, mode_},
+                                                             m.id, m.object_path));
 }
 
 Status Daemon::unload_model(const std::string& path, bool force, const std::string& who) {
@@ -502,114 +532,47 @@ Status Daemon::unload_model(const std::string& path, bool force, const std::stri
   return models_->unload(*m, force, kv_->sessions_on(m->id) > 0, (force ? "forced unload by " : "unload by ") + who);
 }
 
-bool Daemon::in_group(const dbus::Caller& caller, const std::string& group) const {
-  if (group.empty()) return false;
-  auto* gr = ::getgrnam(group.c_str());
-  return gr != nullptr && caller.in_group(gr->gr_gid);
-}
-
-bool Daemon::is_admin(const dbus::Caller& caller) const {
-  return caller.uid == 0 || in_group(caller, cfg_.daemon.admin_group);
-}
-
-bool Daemon::is_trusted(const dbus::Caller& caller) const {
-  return is_admin(caller) || in_group(caller, cfg_.daemon.trusted_group);
-}
-
-std::tuple<std::string, sys::UniqueFd, sys::UniqueFd, sys::UniqueFd, SessionGeometry> Daemon::create_session(
-    const dbus::Caller& caller, const std::string& model_path, const std::string& priority) {
-  if (!kv_) dbus::throw_error(dbus::kErrUnsupported, "no local pool on this device: no KV sessions");
+Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller, const std::string& model_path,
+                                                     const std::string& priority) {
+  if (!kv_) return make_error(ENOTSUP, "no local pool on this device: no KV sessions");
   auto prio = policy::parse_priority(priority);
   if (!prio)
-    dbus::throw_error(dbus::kErrInvalidArgument,
-                      "CreateSession: priority '" + priority + "' is not one of interactive, system, background");
+    return make_error(EINVAL, "CreateSession: priority '{}' is not one of interactive, system, background", priority);
   auto* m = models_->find_by_path(model_path);
-  if (m == nullptr) dbus::throw_error(dbus::kErrNotFound, "CreateSession: no model " + model_path + " is loaded");
+  if (m == nullptr) return make_error(ENOENT, "CreateSession: no model {} is loaded", model_path);
   // KV of a model is for those who may read it (SECURITY.md rule 5): the
   // same proof as Open, given once to LoadModel or Open by this uid.
-  if (!is_admin(caller) && !m->readers.contains(caller.uid))
-    dbus::throw_error(dbus::kErrAccessDenied,
-                      fmt::format("CreateSession on model '{}': uid {} has not proven it can read the model's file; "
-                                  "call LoadModel or Model.Open with its own fd of the GGUF first",
-                                  m->name, caller.uid));
-  check_fd_quota(caller, 3);
-  auto r = kv_->create(*m, caller, *prio, is_admin(caller));
+  const bool admin = access_.is_admin(caller);
+  if (!admin && !m->readers.contains(caller.uid))
+    return make_error(EACCES,
+                      "CreateSession on model '{}': uid {} has not proven it can read the model's file; call "
+                      "LoadModel or Model.Open with its own fd of the GGUF first",
+                      m->name, caller.uid);
+  AIRS_TRY(fds_->take(caller, 3));
+  auto r = kv_->create(*m, caller, *prio, admin);
   if (!r) {
-    fds_returned(caller, 3);
-    dbus::throw_error(r.error());
+    fds_->returned(caller, 3);
+    return std::move(r).error();
   }
   auto& cs = *r;
-  session_objects_.emplace(cs.session->path, std::make_unique<SessionObject>(*bus_, *this, cs.session->path));
-  return {cs.session->path, std::move(cs.arena_fd), std::move(cs.notice_fd), std::move(cs.event_fd),
-          std::move(cs.geometry)};
+  SessionServices services{ids_, *kv_, *drain_waits_, [this](KvSession& s) { return close_session(s); }};
+  session_objects_.emplace(cs.session->path,
+                           std::make_unique<SessionObject>(*bus_, std::move(services), cs.session->path));
+  return NewSession{cs.session->path, std::move(cs.arena_fd), std::move(cs.notice_fd), std::move(cs.event_fd),
+                    std::move(cs.geometry)};
 }
 
-void Daemon::close_session(KvSession& s, const dbus::Caller& /*caller*/) {
+Status Daemon::close_session(KvSession& s) {
   const std::string path = s.path;
-  if (auto r = kv_->close(s); !r) dbus::throw_error(r.error());
+  AIRS_TRY(kv_->close(s));
   if (auto it = session_objects_.find(path); it != session_objects_.end()) {
     retired_sessions_.push_back(std::move(it->second));
     session_objects_.erase(it);
   }
+  return {};
 }
 
 std::vector<SessionStatus> Daemon::list_sessions() const { return kv_ ? kv_->sessions() : std::vector<SessionStatus>{}; }
-
-uint32_t Daemon::fds_held_by_uid(uid_t uid) {
-  sys::InodeSet ours, notices;
-  if (models_) models_->add_inodes(ours);
-  if (kv_) kv_->add_inodes(ours, notices);
-  uint32_t total = 0;
-  std::set<pid_t> counted;  // a process with two connections holds its fds once
-  for (auto& [name, c] : fds_by_caller_) {
-    if (c.first != uid) continue;
-    const dbus::Caller* who = ids_.find(name);
-    if (who != nullptr && counted.contains(who->pid)) {
-      c.second = 0;
-      continue;
-    }
-    auto n = who != nullptr ? sys::count_fds_referring_to(who->pid, ours) : Result<uint32_t>(make_error(ESRCH, "gone"));
-    // A held notice page counts twice: itself and its session's eventfd.
-    auto k = who != nullptr ? sys::count_fds_referring_to(who->pid, notices) : Result<uint32_t>(make_error(ESRCH, "gone"));
-    // Unreadable (another uid under a sandbox without CAP_SYS_PTRACE):
-    // keep counting what was handed out.
-    if (n && k) {
-      c.second = *n + 2 * *k;
-      counted.insert(who->pid);
-    }
-    total += c.second;
-  }
-  return total;
-}
-
-void Daemon::check_fd_quota(const dbus::Caller& caller, uint32_t n) {
-  uint32_t& used = fds_by_uid_[caller.uid];
-  if (used + n > cfg_.kv.max_fds_per_uid) used = fds_held_by_uid(caller.uid);
-  if (used + n > cfg_.kv.max_fds_per_uid)
-    dbus::throw_error(dbus::kErrQuotaExceeded,
-                      fmt::format("uid {} holds {} of its {} file descriptors from airs-memd (kv.max_fds_per_uid); "
-                                  "close the fds of released models and closed sessions, or disconnect",
-                                  caller.uid, used, cfg_.kv.max_fds_per_uid));
-  used += n;
-  auto& c = fds_by_caller_[caller.name];
-  c.first = caller.uid;
-  c.second += n;
-}
-
-void Daemon::fds_returned(const dbus::Caller& caller, uint32_t n) {
-  auto& used = fds_by_uid_[caller.uid];
-  used -= std::min(used, n);
-  auto& c = fds_by_caller_[caller.name];
-  c.second -= std::min(c.second, n);
-}
-
-void Daemon::require_admin(const dbus::Caller& caller, const char* method) {
-  if (is_admin(caller)) return;
-  dbus::throw_error(dbus::kErrAccessDenied, fmt::format("{} is an admin method: uid {} is not root{}", method, caller.uid,
-                                                        cfg_.daemon.admin_group.empty()
-                                                            ? ""
-                                                            : " nor in group " + cfg_.daemon.admin_group));
-}
 
 Status Daemon::connect_bus() {
   try {
@@ -620,7 +583,8 @@ Status Daemon::connect_bus() {
     } else {
       bus_ = sdbus::createSessionBusConnectionWithAddress(bus_address_);
     }
-    manager_ = std::make_unique<ManagerObject>(*bus_, *this);
+    manager_ = std::make_unique<ManagerObject>(
+        *bus_, ManagerServices{*this, ids_, access_, pressure_.get(), drain_waits_.get(), pool_.get(), profile_, mode_, page_size_});
     bus_->addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
                    "member='NameOwnerChanged'",
                    [this](sdbus::Message& m) { on_name_owner_changed(m); },
@@ -662,11 +626,8 @@ void Daemon::on_name_owner_changed(sdbus::Message& sig) {
   }
   if (models_) models_->drop_caller(name);
   for (auto& [id, obj] : model_objects_) obj->forget_caller(name);
-  if (auto it = fds_by_caller_.find(name); it != fds_by_caller_.end()) {
-    auto& used = fds_by_uid_[it->second.first];
-    used -= std::min(used, it->second.second);
-    fds_by_caller_.erase(it);
-  }
+  if (drain_waits_) drain_waits_->caller_left(name);
+  fds_->caller_left(name);
   ids_.forget(name);
 }
 

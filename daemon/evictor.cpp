@@ -65,13 +65,11 @@ Status Evictor::make_room(const policy::Request& req, const std::string& why) {
         spdlog::info("{}: evicted {} ({})", why, object_of(a), a.reason);
     }
   }
-  if (pool_.counts().free_bytes() < want_free && models_.returning_pages() > 0) {
-    spdlog::info("{}: waiting for the reads in flight of unloaded models ({} on their way back to the pool)", why,
-                 format_bytes(models_.returning_pages() * pool_.page_size()));
-    if (!models_.finish_drains(Clock::now() + kRoomDrainLimit))
-      spdlog::warn("{}: {} still held by reads in flight after {} s", why,
-                   format_bytes(models_.returning_pages() * pool_.page_size()), kRoomDrainLimit.count());
-  }
+  // The rest is on its way: the caller is answered once it is back
+  // (DrainWaits), the loop does not wait for it.
+  if (pool_.counts().free_bytes() < want_free && models_.returning_pages() > 0)
+    return make_error(EINPROGRESS, "{}: waiting for {} on their way back to the pool (reads in flight of unloaded models)",
+                      why, format_bytes(models_.returning_pages() * pool_.page_size()));
   return {};
 }
 

@@ -6,7 +6,6 @@
 // free meanwhile). Loop thread only.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -33,12 +32,10 @@ class Evictor {
   // Plans `req` and acts only on a plan that covers it (nothing is lost for
   // a request that fails anyway). ENOMEM naming `why` and the shortfall.
   // Pages of unloaded models still in flight back to the pool count as
-  // free in the plan; when the caller's pages are among them, this waits
-  // for those drains (serving the pager's completions, at most
-  // kRoomDrainLimit): the one place left where the loop waits for reads,
-  // and only for a request that cannot go on without them (docs/retire.md).
+  // free in the plan; when the caller's pages are among them, EINPROGRESS
+  // (what it did evict stays done): the caller is parked and runs again
+  // once a drain ended (DrainWaits, docs/retire.md). Nothing here waits.
   Status make_room(const policy::Request& req, const std::string& why);
-  static constexpr auto kRoomDrainLimit = std::chrono::seconds(5);
   // The object an action names, for reports ("kv-arena:<id>" for cached blocks).
   [[nodiscard]] std::string object_of(const policy::Action& a) const;
   [[nodiscard]] const policy::Config& config() const { return cfg_; }

@@ -250,10 +250,15 @@ Status KvService::allocate_with_room(KvSession& s, uint32_t n,
     // Ask only for what the pool is missing, not for the whole request.
     const uint64_t want = div_round_up(uint64_t{n}, g.blocks_per_chunk) * g.chunk_bytes;
     const uint64_t have = pool_.counts().free_bytes();
-    if (want > have && make_room(s, want - have)) {
-      notices.clear();
-      r = attempt(notices);
-      publish(notices);
+    if (want > have) {
+      auto room = make_room(s, want - have);
+      // The room is on its way back: the caller runs this again once it is.
+      if (!room && room.error().code == EINPROGRESS) return room;
+      if (room) {
+        notices.clear();
+        r = attempt(notices);
+        publish(notices);
+      }
     }
   }
   return r;

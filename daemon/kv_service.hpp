@@ -70,6 +70,9 @@ class KvService final : public kv::ChunkOps {
   // The caller's session at `path`; AccessDenied for another connection's.
   Result<KvSession*> get(const std::string& path, const dbus::Caller& caller);
 
+  // EINPROGRESS when the room it needs is in pages still on their way back
+  // to the pool (Evictor::make_room): nothing is allocated, the same call
+  // once a drain ended finds them (Daemon's DrainWaits).
   Result<std::vector<uint32_t>> allocate(KvSession& s, uint32_t n);
   // One block at table index `index` (a hole or the end), see
   // kv::Allocator::allocate_at.

@@ -111,7 +111,8 @@ class Models {
   struct Hooks {
     // Frees `bytes` more in the pool for a model load, with the daemon's one
     // eviction order (policy::Request::for_model_load); acts only on a plan
-    // that covers the request. ENOMEM (with the shortfall) otherwise.
+    // that covers the request. ENOMEM (with the shortfall) otherwise;
+    // EINPROGRESS when the room is in pages still on their way back.
     std::function<Status(uint64_t bytes, const std::string& why)> make_room;
     // A model left the table (unload or eviction); called before the entry
     // is destroyed: drop its bus object, KV arenas, pending opens.
@@ -138,7 +139,9 @@ class Models {
   // quota (models.max_models_per_uid, max_pool_bytes_per_uid) is checked
   // before anything is evicted. Errors: EINVAL bad fd, EBADMSG/ENOTSUP
   // malformed file, EDQUOT quota, ENOMEM/ENOSPC the pool cannot hold it
-  // (nothing was evicted for it then).
+  // (nothing was evicted for it then); EINPROGRESS its room is in pages on
+  // their way back (Hooks::make_room): nothing is loaded or reserved, and
+  // the same load once they are back (a drain event) finds them.
   Result<ModelEntry*> load(const LoadRequest& req);
   // The model of a kept region, Resident at once (nothing is read). Errors:
   // the file's (EINVAL, EBADMSG...) or the pager's.
@@ -182,9 +185,6 @@ class Models {
   // back once those reads landed. Every planner counts them as free, so
   // nothing is evicted twice for one need.
   [[nodiscard]] uint64_t returning_pages() const { return pager_.returning_pages(); }
-  // Serves the pager's completions until those pages are back or `deadline`
-  // passed (Evictor::make_room). True when nothing drains any more.
-  bool finish_drains(Clock::time_point deadline) { return pager_.finish_drains(deadline); }
   // The pool's and the status pages' inodes of every model (fd accounting).
   void add_inodes(sys::InodeSet& out) const;
 

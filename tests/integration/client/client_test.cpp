@@ -10,8 +10,14 @@
 
 #include <dirent.h>
 
+#include <set>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -44,6 +50,46 @@ int daemon_uffd_fds(pid_t pid) {
   ::closedir(d);
   return n;
 }
+
+// Reads every regular file `pid` maps from the disk holding `dir` (its
+// binary, its libraries) into the page cache, so that while its reads from
+// that disk are held it pages in nothing from it (a page-in would queue
+// behind the held reads).
+void cache_mapped_files(pid_t pid, const std::string& dir) {
+  struct stat disk {};
+  if (::stat(dir.c_str(), &disk) != 0) return;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::set<std::string> files;
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash != std::string::npos) files.insert(line.substr(slash));
+  }
+  std::vector<char> buf(1 << 20);
+  for (const auto& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != disk.st_dev) continue;
+    std::ifstream in(f, std::ios::binary);
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    }
+  }
+}
+
+// A model file copied to a tmpfs (/dev/shm): the daemon's reads of it come
+// from memory, which a blkio throttle on the disk does not slow.
+struct TmpfsModel {
+  explicit TmpfsModel(ModelFile disk) : m(std::move(disk)) {
+    const std::string to = "/dev/shm/airs-ctest-" + std::to_string(::getpid()) + "-" + m.plan.spec.name + ".gguf";
+    std::error_code ec;
+    std::filesystem::copy_file(m.path, to, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) m.path = to;
+    ok = !ec;
+  }
+  ~TmpfsModel() {
+    if (ok) ::unlink(m.path.c_str());
+  }
+  ModelFile m;
+  bool ok = false;
+};
 
 class ClientIntegration : public ::testing::Test {
  protected:
@@ -123,6 +169,66 @@ class ClientIntegration : public ::testing::Test {
       EXPECT_EQ(rc, 0) << "airs-memd did not stop cleanly:\n" << daemon_->log();
     }
   }
+
+  // The object a client opened ("" and a failure if it did not).
+  std::string opened_object(Child& c) {
+    auto o = c.expect_line("opened");
+    EXPECT_TRUE(o) << c.transcript();
+    return o ? field(*o, "object") : std::string();
+  }
+
+  // Makes `warm` resident and unloads it (every daemon path below runs once
+  // unthrottled, and the daemon's files are put in the page cache), then
+  // loads `held` with its reads held in the device (4 KiB/s) and unloads
+  // it: its pages are on their way back to the pool until the test lifts
+  // the throttle. `paced` (a daemon with a crawling warm-up): clients'
+  // faults read both models, `held` through one killed while it waits for
+  // its fault. *free_held: the pool's free bytes meanwhile. False when the
+  // test was skipped or failed.
+  bool hold_a_drain(const ModelFile& warm, const ModelFile& held, bool paced, uint64_t* free_held) {
+    std::string w;
+    if (paced) {
+      Child c(client(warm, {"--order", "seq"}));
+      w = opened_object(c);
+      if (w.empty()) return false;
+      expect_verified(c, warm);
+      EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+      EXPECT_TRUE(wait_until([&] { return model_status(w).value("refcount", 99u) == 0; }, 30000ms));
+    } else {
+      w = load(warm);
+    }
+    EXPECT_TRUE(wait_until([&] { return model_status(w).value("state", std::string()) == "resident"; }, 30000ms));
+    EXPECT_TRUE(dbus_->unload(w, false).ok());
+    EXPECT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
+    if (::testing::Test::HasFailure()) return false;
+    cache_mapped_files(daemon_->pid(), dir_.path());
+    EXPECT_TRUE(throttle_->set_rate(4096));
+    std::string obj;
+    if (paced) {
+      Child c(client(held, {"--order", "seq"}));
+      obj = opened_object(c);
+      if (obj.empty() || !require_direct_io(obj)) return false;
+      EXPECT_TRUE(wait_until([&] { return c.thread_waits_in("handle_userfault"); }, 30000ms)) << c.transcript();
+      c.kill(SIGKILL);
+      (void)c.wait();
+      EXPECT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 30000ms));
+    } else {
+      obj = load(held);
+      if (!require_direct_io(obj)) return false;
+    }
+    EXPECT_NE(model_status(obj).value("state", std::string()), "resident") << "the held load finished";
+    *free_held = dbus_->status()["pool"]["free_bytes"].get<uint64_t>();
+    auto e = dbus_->unload(obj, false);
+    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
+    auto st = dbus_->status();
+    EXPECT_TRUE(st["models"].empty()) << st.dump(1);
+    EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), *free_held)
+        << "the held reads landed: nothing drains\n" << daemon_->log();
+    return !::testing::Test::HasFailure();
+  }
+
+  // True once the daemon logged that a call waits for a drain.
+  bool a_call_waits() { return daemon_->log().find("waits for the reads in flight") != std::string::npos; }
 
   TempDir dir_;
   std::unique_ptr<PrivateBus> bus_;
@@ -603,6 +709,122 @@ TEST_F(ClientIntegration, UnloadAnswersAtOnceWhileTheModelsReadsDrain) {
   Child c(client(b, {"--order", "random:4"}));
   expect_verified(c, b);
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// A LoadModel whose room is the pages of an unloaded model whose reads are
+// held in the device: the call waits (parked, its reply held) while the
+// daemon answers GetStatus and serves another client's faults (that model
+// is on a tmpfs, which the throttle does not slow; its warm-up crawls, so
+// the client faults); once the reads land the load is answered from the
+// drain event, and the pool holds exactly the two models.
+TEST_F(ClientIntegration, ALoadWaitingForDrainingPagesLetsTheDaemonServeOthers) {
+  const uint64_t h = huge_page_size();
+  auto w = make_model(dir_, "w.gguf", "warm", 13 * kMiB);
+  auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB, 12);
+  auto b = make_model(dir_, "b.gguf", "next", 27 * kMiB, 16, 2);
+  TmpfsModel c(make_model(dir_, "c.gguf", "faulted", 13 * kMiB, 8, 3));
+  if (!c.ok) return skip("no tmpfs at /dev/shm for a model the throttle does not slow");
+  const uint64_t A = round_up_pages(a.size()), B = round_up_pages(b.size()), C = round_up_pages(c.m.size());
+  // b fits only with a's pages back; c fits beside a's held pages.
+  const uint64_t pool = B + C;
+  if (pool - A >= B || C > pool - A)
+    return skip("in pages of " + std::to_string(h) + " bytes the models are " + std::to_string(A) + ", " +
+                std::to_string(B) + " and " + std::to_string(C) + " bytes: b would not need a's pages");
+  if (!start(pool / kMiB, "[models]\nwarmup_rate = \"1M\"\npinned = [\"faulted\", \"next\"]\n", uint64_t{1} << 40))
+    return;
+  uint64_t free_held = 0;
+  if (!hold_a_drain(w, a, true, &free_held)) return;
+  ASSERT_EQ(free_held, pool - A);
+
+  std::atomic<bool> answered{false};
+  CallError waited;
+  std::string obj_b;
+  std::thread loader([&] {
+    BusClient other(bus_->address());
+    waited = other.load_model(b.path, &obj_b);
+    answered = true;
+  });
+  // However this test ends, the held reads go and the loader is joined.
+  struct Release {
+    std::thread& t;
+    BlkioThrottle& throttle;
+    ~Release() {
+      (void)throttle.set_rate(0);
+      if (t.joinable()) t.join();
+    }
+  } release{loader, *throttle_};
+  ASSERT_TRUE(wait_until([&] { return a_call_waits(); }, 30000ms)) << daemon_->log();
+
+  // The loop serves: status, and another client's faults on its own model.
+  auto during = dbus_->status();
+  EXPECT_TRUE(during["models"].empty()) << during.dump(1);
+  EXPECT_EQ(during["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "the waiting load holds pages";
+  {
+    Child cc(client(c.m, {"--order", "random:5"}));
+    auto o = cc.expect_line("opened");
+    ASSERT_TRUE(o) << cc.transcript();
+    EXPECT_EQ(field(*o, "resident"), "0") << "the faulting client's model was resident already: no fault served";
+    expect_verified(cc, c.m);
+    EXPECT_EQ(cc.wait().exit_code, 0) << cc.transcript();
+  }
+  EXPECT_FALSE(answered) << "the load was answered before the pages it needs were back";
+
+  ASSERT_TRUE(throttle_->set_rate(0));
+  loader.join();
+  ASSERT_TRUE(waited.ok()) << waited.name << ": " << waited.message << "\n" << daemon_->log();
+  auto after = dbus_->status();
+  EXPECT_EQ(after["models"].size(), 2U) << after.dump(1);
+  EXPECT_FALSE(model_status(obj_b).is_null()) << after.dump(1);
+  EXPECT_EQ(after["pool"]["model_bytes"].get<uint64_t>(), B + C) << after["pool"].dump();
+  EXPECT_EQ(after["pool"]["free_bytes"].get<uint64_t>(), pool - B - C) << after["pool"].dump();
+  Child cb(client(b, {"--order", "random:6"}));
+  expect_verified(cb, b);
+  EXPECT_EQ(cb.wait().exit_code, 0) << cb.transcript();
+}
+
+// A LoadModel waiting for draining pages whose caller leaves the bus is
+// dropped, and one that waits longer than the daemon's limit (5 s) is
+// refused naming why; neither holds a page: once the reads land the pool is
+// whole again and no model was loaded for them.
+TEST_F(ClientIntegration, AWaitingLoadIsDroppedWithItsCallerOrRefusedAfterItsLimitHoldingNothing) {
+  auto w = make_model(dir_, "w.gguf", "warm", 13 * kMiB);
+  auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB, 12);
+  auto b = make_model(dir_, "b.gguf", "next", 27 * kMiB, 16, 2);
+  const uint64_t A = round_up_pages(a.size()), B = round_up_pages(b.size());
+  const uint64_t pool = B;
+  if (A >= B) return skip("in pages of " + std::to_string(huge_page_size()) + " bytes b is no larger than a");
+  if (!start(pool / kMiB, "", uint64_t{1} << 40)) return;
+  uint64_t free_held = 0;
+  if (!hold_a_drain(w, a, false, &free_held)) return;
+  ASSERT_EQ(free_held, pool - A);
+  struct Release {
+    BlkioThrottle& throttle;
+    ~Release() { (void)throttle.set_rate(0); }
+  } release{*throttle_};
+  {
+    // A client process whose LoadModel waits, killed meanwhile.
+    Child gone(client(b));
+    ASSERT_TRUE(wait_until([&] { return a_call_waits(); }, 30000ms)) << daemon_->log();
+    gone.kill(SIGKILL);
+    (void)gone.wait();
+  }
+  ASSERT_TRUE(wait_until([&] { return daemon_->log().find("dropped: it left the bus") != std::string::npos; },
+                         30000ms))
+      << daemon_->log();
+  auto st = dbus_->status();
+  EXPECT_TRUE(st["models"].empty()) << st.dump(1);
+  EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "a dropped call holds pages";
+  // Past the limit: refused with the reason.
+  auto e = dbus_->load_model(b.path);
+  EXPECT_EQ(e.name, "org.aios.Airs1.Error.PoolExhausted") << e.message;
+  EXPECT_NE(e.message.find("reads were still in flight after 5000 ms"), std::string::npos) << e.message;
+  st = dbus_->status();
+  EXPECT_TRUE(st["models"].empty()) << st.dump(1);
+  EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "a refused call holds pages";
+  ASSERT_TRUE(throttle_->set_rate(0));
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["pool"]["free_bytes"].get<uint64_t>() == pool; }, 30000ms))
+      << dbus_->status().dump(1);
+  EXPECT_TRUE(dbus_->status()["models"].empty()) << "a model was loaded for a call nobody waits for";
 }
 
 // ---- 8. pool too small ----

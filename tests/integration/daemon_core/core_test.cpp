@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/drain_waits.hpp"
 #include "daemon/evictor.hpp"
 #include "daemon/kv_service.hpp"
 #include "daemon/models.hpp"
@@ -92,6 +93,7 @@ class Core : public ::testing::Test {
     req.exempt = true;
     auto m = models_->load(req);
     last_error_ = m ? std::string() : m.error().message;
+    last_code_ = m ? 0 : m.error().code;
     return m ? *m : nullptr;
   }
 
@@ -118,6 +120,7 @@ class Core : public ::testing::Test {
   std::vector<std::string> dropped_;
   std::map<uint64_t, size_t> lost_;
   std::string last_error_;
+  int last_code_ = 0;
 };
 
 TEST_F(Core, AKvAllocationEvictsAnIdleModelButNeverAPinnedOne) {
@@ -195,8 +198,10 @@ TEST_F(Core, AnEvictionWhileTheFillIsInFlightGivesEveryPageBack) {
 // A load that needs the pages of a model whose reads are still in flight
 // (submitted, not reaped: the pager learns of completions only on the loop):
 // the one executor evicts that model, which returns at once with its pages
-// on their way back; the load waits for exactly that drain and gets them.
-// Nothing else is evicted for the same need, and no page is counted twice.
+// on their way back; the load does not wait for them inside the call
+// (EINPROGRESS, nothing reserved), and run again from the drain event it
+// gets them. Nothing else is evicted for the same need, no page is counted
+// twice.
 TEST_F(Core, ALoadThatNeedsADrainingModelsPagesGetsThemOnceItsReadsLanded) {
   start(24, {"pinned"});  // room for two of the ~10 MiB models, not three
   ModelEntry* pinned = load("pinned", 12);
@@ -208,15 +213,36 @@ TEST_F(Core, ALoadThatNeedsADrainingModelsPagesGetsThemOnceItsReadsLanded) {
   const uint64_t filling_pages = pool_->counts().model_pages - pinned_pages;
   ASSERT_TRUE(pager_->draining(filling->pager_id) || models_->stats(*filling)->units_in_flight > 0)
       << "no read in flight: nothing to drain";
+  auto waits = DrainWaits::create(*loop_, std::chrono::minutes(10));
+  ASSERT_TRUE(waits) << waits.error().message;
   std::vector<std::pair<pager::ModelId, pager::Pager::Drained>> drained;
-  pager_->set_drain_listener([&](pager::ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
+  pager_->set_drain_listener([&](pager::ModelId id, pager::Pager::Drained how) {
+    drained.emplace_back(id, how);
+    (*waits)->pages_returned();
+  });
   const pager::ModelId filling_pid = filling->pager_id;
   ModelEntry* next = load("next", 12, 3);
-  ASSERT_NE(next, nullptr) << last_error_;
+  ASSERT_EQ(next, nullptr) << "loaded before the pages it needs were back";
+  ASSERT_EQ(last_code_, EINPROGRESS) << last_error_;
   EXPECT_EQ(dropped_, std::vector<std::string>{"filling"});
-  ASSERT_EQ(drained.size(), 1U) << "the load did not wait for the drain of the model it evicted";
+  EXPECT_TRUE(drained.empty()) << "the load waited for the drain inside the call";
+  // The waiting load holds nothing: the pool is as the eviction left it.
+  EXPECT_EQ(models_->all().size(), 1U);
+  EXPECT_EQ(pool_->counts().model_pages, pinned_pages + filling_pages);
+  EXPECT_EQ(models_->returning_pages(), filling_pages);
+  // Parked as the daemon parks it, run again from the drain event.
+  (*waits)->park(DrainWaits::Call{":1.1", "test load", [&] {
+                                    next = load("next", 12, 3);
+                                    return last_code_ != EINPROGRESS;
+                                  },
+                                  [](const Error& e) { ADD_FAILURE() << "refused: " << e.message; }});
+  for (int i = 0; i < 2000 && (*waits)->size() > 0; ++i) (void)loop_->run_once(std::chrono::milliseconds(5));
+  ASSERT_EQ((*waits)->size(), 0U) << "the drain event did not answer the waiting load";
+  ASSERT_NE(next, nullptr) << last_error_;
+  ASSERT_EQ(drained.size(), 1U);
   EXPECT_EQ(drained[0], std::make_pair(filling_pid, pager::Pager::Drained::Unloaded));
   EXPECT_EQ(models_->returning_pages(), 0U);
+  EXPECT_EQ(dropped_, std::vector<std::string>{"filling"}) << "evicted more for the same need";
   settle();
   const uint64_t next_pages = pool_->counts().model_pages - pinned_pages;
   EXPECT_EQ(next_pages, filling_pages);
@@ -226,7 +252,8 @@ TEST_F(Core, ALoadThatNeedsADrainingModelsPagesGetsThemOnceItsReadsLanded) {
 
 // Pages on their way back count as free for every planner: while an
 // unloaded model drains, a request they cover plans no eviction (the
-// pressure loop and a load do not evict a second model for one need).
+// pressure loop and a load do not evict a second model for one need), and
+// it is told to wait (EINPROGRESS) instead of waiting inside the call.
 TEST_F(Core, PagesOnTheirWayBackAreNotPlannedForTwice) {
   start(24);
   ModelEntry* resident = load("resident", 8);
@@ -241,12 +268,88 @@ TEST_F(Core, PagesOnTheirWayBackAreNotPlannedForTwice) {
   ASSERT_GT(returning, 0U) << "its reads landed before the unload: nothing was proven";
   EXPECT_EQ(pool_->counts().free_pages, free_before) << "pages counted free while reads still write them";
   EXPECT_EQ(evictor_->snapshot().free_bytes, (free_before + returning) * ps);
-  // A need the returning pages cover: waits for them, evicts nothing.
-  ASSERT_TRUE(evictor_->make_room(policy::Request::for_model_load(returning * ps), "test"));
+  // A need the returning pages cover: evicts nothing, waits for them.
+  auto room = evictor_->make_room(policy::Request::for_model_load(returning * ps), "test");
+  ASSERT_FALSE(room) << "room before the pages were back";
+  EXPECT_EQ(room.error().code, EINPROGRESS) << room.error().message;
+  EXPECT_EQ(models_->returning_pages(), returning) << "the call waited for the drain";
+  EXPECT_NE(models_->find_by_name("resident"), nullptr) << "evicted for pages that were on their way";
+  settle();
   EXPECT_EQ(models_->returning_pages(), 0U);
   EXPECT_EQ(pool_->counts().free_pages, free_before + returning);
-  EXPECT_NE(models_->find_by_name("resident"), nullptr) << "evicted for pages that were on their way";
+  EXPECT_NE(models_->find_by_name("resident"), nullptr);
   EXPECT_EQ(dropped_, std::vector<std::string>{"filling"});
+}
+
+// A KV allocation whose room is in the pages of an unloaded model still
+// draining: EINPROGRESS (no block allocated, nothing else evicted), and the
+// same allocation once the drain ended gets them.
+TEST_F(Core, AKvAllocationThatNeedsDrainingPagesWaitsForThemOutsideTheCall) {
+  start(32, {"pinned"});
+  ASSERT_NE(load("pinned", 12), nullptr) << last_error_;
+  settle();
+  ModelEntry* filling = load("filling", 12, 2);
+  ASSERT_NE(filling, nullptr) << last_error_;
+  ModelEntry* pinned = models_->find_by_name("pinned");
+  auto s = kv_->create(*pinned, caller(0, ":1.1"), policy::Priority::Interactive, true);
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_TRUE(models_->unload(*filling, false, false, "test"));
+  const uint64_t returning = models_->returning_pages();
+  ASSERT_GT(returning, 0U) << "its reads landed before the unload: nothing was proven";
+  auto info = kv_->allocator().arena_geometry(s->session->arena);
+  ASSERT_TRUE(info);
+  // One chunk more than the free pool holds: within what is on its way.
+  const uint32_t want = static_cast<uint32_t>((pool_->counts().free_bytes() / info->chunk_bytes + 1) *
+                                              info->blocks_per_chunk);
+  ASSERT_LE(uint64_t{want} / info->blocks_per_chunk * info->chunk_bytes,
+            pool_->counts().free_bytes() + returning * pool_->page_size());
+  const uint64_t free_before = pool_->counts().free_pages;
+  auto early = kv_->allocate(*s->session, want);
+  ASSERT_FALSE(early) << "allocated before the pages were back";
+  EXPECT_EQ(early.error().code, EINPROGRESS) << early.error().message;
+  EXPECT_EQ(kv_->info(s->session->path)->blocks, 0U);
+  EXPECT_EQ(pool_->counts().free_pages, free_before) << "the waiting allocation holds pages";
+  EXPECT_EQ(models_->returning_pages(), returning) << "the call waited for the drain";
+  settle();
+  EXPECT_EQ(models_->returning_pages(), 0U);
+  auto blocks = kv_->allocate(*s->session, want);
+  ASSERT_TRUE(blocks) << blocks.error().message;
+  EXPECT_EQ(blocks->size(), want);
+  EXPECT_NE(models_->find_by_name("pinned"), nullptr);
+  EXPECT_EQ(dropped_, std::vector<std::string>{"filling"}) << "evicted more for the same need";
+}
+
+// A parked call whose pages never come back is refused by the loop's timer
+// with the reason, and one whose caller left the bus is dropped unanswered;
+// calls of other callers stay parked.
+TEST_F(Core, AWaitingCallIsRefusedAfterItsLimitOrDroppedWithItsCaller) {
+  start(8);
+  auto waits = DrainWaits::create(*loop_, std::chrono::milliseconds(20));
+  ASSERT_TRUE(waits) << waits.error().message;
+  std::vector<std::string> refused;
+  int runs = 0;
+  auto call = [&](const std::string& caller) {
+    return DrainWaits::Call{caller, "call of " + caller, [&] {
+                              ++runs;
+                              return false;
+                            },
+                            [&refused](const Error& e) {
+                              EXPECT_EQ(e.code, ENOMEM);
+                              refused.push_back(e.message);
+                            }};
+  };
+  (*waits)->park(call(":1.1"));
+  (*waits)->park(call(":1.2"));
+  (*waits)->caller_left(":1.2");
+  EXPECT_EQ((*waits)->size(), 1U);
+  (*waits)->pages_returned();  // a drain that did not bring enough: it stays
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ((*waits)->size(), 1U);
+  for (int i = 0; i < 2000 && refused.empty(); ++i) (void)loop_->run_once(std::chrono::milliseconds(5));
+  ASSERT_EQ(refused.size(), 1U);
+  EXPECT_NE(refused[0].find("call of :1.1: pool exhausted"), std::string::npos) << refused[0];
+  EXPECT_NE(refused[0].find("reads were still in flight after 20 ms"), std::string::npos) << refused[0];
+  EXPECT_EQ((*waits)->size(), 0U);
 }
 
 }  // namespace

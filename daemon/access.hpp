@@ -1,0 +1,65 @@
+// Who may do what on the bus, and how many of the daemon's descriptors a
+// uid may hold: the two checks the bus objects share (daemon/bus_*.hpp hold
+// references to these, not to the Daemon). Loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "dbus/identity.hpp"
+#include "sys/files.hpp"
+#include "util/result.hpp"
+
+namespace airs::daemon {
+
+// daemon.admin_group and daemon.trusted_group of the configuration.
+class Access {
+ public:
+  Access(std::string admin_group, std::string trusted_group)
+      : admin_group_(std::move(admin_group)), trusted_group_(std::move(trusted_group)) {}
+  // Root or a member of daemon.admin_group.
+  [[nodiscard]] bool is_admin(const dbus::Caller& caller) const;
+  // An admin or a member of daemon.trusted_group: may open models lazily
+  // (a writable region fd).
+  [[nodiscard]] bool is_trusted(const dbus::Caller& caller) const;
+  // Admin methods: EACCES naming `method`, the uid and the group otherwise.
+  [[nodiscard]] Status require_admin(const dbus::Caller& caller, const char* method) const;
+
+ private:
+  std::string admin_group_;
+  std::string trusted_group_;
+};
+
+// Per-uid fd quota (kv.max_fds_per_uid) on the descriptors the uid's
+// processes actually hold: every fd handed out counts until a recount of
+// the processes' /proc/PID/fd shows it closed (Release and Close do not
+// uncount: a client may keep what it was given).
+class FdQuota {
+ public:
+  // The inodes of every fd the daemon hands out: pool regions and status
+  // pages to `ours`, notice pages to `notices` (each stands for its
+  // session's eventfd too, which cannot be told apart by inode).
+  using InodesFn = std::function<void(sys::InodeSet& ours, sys::InodeSet& notices)>;
+  FdQuota(uint32_t max_per_uid, const dbus::IdentityCache& ids, InodesFn inodes)
+      : max_(max_per_uid), ids_(ids), inodes_(std::move(inodes)) {}
+  // EDQUOT when `n` more would pass the limit; counts them otherwise.
+  [[nodiscard]] Status take(const dbus::Caller& caller, uint32_t n);
+  // `n` fds counted by take() were not handed out after all.
+  void returned(const dbus::Caller& caller, uint32_t n);
+  // `name` left the bus: what it held is no longer counted.
+  void caller_left(const std::string& name);
+
+ private:
+  [[nodiscard]] uint32_t held_by_uid(uid_t uid);
+  uint32_t max_;
+  const dbus::IdentityCache& ids_;
+  InodesFn inodes_;
+  std::map<uid_t, uint32_t> by_uid_;
+  std::map<std::string, std::pair<uid_t, uint32_t>> by_caller_;
+};
+
+}  // namespace airs::daemon
