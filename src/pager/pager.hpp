@@ -249,9 +249,11 @@ class Pager {
   // True while an eviction or unload of `id` waits for its reads.
   [[nodiscard]] bool draining(ModelId id) const;
   // Runs the ring until every drain ended or `deadline` passed (serving
-  // completions as the loop would: fills of other models go on). For a
-  // caller that cannot go on without the pages and for shutdown. Returns
-  // true when nothing drains any more.
+  // completions as the loop would: fills of other models go on). Blocks:
+  // for tests and tools that may wait for the pages. The daemon never calls
+  // it; a bus call that needs draining pages is parked and answered from
+  // the drain event (docs/retire.md). Returns true when nothing drains any
+  // more.
   bool finish_drains(std::chrono::steady_clock::time_point deadline);
 
   // Ends the recording of `id` (ModelSpec::record_access) and returns the
