@@ -96,7 +96,7 @@ Status LazyMapping::unregister() {
   // the VMA is write-locked sleeps on, its message answered by nobody (the
   // daemon's CONTINUE then fails with ENOENT). The VMA write lock waited for
   // it to queue, so by now it is queued, and UFFDIO_WAKE needs no
-  // registration (docs/retire.md).
+  // registration (docs/kernel-facts.md).
   AIRS_TRY(sys::uffd_wake(uffd_.get(), address(), size()));
   // The system call itself: libairs-preload.so interposes madvise() and
   // absorbs it on model mappings.

@@ -832,7 +832,7 @@ bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count) 
     // unregistration can miss a fault queued under the per-VMA lock (6.6+),
     // and a client whose range was replaced is not woken at all. The wake
     // needs no registration; the thread then faults again, on whatever maps
-    // the range now (docs/retire.md).
+    // the range now (docs/kernel-facts.md).
     (void)sys::uffd_wake(c.uffd.get(), addr, len);
     if (r.error().code == ENOENT && m.state == client::ModelLoadState::Resident)
       spdlog::debug("model '{}': client {} (pid {}) unregistered at residency; detaching it", m.name, c.key, c.pid);
