@@ -47,10 +47,13 @@ Result<LazyMapping> LazyMapping::create(int region_fd, uint64_t size, LazyBackin
     return make_error(EPERM, "model region fd is not O_RDWR: userfaultfd registration needs a writable fd");
   LazyMapping lm;
   lm.backing_ = backing;
+  auto st = sys::stat_of(region_fd, "model region fd");
+  if (!st) return std::move(st).error();
   if (backing == LazyBacking::Shmem) {
-    auto st = sys::stat_of(region_fd, "model region fd");
-    if (!st) return std::move(st).error();
     lm.huge_folios_ = static_cast<uint64_t>(st->st_blksize) > sys::base_page_size();
+    lm.page_ = sys::base_page_size();  // CONTINUE maps shmem one PTE at a time
+  } else {
+    lm.page_ = static_cast<uint64_t>(st->st_blksize);  // hugetlbfs: its huge page
   }
   // No MAP_POPULATE, no MAP_LOCKED: nothing may touch the range before the
   // registration below.
@@ -121,6 +124,7 @@ Result<std::unique_ptr<FallbackServer>> FallbackServer::create(const LazyMapping
   s->base_ = mapping.address();
   s->size_ = mapping.size();
   s->unit_ = status.unit_size();
+  s->page_ = mapping.page_size();
   s->gguf_fd_ = gguf_fd;
   s->file_size_ = file_size;
   s->status_ = status;
@@ -143,12 +147,19 @@ Result<int> FallbackServer::run_once(std::chrono::milliseconds timeout) {
   if (rc <= 0) return 0;
   std::vector<uffd_msg> msgs;
   AIRS_TRY(sys::uffd_read_events(uffd_, msgs));
+  // Every message read is answered, whatever happens to one of them: a
+  // fault whose message is read and left is never raised again.
   int served = 0;
+  Status first_error;
   for (const uffd_msg& m : msgs) {
     if (m.event != UFFD_EVENT_PAGEFAULT) continue;
-    AIRS_TRY(serve(m.arg.pagefault.address));
+    if (auto st = serve(m.arg.pagefault.address); !st) {
+      if (first_error) first_error = std::move(st);
+      continue;
+    }
     ++served;
   }
+  if (!first_error) return std::move(first_error).error();
   return served;
 }
 
@@ -187,8 +198,16 @@ Status FallbackServer::serve(uint64_t address) {
     filled_[unit] = true;
     ++units_filled_;
   }
-  auto r = sys::uffd_continue(uffd_, addr, unit_, unit_);
-  if (!r) return std::move(r).error();
+  // The daemon may have died inside a CONTINUE of this unit (a fatal
+  // signal cuts the ioctl short), leaving it partly mapped: the faulting
+  // page itself is then mapped too.
+  auto r = sys::uffd_continue_fault(uffd_, addr, unit_, address, page_);
+  if (!r) {
+    // The thread may still sleep on the fault: it faults again on whatever
+    // maps the range now, and is not left asleep.
+    (void)sys::uffd_wake(uffd_, addr, unit_);
+    return std::move(r).error();
+  }
   if (r->already_mapped_bytes > 0) AIRS_TRY(sys::uffd_wake(uffd_, addr, unit_));
   return {};
 }

@@ -49,6 +49,9 @@ class LazyMapping {
   [[nodiscard]] const std::byte* data() const { return map_.bytes(); }
   [[nodiscard]] uint64_t size() const { return map_.size(); }
   [[nodiscard]] uint64_t address() const { return reinterpret_cast<uint64_t>(map_.get()); }
+  // The page the kernel maps the range with: the huge page on hugetlbfs, the
+  // base page on shmem (a CONTINUE maps shmem by PTEs, whatever its folios).
+  [[nodiscard]] uint64_t page_size() const { return page_; }
   // Our own uffd (kept for the fallback; never read while the daemon lives).
   [[nodiscard]] int uffd() const { return uffd_.get(); }
   // A dup of the uffd to send to the daemon.
@@ -71,6 +74,7 @@ class LazyMapping {
   // The region's page cache may hold huge folios (its st_blksize is the PMD
   // size, as shmem reports for a huge tmpfs file); memfd base pages: false.
   bool huge_folios_ = false;
+  uint64_t page_ = 0;
   LazyBacking backing_ = LazyBacking::Hugetlbfs;
 };
 
@@ -104,6 +108,7 @@ class FallbackServer {
   uint64_t base_ = 0;
   uint64_t size_ = 0;
   uint64_t unit_ = 0;
+  uint64_t page_ = 0;  // LazyMapping::page_size()
   int gguf_fd_ = -1;
   uint64_t file_size_ = 0;
   StatusPageView status_;

@@ -816,12 +816,23 @@ void Pager::check_resident(Model& m) {
   if (state_listener_) state_listener_(m.id, client::ModelLoadState::Resident);
 }
 
-bool Pager::continue_unit(Model& m, Client& c, uint32_t unit) { return continue_range(m, c, unit, 1); }
+bool Pager::continue_unit(Model& m, Client& c, uint32_t unit, uint64_t fault) {
+  return continue_range(m, c, unit, 1, fault);
+}
 
-bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count) {
+uint64_t Pager::mapping_page(const Model& m) const {
+  return std::string_view(pool_.backend().name()) == "hugetlbfs" ? m.unit : sys::base_page_size();
+}
+
+bool Pager::continue_range(Model& m, Client& c, uint32_t first, uint32_t count, uint64_t fault) {
   const uint64_t addr = c.addr + uint64_t{first} * m.unit;
   const uint64_t len = uint64_t{count} * m.unit;
-  auto r = sys::uffd_continue(c.uffd.get(), addr, len, m.unit);
+  // A fault on a unit that is ready: usually a duplicate (two threads, a
+  // replayed signal), but on shmem the unit may be partly mapped (the
+  // client dropped part of its entries): then its faulting page is mapped
+  // by itself too, or the client would fault on it for ever.
+  auto r = fault != 0 && count == 1 ? sys::uffd_continue_fault(c.uffd.get(), addr, len, fault, mapping_page(m))
+                                    : sys::uffd_continue(c.uffd.get(), addr, len, m.unit);
   if (!r) {
     // ENOENT/EINVAL: the client unmapped or unregistered the range; it no
     // longer takes our answers. Once the model is resident that is libairs'
@@ -868,7 +879,7 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, s
   // Units are counted from the client's base address; the kernel aligns a
   // hugetlbfs mapping to its page, a shmem one only to the base page (and
   // CONTINUE needs no more).
-  const uint64_t align = std::string_view(pool_.backend().name()) == "hugetlbfs" ? m->unit : sys::base_page_size();
+  const uint64_t align = mapping_page(*m);
   if (length != m->region->size() || addr % align != 0)
     return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
                               "{}-aligned address",
@@ -1033,7 +1044,7 @@ void Pager::handle_fault(Model& m, Client& c, uint64_t address, Clock::time_poin
   switch (m.plan.state(unit)) {
     case UnitState::Ready: {
       const ClientKey key = c.key;
-      if (!continue_unit(m, c, unit)) return drop_client(m.id, key, "gone");
+      if (!continue_unit(m, c, unit, address)) return drop_client(m.id, key, "gone");
       m.ready_latency.add(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count()));
       return;

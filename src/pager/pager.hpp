@@ -292,12 +292,17 @@ class Pager {
   void on_populated(size_t slot, int32_t res);
   void unit_ready(Model& m, uint32_t unit);
   void map_ready();
-  bool continue_range(Model& m, Client& c, uint32_t first, uint32_t count);
+  // `fault`: the address a client faulted at, when answering that fault
+  // (0: mapping units as they become ready).
+  bool continue_range(Model& m, Client& c, uint32_t first, uint32_t count, uint64_t fault = 0);
+  // The page a client's mapping of the region is mapped with: the unit (a
+  // huge page) on hugetlbfs, the base page on shmem.
+  uint64_t mapping_page(const Model& m) const;
   void unit_failed(Model& m, uint32_t unit, int err);
   void on_uffd(ModelId id, ClientKey key);
   void on_requests(ModelId id, ClientKey key);
   void handle_fault(Model& m, Client& c, uint64_t address, std::chrono::steady_clock::time_point t0);
-  bool continue_unit(Model& m, Client& c, uint32_t unit);
+  bool continue_unit(Model& m, Client& c, uint32_t unit, uint64_t fault = 0);
   Status map_ready_units(Model& m, Client& c);
   void poison_unit(Model& m, Client& c, uint32_t unit);
   void drop_client(ModelId id, ClientKey key, const char* why);

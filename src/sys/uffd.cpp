@@ -127,6 +127,18 @@ Result<RangeResult> uffd_continue(int uffd, uint64_t addr, uint64_t len, uint64_
   });
 }
 
+Result<RangeResult> uffd_continue_fault(int uffd, uint64_t addr, uint64_t len, uint64_t fault, uint64_t page) {
+  auto r = uffd_continue(uffd, addr, len, len);
+  if (!r || r->owner_gone || r->already_mapped_bytes == 0 || page >= len) return r;
+  const uint64_t at = fault - fault % page;
+  if (at < addr || at + page > addr + len) return r;
+  auto one = uffd_continue(uffd, at, page, page);
+  if (!one) return std::move(one).error();
+  r->done_bytes += one->done_bytes;
+  r->owner_gone = one->owner_gone;
+  return r;
+}
+
 Result<RangeResult> uffd_poison(int uffd, uint64_t addr, uint64_t len, uint64_t step) {
   return range_loop("UFFDIO_POISON", addr, len, step, [uffd](uint64_t a, uint64_t l, int64_t& progress) {
     uffdio_poison p{};

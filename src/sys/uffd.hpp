@@ -83,6 +83,19 @@ struct RangeResult {
 // ENOENT: the range is no longer registered/mapped).
 [[nodiscard]] Result<RangeResult> uffd_continue(int uffd, uint64_t addr, uint64_t len, uint64_t step);
 
+// Answers a fault at `fault` inside the unit [addr, +len): CONTINUEs the
+// unit as above, and when part of it was already mapped, the faulting page
+// (`page`: the mapping's page, the huge page on hugetlbfs, the base page on
+// shmem) by itself as well. On shmem a unit can be partly mapped: a
+// CONTINUE cut short by a fatal signal (a daemon killed mid-ioctl), or a
+// client that dropped part of its entries (MADV_DONTNEED). The unit's
+// CONTINUE then stops at its first mapped page and skips the rest of the
+// step, and without the second call the faulting thread would fault again
+// on the same page for ever. So the faulting page is always mapped when
+// this returns, and the caller's wake lets its thread go on.
+[[nodiscard]] Result<RangeResult> uffd_continue_fault(int uffd, uint64_t addr, uint64_t len, uint64_t fault,
+                                                      uint64_t page);
+
 // UFFDIO_POISON: faulting threads in the range get SIGBUS (BUS_ADRERR).
 [[nodiscard]] Result<RangeResult> uffd_poison(int uffd, uint64_t addr, uint64_t len, uint64_t step);
 

@@ -552,6 +552,27 @@ TEST_P(PagerModeTest, UnregisterWakesAFaultLeftAsleep) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
 
+// A unit left partly mapped in a client (on shmem: a CONTINUE cut short by
+// a fatal signal, as when the daemon is killed inside the ioctl, or a client
+// dropping part of its entries) is answered with the faulting page mapped:
+// the unit's CONTINUE alone stops at the mapped start and skips the rest, and
+// the thread would fault on the same page for ever. Answered by the daemon,
+// then by the client's own fallback server. Without the fix both clients
+// spin until the 30 s limit; with it they read every byte of the file.
+TEST_P(PagerModeTest, APartlyMappedUnitIsAnsweredWithTheFaultingPage) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  Child c = spawn("partial");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  int st = wait_child(&d, c.pid, 30s);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "answered by the daemon: " << describe(st);
+  Child f = spawn("partial-fallback");
+  ASSERT_TRUE(attach(d, id, f, 2));
+  st = wait_child(nullptr, f.pid, 30s);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "answered by the fallback server: " << describe(st);
+}
+
 TEST_P(PagerModeTest, RandomOrderFaultDriven) {
   PagerOptions o;
   o.background_warmup = false;

@@ -18,12 +18,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/lazy_map.hpp"
+#include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "wire.hpp"
 
@@ -358,6 +360,47 @@ int main(int argc, char** argv) {
     }
     t.join();
     return ok.load() ? 0 : 3;
+  }
+  if (mode == "partial" || mode == "partial-fallback") {
+    // Unit 1 left partly mapped: every entry past its first page dropped.
+    // A CONTINUE cut short by a fatal signal (the daemon killed inside the
+    // ioctl) leaves the same. On hugetlbfs a unit is one page: all of it.
+    // The touch past the first page faults, and must be answered with its
+    // page mapped (not skipped with the unit's mapped start, which would
+    // fault it again for ever):
+    //   partial           by the daemon (the unit is ready);
+    //   partial-fallback  by our own FallbackServer (the daemon's loop stays
+    //                     still: the fault is ours to read).
+    pollfd p{notify, POLLIN, 0};  // attached to a resident model: every unit mapped
+    if (::poll(&p, 1, 30000) != 1) return 19;
+    const uint64_t keep = hello.backing == airs::test::kBackingShmem ? airs::sys::base_page_size() : 0;
+    if (::madvise(const_cast<std::byte*>(base) + g_unit + keep, g_unit - keep, MADV_DONTNEED) != 0) return 24;
+    std::unique_ptr<FallbackServer> fb;
+    std::atomic<bool> done{false};
+    std::atomic<int> fb_error{0};
+    std::thread t;
+    if (mode == "partial-fallback") {
+      auto f = FallbackServer::create(*lm, region_fd, g_src, g_file_size, status);
+      if (!f) {
+        std::fprintf(stderr, "client: %s\n", f.error().message.c_str());
+        return 25;
+      }
+      fb = std::move(f).value();
+      t = std::thread([&] {
+        while (!done.load()) {
+          if (auto r = fb->run_once(std::chrono::milliseconds(20)); !r) {
+            std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
+            fb_error = 1;
+            return;
+          }
+        }
+      });
+    }
+    const bool ok = verify_all(order, 0);
+    done = true;
+    if (t.joinable()) t.join();
+    if (fb_error.load() != 0) return 26;
+    return ok ? 0 : 3;
   }
   if (mode == "fork") {
     const pid_t child = ::fork();
