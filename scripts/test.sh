@@ -18,12 +18,14 @@ scripts/hugepages.sh $((3 * 1024 * 1024 * 1024))
 jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-60}
 passed=0; failed=0; failures=()
+# Each stage says when it starts (the run's stage times, in CI's log too).
+elapsed() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
 
 configure_build() {  # dir, cmake args... [-- build targets...]
   local dir=$1; shift
   local args=() targets=()
   while (($#)); do [[ $1 == -- ]] && { shift; targets=("$@"); break; }; args+=("$1"); shift; done
-  echo "==> build $dir ${args[*]}"
+  echo "==> build $dir ${args[*]} (at $(elapsed))"
   cmake -S . -B "$dir" -G Ninja "${args[@]}" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
   if ((${#targets[@]})); then
     cmake --build "$dir" -j"$jobs" --target "${targets[@]}"
@@ -35,7 +37,7 @@ configure_build() {  # dir, cmake args... [-- build targets...]
 run_ctest() {  # dir, label, extra prefix command...
   local dir=$1 label=$2; shift 2
   local log="$dir/ctest-$label.log"
-  echo "==> tests [$label] in $dir"
+  echo "==> tests [$label] in $dir (at $(elapsed))"
   set +e
   "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" -L "$label" --timeout 600 2>&1 | tee "$log"
   set -e
@@ -62,7 +64,7 @@ run_ctest build llama timeout 900
 # arm64: cross-built with Debian's cross toolchain (all of it: the vm tests
 # below run its integration and llama tests in arm64 guests), unit tests
 # under qemu-user, the arm64 .deb. About 6 minutes.
-echo "==> arm64 cross build, unit tests under qemu, .deb"
+echo "==> arm64 cross build, unit tests under qemu, .deb (at $(elapsed))"
 set +e
 timeout 1800 scripts/cross-arm64.sh > build-arm64.log 2>&1
 arm64_rc=$?
@@ -107,6 +109,7 @@ CC=clang CXX=clang++ configure_build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInf
 run_ctest build-fuzz fuzz
 
 echo
+echo "==> done (at $(elapsed))"
 if ((${#failures[@]})); then echo "failed suites: ${failures[*]}"; fi
 echo "$passed passed, $failed failed"
 ((failed == 0))
