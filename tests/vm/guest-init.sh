@@ -45,15 +45,6 @@ chmod 1777 /scratch/tmp /scratch/var-tmp
 mount -t overlay -o lowerdir=/lower,upperdir=/scratch/upper,workdir=/scratch/work overlay /newroot \
   || die "cannot mount the overlay root"
 r=/newroot
-# Host paths (the build tree) at their own paths in the guest's own root,
-# writable through an overlay on the scratch disk.
-i=0
-for p in $(echo "${overlays:-}" | tr ',' ' '); do
-  i=$((i + 1))
-  mkdir -p /scratch/ov$i/upper /scratch/ov$i/work $r$p
-  mount -t overlay -o lowerdir=/host$p,upperdir=/scratch/ov$i/upper,workdir=/scratch/ov$i/work overlay $r$p \
-    || die "cannot overlay $p from the host"
-done
 mount -t proc proc $r/proc
 mount -t sysfs sysfs $r/sys
 mount -t devtmpfs devtmpfs $r/dev
@@ -64,6 +55,20 @@ mount -t tmpfs -o mode=755,nosuid,nodev tmpfs $r/run
 mkdir -p $r/run/lock $r/run/user && chmod 1777 $r/run/lock
 mount --bind /scratch/tmp $r/tmp
 mount --bind /scratch/var-tmp $r/var/tmp
+# Host paths (the build tree) at their own paths in the guest's root,
+# writable through an overlay on the scratch disk: in the guest
+# architecture's own userland, and in the host's root where the guest
+# mounts its own over them (a tree under /tmp or /var/tmp). After those
+# mounts, which would hide them.
+hostroot=/host
+[ "${root:-host}" = own ] || hostroot=/lower
+i=0
+for p in $(echo "${overlays:-}" | tr ',' ' '); do
+  i=$((i + 1))
+  mkdir -p /scratch/ov$i/upper /scratch/ov$i/work $r$p
+  mount -t overlay -o lowerdir=$hostroot$p,upperdir=/scratch/ov$i/upper,workdir=/scratch/ov$i/work overlay $r$p \
+    || die "cannot overlay $p from the host"
+done
 # airs.init=systemd: systemd mounts the cgroups itself (v2, as on a
 # Debian 12 machine) and /run stays as mounted here.
 if [ "${init:-chroot}" != systemd ]; then

@@ -298,12 +298,21 @@ if [[ $userland == own ]]; then
     mv "$guest_root.tmp" "$guest_root"
     echo "vm-timing: $name userland ($arch, $host_suite) $(took "$t") s"
   fi
-  # The build tree's source and build directories, at their own paths.
-  src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-  overlays=$build
-  [[ -z $src_dir || $build == "$src_dir"/* ]] || overlays=$src_dir,$build
-  [[ -z $src_dir || $build != "$src_dir"/* ]] || overlays=$src_dir
 fi
+# The build tree's source and build directories, at their own paths: always
+# in the guest's own userland; in this machine's root only where the guest
+# mounts its own directories over them (/tmp and /var/tmp are on its scratch
+# disk), or the guest would find an empty directory and no tests.
+src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+tree=()
+for d in $src_dir $build; do
+  [[ ${#tree[@]} -gt 0 && $d == "${tree[0]}"/* ]] && continue
+  tree+=("$d")
+done
+masked() { [[ $1 == /tmp/* || $1 == /var/tmp/* || $1 == /run/* || $1 == /dev/shm/* ]]; }
+for d in "${tree[@]}"; do
+  if [[ $userland == own ]] || masked "$d"; then overlays=${overlays:+$overlays,}$d; fi
+done
 
 kroot=$kdir/root
 if [[ ! -f $kroot/.done || $kroot/.done -ot $kdeb ]]; then
@@ -435,7 +444,8 @@ mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$scratch"
 cmdline="console=$console panic=-1 oops=panic loglevel=4 psi=1 hugepages=$hugepages"
 [[ -z $hugepagesz ]] || cmdline="hugepagesz=$hugepagesz default_hugepagesz=$hugepagesz $cmdline"
 cmdline="$cmdline airs.job=$results/job.sh airs.results=$results airs.kver=$kver"
-[[ $userland != own ]] || cmdline="$cmdline airs.root=own airs.overlays=$overlays"
+[[ $userland != own ]] || cmdline="$cmdline airs.root=own"
+[[ -z $overlays ]] || cmdline="$cmdline airs.overlays=$overlays"
 if [[ $init == systemd ]]; then
   # systemd-run-generator: the job is the boot's one service (default.target
   # becomes it, after basic.target), and its end powers the guest off.
@@ -497,5 +507,13 @@ if [[ ! -s $results/rc ]]; then
   exit 1
 fi
 rc=$(cat "$results/rc")
+if [[ -z $job_cmd && $rc == 0 ]]; then
+  # A ctest that found nothing to run exits 0: that is no result.
+  ran=$(sed -nE 's/.*tests passed, [0-9]+ tests? failed out of ([0-9]+).*/\1/p' "$results/$log" | tail -1)
+  if [[ -z $ran || $ran == 0 ]] || grep -q 'No tests were found' "$results/$log"; then
+    echo "FAIL: $name: the guest's ctest ran no test in $build (see $results/$log)"
+    exit 1
+  fi
+fi
 echo "==> $name: ${job_cmd:+job }${job_cmd:-ctest} exit $rc (kernel $kver, accel $accel_opt, init $init; console log $results/console.log)"
 exit "$rc"
