@@ -258,7 +258,7 @@ Result<std::vector<NodeHugePages>> read_node_huge_pages(uint64_t page_size, cons
     if (!fr) return std::move(fr).error();
     auto sp = read_u64_file(d + "surplus_hugepages");
     if (!sp) return std::move(sp).error();
-    h.total = *nr;
+    h.nr = *nr;
     h.free = *fr;
     h.surplus = *sp;
     out.push_back(h);

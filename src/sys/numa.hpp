@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sys/hugepage_knobs.hpp"
 #include "util/result.hpp"
 
 namespace airs::sys {
@@ -95,15 +96,8 @@ class ScopedThreadPolicy {
 // Lets the calling thread run on every CPU again.
 [[nodiscard]] Status run_on_all_nodes();
 
-// Huge pages of `page_size` held by one node (its sysfs
-// nodeN/hugepages/hugepages-<kB>kB/{nr,free,surplus}_hugepages).
-struct NodeHugePages {
-  int node = 0;
-  uint64_t total = 0;
-  uint64_t free = 0;
-  uint64_t surplus = 0;
-};
-// One entry per node listed in `node_dir`/has_memory; none when there is no
+// One entry (sys/hugepage_knobs.hpp: NodeHugePages, the sysfs
+// nodeN/hugepages/hugepages-<kB>kB/{nr,free,surplus}_hugepages) per node listed in `node_dir`/has_memory; none when there is no
 // has_memory (a kernel without NUMA). Errors: a missing counter file (the
 // kernel has no pages of that size), naming it.
 [[nodiscard]] Result<std::vector<NodeHugePages>> read_node_huge_pages(uint64_t page_size,

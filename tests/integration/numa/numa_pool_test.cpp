@@ -226,8 +226,8 @@ TEST_P(NumaPoolTest, KernelViewHasPerNodeHugePages) {
     uint64_t total = 0;
     for (const auto& n : v->nodes) {
       seen.push_back(n.node);
-      total += n.total;
-      EXPECT_LE(n.free, n.total);
+      total += n.nr;
+      EXPECT_LE(n.free, n.nr);
     }
     ASSERT_EQ(seen, nodes_);
     agreed = total == v->total;

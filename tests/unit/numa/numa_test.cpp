@@ -128,9 +128,9 @@ TEST(NodeHugePages, OneEntryPerNodeWithMemory) {
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->size(), 2U);
   EXPECT_EQ((*r)[1].node, 1);
-  EXPECT_EQ((*r)[1].total, 11U);
+  EXPECT_EQ((*r)[1].nr, 11U);
   EXPECT_EQ((*r)[1].free, 5U);
-  EXPECT_EQ((*r)[0].total, 10U);
+  EXPECT_EQ((*r)[0].nr, 10U);
   auto missing = sys::read_node_huge_pages(1 << 30, d.path());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("hugepages-1048576kB"), std::string::npos) << missing.error().message;
