@@ -6,17 +6,26 @@
 #   scripts/cross-arm64.sh            # deps, build, unit tests, .deb
 #   scripts/cross-arm64.sh --tests-only   # only the unit-test targets
 #   scripts/cross-arm64.sh --no-deps ...   # skip the apt part
+#   scripts/cross-arm64.sh --deps-only     # only the apt part
+#   scripts/cross-arm64.sh --build-only    # deps (unless --no-deps) and the build
+#   scripts/cross-arm64.sh --no-build      # tests and .deb of an earlier build
+#
+# With AIRS_RESULTS_DIR set (scripts/test.sh), the unit tests' results go to
+# $AIRS_RESULTS_DIR/arm64.xml (JUnit). Extra cmake arguments: AIRS_CMAKE_ARGS.
 #
 # Build directory: build-arm64/. Prints the time of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-deps=1; tests_only=0
+deps=1; tests_only=0; do_build=1; do_test=1
 for a in "$@"; do
   case $a in
     --no-deps) deps=0 ;;
     --tests-only) tests_only=1 ;;
-    *) echo "usage: $0 [--no-deps] [--tests-only]" >&2; exit 2 ;;
+    --deps-only) do_build=0; do_test=0 ;;
+    --build-only) do_test=0 ;;
+    --no-build) do_build=0 ;;
+    *) echo "usage: $0 [--no-deps] [--tests-only] [--deps-only|--build-only|--no-build]" >&2; exit 2 ;;
   esac
 done
 jobs=${JOBS:-$(nproc)}
@@ -46,6 +55,8 @@ if ((deps)); then
     libxxhash-dev:arm64 libtomlplusplus-dev:arm64 >/dev/null
 fi
 
+if ((!do_build && !do_test)); then step "done"; exit 0; fi
+if ((do_build)); then
 step "configure build-arm64"
 # Line tables only (-g1), as in scripts/test.sh: backtraces keep file and
 # line, the .deb is stripped, and the build takes about a fifth less time.
@@ -54,7 +65,7 @@ cmake -S . -B build-arm64 -G Ninja \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/packaging/toolchain-aarch64.cmake" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-  -DAIRS_BUILD_BENCH=OFF >build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
+  -DAIRS_BUILD_BENCH=OFF ${AIRS_CMAKE_ARGS:-} >build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 
 if ((tests_only)); then
   # Only the unit-test executables (and what they link).
@@ -68,9 +79,12 @@ else
   step "build (everything)"
   cmake --build build-arm64 -j"$jobs"
 fi
+fi
+if ((!do_test)); then step "done"; exit 0; fi
 
 step "unit tests under qemu-aarch64"
-ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600
+ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600 \
+  ${AIRS_RESULTS_DIR:+--output-junit "$AIRS_RESULTS_DIR/arm64.xml"}
 
 # The model writer must produce the same bytes on both architectures
 # (tests compute expected bytes from a seed): compare with the native build

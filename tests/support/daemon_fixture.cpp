@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -85,6 +87,52 @@ std::string describe_threads(pid_t pid) {
 }
 
 }  // namespace
+
+namespace {
+
+bool others_can(const std::string& path, mode_t bit) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && (st.st_mode & bit) != 0;
+}
+
+// Copies made by reachable_by_all, removed at exit.
+std::vector<std::string>& copies_made() {
+  static std::vector<std::string> dirs;
+  static const bool registered = [] {
+    std::atexit([] {
+      for (const auto& d : copies_made()) std::filesystem::remove_all(d);
+    });
+    return true;
+  }();
+  (void)registered;
+  return dirs;
+}
+
+}  // namespace
+
+std::string reachable_by_all(const std::string& program) {
+  static std::map<std::string, std::string> done;
+  if (auto it = done.find(program); it != done.end()) return it->second;
+  bool reachable = others_can(program, S_IXOTH);
+  for (auto p = std::filesystem::path(program).parent_path(); reachable && !p.empty() && p != p.root_path();
+       p = p.parent_path())
+    reachable = others_can(p.string(), S_IXOTH);
+  if (reachable) return done[program] = program;
+  char tmpl[] = "/tmp/airs-test-exe-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr || ::chmod(tmpl, 0755) != 0) {
+    ADD_FAILURE() << "reachable_by_all: a directory under /tmp: " << std::strerror(errno);
+    return program;
+  }
+  copies_made().push_back(tmpl);
+  const std::string copy = std::string(tmpl) + "/" + std::filesystem::path(program).filename().string();
+  std::error_code ec;
+  std::filesystem::copy_file(program, copy, ec);
+  if (ec || ::chmod(copy.c_str(), 0755) != 0) {
+    ADD_FAILURE() << "reachable_by_all: copying " << program << " to " << copy << ": " << ec.message();
+    return program;
+  }
+  return done[program] = copy;
+}
 
 std::string airs_memd_path() { return AIRS_MEMD_PATH; }
 std::string airsctl_path() { return AIRSCTL_PATH; }

@@ -60,6 +60,15 @@ class DaemonProcess {
   std::string dir_;
 };
 
+// A path to `program` that every uid can execute: the program itself when
+// every directory above it is searchable by others (and it is executable by
+// them), else a copy in a directory under /tmp that is (made once per
+// program and process, removed at exit). A checkout in root's home (0700)
+// is not reachable by another uid, so a test that runs a program as
+// another uid goes through this. Errors end the test (ADD_FAILURE) and
+// return the original path.
+std::string reachable_by_all(const std::string& program);
+
 // Paths of the built programs (from CMake).
 std::string airs_memd_path();
 std::string airsctl_path();

@@ -414,7 +414,8 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
     if [[ -n $job_cmd ]]; then
       echo "( $job_cmd ) > $results/$log 2>&1"
     else
-      printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q' "$build" "$ctest_timeout" "$ctest_jobs"
+      printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q --output-junit %q' "$build" "$ctest_timeout" \
+        "$ctest_jobs" "$results/junit.xml"
       printf ' %q' "${selector[@]}"
       echo " > $results/$log 2>&1"
     fi
@@ -515,5 +516,7 @@ if [[ -z $job_cmd && $rc == 0 ]]; then
     exit 1
   fi
 fi
+# The guest's own results, test by test, for scripts/test.sh's count.
+if [[ -n ${AIRS_RESULTS_DIR:-} && -s $results/junit.xml ]]; then cp "$results/junit.xml" "$AIRS_RESULTS_DIR/vm-$name.xml"; fi
 echo "==> $name: ${job_cmd:+job }${job_cmd:-ctest} exit $rc (kernel $kver, accel $accel_opt, init $init; console log $results/console.log)"
 exit "$rc"

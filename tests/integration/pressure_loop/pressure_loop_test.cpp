@@ -139,8 +139,10 @@ bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit
   return true;
 }
 
-// Runs airsctl as uid/gid `uid` (fork, drop privileges, exec).
-ProcessResult run_as(uid_t uid, const std::vector<std::string>& argv) {
+// Runs argv as uid/gid `uid` (fork, drop privileges, exec). The program
+// runs from a place that uid can reach (the checkout may be in root's home).
+ProcessResult run_as(uid_t uid, std::vector<std::string> argv) {
+  argv[0] = reachable_by_all(argv[0]);
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return {};
   const pid_t pid = ::fork();
