@@ -1,5 +1,7 @@
 #include "daemon/bus_dicts.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,11 +19,12 @@ sdbus::Variant v(const char* s) { return sdbus::Variant(std::string(s)); }
 std::string model_state_name(const std::optional<pager::ModelStats>& stats) {
   if (!stats) return "unknown";
   switch (stats->state) {
-    case client::ModelLoadState::Loading: return "loading";
-    case client::ModelLoadState::Resident: return "resident";
-    case client::ModelLoadState::Evicted: return "evicted";
-    case client::ModelLoadState::Failed: return "failed";
-    case client::ModelLoadState::Unloaded: return "unloaded";
+    case wire::ModelLoadState::Loading: return "loading";
+    case wire::ModelLoadState::Resident: return "resident";
+    case wire::ModelLoadState::Evicted: return "evicted";
+    case wire::ModelLoadState::Failed: return "failed";
+    case wire::ModelLoadState::Unloaded: return "unloaded";
+    case wire::ModelLoadState::Streaming: return "streaming";
   }
   return "unknown";
 }
@@ -52,6 +55,23 @@ dbus::Dict to_dict(const ModelStatus& m) {
     d["faults"] = v(st->faults);
     d["faults_waited"] = v(st->faults_waited);
     d["units_failed"] = v(st->units_failed);
+    d["streamed"] = v(st->streamed);
+    if (st->streamed) {
+      // What the residency policy keeps and streams (docs/streaming.md).
+      const auto& s = st->stream;
+      const uint64_t unit = st->unit_size;
+      d["budget_bytes"] = v(s.budget_units * unit);
+      d["stream_window_bytes"] = v(uint64_t{s.window} * unit);
+      d["passes"] = v(s.passes);
+      d["bytes_per_pass"] = v(s.last_pass_units_read * unit);
+      d["bytes_per_pass_min"] = v(s.cyclic_units > s.budget_units ? (s.cyclic_units - s.budget_units) * unit : 0);
+      // The share of a token's units that were in when it came to them.
+      d["hit_rate"] = v(s.passes == 0 || s.cyclic_units == 0
+                            ? 0.0
+                            : 1.0 - std::min(1.0, static_cast<double>(s.last_pass_units_read) / s.cyclic_units));
+      d["units_dropped"] = v(s.units_dropped);
+      d["drops_refused"] = v(s.drops_refused);
+    }
   }
   return d;
 }
@@ -257,6 +277,28 @@ dbus::Dict to_dict(const OpenInfo& o) {
   d["name"] = v(o.name);
   d["layers"] = v(o.layers);
   d["lazy"] = v(o.lazy);
+  d["streamed"] = v(o.streamed);
+  return d;
+}
+
+dbus::Dict to_dict(const Models::Residency& r) {
+  std::vector<uint32_t> rank, units, ready, in_flight, closing;
+  for (const auto& x : r.ranks) {
+    rank.push_back(x.rank);
+    units.push_back(x.units);
+    ready.push_back(x.ready);
+    in_flight.push_back(x.in_flight);
+    closing.push_back(x.closing);
+  }
+  dbus::Dict d;
+  d["rank"] = v(std::move(rank));
+  d["units"] = v(std::move(units));
+  d["ready"] = v(std::move(ready));
+  d["in_flight"] = v(std::move(in_flight));
+  d["closing"] = v(std::move(closing));
+  d["unit_size"] = v(r.unit_size);
+  d["streamed"] = v(r.streamed);
+  d["budget_bytes"] = v(r.budget_bytes);
   return d;
 }
 

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "daemon/models.hpp"
 #include "daemon/pressure_loop.hpp"
 #include "daemon/status.hpp"
 #include "dbus/variant.hpp"
@@ -75,6 +76,9 @@ namespace airs::daemon {
 // Open's and OpenLazy's info: mode s, resident b, unit_size t, file_size t,
 // name s, layers t, lazy b.
 [[nodiscard]] dbus::Dict to_dict(const OpenInfo& o);
+// Model.Residency: rank, units, ready, in_flight, closing (au, one entry per
+// load rank), unit_size t, streamed b, budget_bytes t.
+[[nodiscard]] dbus::Dict to_dict(const Models::Residency& r);
 
 // PressureChanged's details: previous s, raw s, source s; with PSI
 // some_avg10 d, full_avg10 d.

@@ -46,7 +46,7 @@ Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObje
     return std::move(r).error();
   }
   OpenInfo info{svc_.mode, r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
-                lazy};
+                lazy, r->streamed};
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
   return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
                     sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), to_dict(info)};
@@ -57,10 +57,6 @@ void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict opt
     const auto& c = caller();
     dbus::check_options(options, {{"wait", "b"}}, "Open");
     const bool wait = dbus::get<bool>(options, "wait").value_or(true);
-    if (!wait && svc_.mode != "cooperative")
-      dbus::throw_error(dbus::kErrInvalidArgument,
-                        "Open: \"wait\": false is for the cooperative mode (per-layer waits on the status page); "
-                        "this daemon runs in mode '" + svc_.mode + "': a plain mapping must wait until resident");
     (void)entry();
     auto r = open_for(c, gguf_fd.get(), false, !wait);
     if (r) return result.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
@@ -143,10 +139,23 @@ void ModelObject::Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uf
   if (!s) dbus::throw_error(s.error());
 }
 
-void ModelObject::Follow(const sdbus::UnixFd& requests) {
+void ModelObject::Follow(const sdbus::UnixFd& requests, const sdbus::UnixFd& opened) {
   const auto& c = caller();
-  auto s = svc_.models.follow(entry(), c, take(requests));
+  auto s = svc_.models.follow(entry(), c, take(requests), take(opened));
   if (!s) dbus::throw_error(s.error());
+}
+
+std::map<std::string, sdbus::Variant> ModelObject::Residency() {
+  const auto& c = caller();
+  auto& m = entry();
+  if (!svc_.access.is_admin(c) && !m.readers.contains(c.uid))
+    dbus::throw_error(dbus::kErrAccessDenied,
+                      fmt::format("Residency of model '{}': uid {} has not proven it can read the model's file (LoadModel "
+                                  "or Open with its own fd of it first)",
+                                  m.name, c.uid));
+  auto r = svc_.models.residency(m);
+  if (!r) dbus::throw_error(r.error());
+  return to_dict(*r);
 }
 
 void ModelObject::Release() {

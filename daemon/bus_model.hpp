@@ -52,7 +52,8 @@ class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Mode
                                                                          const dbus::Dict& options) override;
   void Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uffd, const uint64_t& addr,
               const uint64_t& length) override;
-  void Follow(const sdbus::UnixFd& requests) override;
+  void Follow(const sdbus::UnixFd& requests, const sdbus::UnixFd& opened) override;
+  std::map<std::string, sdbus::Variant> Residency() override;
   void Release() override;
   std::string Name() override;
   uint64_t Size() override;

@@ -235,7 +235,7 @@ Status Daemon::init() {
     };
     models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
                                        std::move(mh));
-    pager_->set_state_listener([this](pager::ModelId id, client::ModelLoadState st) { on_model_state(id, st); });
+    pager_->set_state_listener([this](pager::ModelId id, wire::ModelLoadState st) { on_model_state(id, st); });
     // An eviction's pages are back in the pool: what the pressure loop
     // meant to give the kernel goes now, then the calls parked for pages
     // on their way (DrainWaits) run again.
@@ -347,13 +347,11 @@ void Daemon::housekeeping() {
   }
 }
 
-void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
-  ModelEntry* m = nullptr;
-  for (auto* x : models_->all())
-    if (x->pager_id == id) m = x;
+void Daemon::on_model_state(pager::ModelId id, wire::ModelLoadState state) {
+  ModelEntry* m = models_->find(id);  // the pager's id is the entry's
   if (m == nullptr) return;  // still being loaded (the listener runs inside Pager::load for tiny files)
   auto it = model_objects_.find(m->id);
-  if (state == client::ModelLoadState::Resident) {
+  if (state == wire::ModelLoadState::Resident) {
     if (m->content_id) kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
     models_->access_order_done(*m);
     // What the fill read, in order (the tests of the replayed order read it).
@@ -378,7 +376,7 @@ void Daemon::on_model_state(pager::ModelId id, client::ModelLoadState state) {
         spdlog::warn("emitting Resident for '{}': {}", m->name, e.getMessage());
       }
     }
-  } else if (state == client::ModelLoadState::Failed && it != model_objects_.end()) {
+  } else if (state == wire::ModelLoadState::Failed && it != model_objects_.end()) {
     it->second->complete_pending();
   }
 }

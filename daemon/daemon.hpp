@@ -74,7 +74,7 @@ class Daemon final : public ManagerOps {
   void on_name_owner_changed(sdbus::Message& sig);
   void on_signal();
   void housekeeping();
-  void on_model_state(pager::ModelId id, client::ModelLoadState state);
+  void on_model_state(pager::ModelId id, wire::ModelLoadState state);
   void on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason);
   void preload_models();
   // One models.preload entry; false while its room is on its way back.

@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "client/notice_page.hpp"
+#include "wire/notice_page.hpp"
 #include "dbus/names.hpp"
 #include "policy/policy.hpp"
 #include "sys/hugetlbfs.hpp"
@@ -173,10 +173,10 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
     (void)alloc_.close(*sid, Clock::now());
     return make_error(e.code, "session for model '{}': {}", model.name, e.message);
   };
-  auto page = sys::SealedMemfd::create("airs-notices", client::notice_page_bytes(kNoticeCapacity));
+  auto page = sys::SealedMemfd::create("airs-notices", wire::notice_page_bytes(kNoticeCapacity));
   if (!page) return fail(page.error());
   s->notice_page = std::move(page).value();
-  s->notices = client::NoticeWriter(s->notice_page.bytes(), kNoticeCapacity);
+  s->notices = wire::NoticeWriter(s->notice_page.bytes(), kNoticeCapacity);
   auto efd = sys::eventfd_create();
   if (!efd) return fail(efd.error());
   s->event_fd = std::move(efd).value();

@@ -23,7 +23,7 @@
 #include "dbus/variant.hpp"
 #include "kv/allocator.hpp"
 #include "pool/pool.hpp"
-#include "client/notice_page.hpp"
+#include "wire/notice_page.hpp"
 #include "sys/fd.hpp"
 #include "sys/files.hpp"
 #include "sys/proc_handles.hpp"
@@ -41,7 +41,7 @@ struct KvSession {
   bool admin = false;  // an admin's allocations may push out idle models; others' only KV
   kv::ArenaId arena = 0;
   sys::SealedMemfd notice_page;  // we write, the client reads (read-only fd)
-  client::NoticeWriter notices;
+  wire::NoticeWriter notices;
   sys::UniqueFd event_fd;
   uint64_t evicted_blocks = 0;
   uint64_t restored_blocks = 0;  // restored from the spill tier by MatchPrefix

@@ -17,18 +17,28 @@
 namespace airs::daemon {
 namespace {
 
+// The model's byte ranges with their load ranks and how a token reads them.
+// Ranks are layers, so the prefetch window counts layers: the header
+// (clients parse it before any weight) and token_embd first, blk.N next,
+// output_norm/output last. A token reads every layer and the output in
+// full, in that order, but only a row of the embeddings; where the model
+// has no output tensor, the embeddings are the output too (read in full,
+// last).
 std::vector<pager::Extent> extents_of(const gguf::File& f) {
   std::vector<pager::Extent> ex;
-  ex.reserve(f.tensors.size() + 1);
-  // Ranks are layers, so the prefetch window counts layers: the header
-  // (clients parse it before any weight) and token_embd first, blk.N next,
-  // output_norm/output last.
-  ex.push_back({0, f.data_offset, 0});
+  ex.reserve(f.tensors.size() + 2);
+  ex.push_back({0, f.data_offset, 0, pager::Access::Once});
+  const auto post = static_cast<uint32_t>(f.n_layers) + 1;
+  const bool has_output = std::any_of(f.tensors.begin(), f.tensors.end(), [](const gguf::TensorInfo& t) {
+    return t.name == "output.weight";
+  });
   for (const auto& t : f.tensors) {
     uint32_t rank = 0;
     if (t.slot == gguf::LayerSlot::kBlock) rank = static_cast<uint32_t>(t.layer) + 1;
-    else if (t.slot == gguf::LayerSlot::kPost) rank = static_cast<uint32_t>(f.n_layers) + 1;
-    ex.push_back({t.offset, t.nbytes, rank});
+    else if (t.slot == gguf::LayerSlot::kPost) rank = post;
+    const bool embeddings = t.name == "token_embd.weight";
+    ex.push_back({t.offset, t.nbytes, rank, embeddings ? pager::Access::Rows : pager::Access::EveryToken});
+    if (embeddings && !has_output) ex.push_back({t.offset, t.nbytes, post, pager::Access::EveryToken});
   }
   return ex;
 }
@@ -52,6 +62,13 @@ Charge Models::charged_to(uid_t uid) const {
     c.bytes += m->region_bytes;
   }
   return c;
+}
+
+uint64_t Models::share_left(const LoadRequest& req) const {
+  if (req.exempt) return UINT64_MAX;
+  const uint64_t limit = max_pool_share_.resolve(pool_.counts().total_bytes());
+  const Charge c = charged_to(req.uid);
+  return limit > c.bytes ? limit - c.bytes : 0;
 }
 
 Status Models::check_quota(const LoadRequest& req, uint64_t region_bytes) const {
@@ -83,16 +100,16 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
     }
   }
   const uint64_t region = round_up(id->size, pool_.page_size()).value_or(UINT64_MAX);
-  // Quota and room before any parsing cost or eviction: a load that cannot
-  // be had fails having changed nothing.
-  AIRS_TRY(check_quota(req, region));
-  if (region > pool_.counts().total_bytes()) {
-    const auto& c = pool_.counts();
-    return make_error(ENOSPC, "LoadModel: pool exhausted: need {} pages of {} ({}), {} free of {}: the model can "
-                              "never fit in this pool; grow the pool (pool size in the config)",
-                      pool::pages_for(region, c.page_size), format_bytes(c.page_size), format_bytes(region),
-                      c.free_pages, c.total_pages());
-  }
+  // A model bigger than the pool, or than what the caller's share leaves,
+  // is streamed: it gets a budget of pool pages and its units move in and
+  // out of it. Quota and room are checked before any parsing cost or
+  // eviction: a load that cannot be had fails having changed nothing.
+  const uint64_t room = std::min(pool_.counts().total_bytes(), share_left(req));
+  // A streamed model leaves an eighth of the pool to KV and other models
+  // (pressure and KV allocations can cut its budget further).
+  const uint64_t page = pool_.page_size();
+  uint64_t budget = region > room ? std::min(room, pool_.counts().total_bytes() / 8 * 7) / page * page : 0;
+  AIRS_TRY(check_quota(req, budget != 0 ? budget : region));
 
   auto dup = sys::dup_cloexec(req.gguf_fd);
   if (!dup) return std::move(dup).error();
@@ -106,24 +123,66 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   auto e = new_entry(*id, req.gguf_fd, std::move(parsed).value(), req);
   e->content_id = content_ids_.lookup(e->file_stat);
 
-  if (pool_.counts().free_bytes() < region && hooks_.make_room)
-    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), "load of model '" + e->name + "'"));
-
   pager::ModelSpec spec;
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
+  if (budget != 0) {
+    const uint64_t floor = pager_.stream_floor_bytes(spec);
+    const auto& c = pool_.counts();
+    if (budget < floor && room < c.total_bytes())
+      return make_error(EDQUOT,
+                        "LoadModel: model '{}' ({}) is bigger than the {} uid {} may hold of the pool, and streaming it "
+                        "needs at least {} (its largest layer and the read-ahead); ask an admin to load it, or raise "
+                        "models.max_pool_bytes_per_uid",
+                        e->name, format_bytes(id->size), format_bytes(budget), req.uid, format_bytes(floor));
+    if (budget < floor)
+      return make_error(ENOSPC,
+                        "LoadModel: pool exhausted: model '{}' ({}) is bigger than the pool ({} in {} pages of {}, {} "
+                        "free of them), and streaming it needs at least {} (its largest layer and the read-ahead); "
+                        "grow the pool (pool size in the config)",
+                        e->name, format_bytes(id->size), format_bytes(c.total_bytes()), c.total_pages(),
+                        format_bytes(c.page_size), c.free_pages, format_bytes(floor));
+  }
+  const std::string why = "load of model '" + e->name + "'";
+  if (budget == 0 && pool_.counts().free_bytes() < region && hooks_.make_room)
+    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), why));
+  if (budget != 0 && !req.exempt) {
+    // A user's streamed model takes the free pages (within its share) and
+    // pushes out others' idle models only as far as it must to stream at
+    // all: a smaller budget streams more, it does not fail.
+    const uint64_t floor = pager_.stream_floor_bytes(spec);
+    budget = std::min(budget, std::max(pool_.counts().free_bytes() / page * page, floor));
+  }
+  if (budget != 0 && pool_.counts().free_bytes() < budget && hooks_.make_room) {
+    // An admin's streamed model takes what eviction can free for it, down
+    // to what is free, never below its floor.
+    auto st = hooks_.make_room(budget - pool_.counts().free_bytes(), why);
+    if (!st && st.error().code != ENOMEM) return std::move(st).error();
+    if (!st) {
+      const uint64_t have = pool_.counts().free_bytes() / page * page;
+      if (have < pager_.stream_floor_bytes(spec)) return std::move(st).error();
+      spdlog::info("model '{}': {} of pool for its streaming budget ({} asked: {})", e->name, format_bytes(have),
+                   format_bytes(budget), st.error().message);
+      budget = have;
+    }
+  }
+  const uint64_t charge = budget != 0 ? budget : region;
   const auto units = static_cast<uint32_t>(pool::pages_for(id->size, pool_.page_size()));
   OrderPlan order = orders_.plan_for(e->name, e->content_id, pool_.page_size(), units);
   spec.warmup_order = std::move(order.warmup_order);
   spec.record_access = order.record;
+  spec.id = e->id;
+  spec.budget_bytes = budget;
   auto pid = pager_.load(std::move(spec));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
-  spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}", e->name, req.uid,
+  e->region_bytes = charge;
+  spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}{}", e->name, req.uid,
                format_bytes(id->size), e->meta.tensors.size(), e->meta.n_layers, e->object_path,
-               e->pinned ? ", pinned" : "");
+               e->pinned ? ", pinned" : "",
+               budget != 0 ? fmt::format(", streamed through {} of the pool", format_bytes(budget)) : "");
   auto* raw = e.get();
   models_.emplace(e->id, std::move(e));
   return raw;
@@ -176,6 +235,7 @@ Result<ModelEntry*> Models::adopt(AdoptRequest req) {
   spec.gguf = std::move(dup).value();
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
+  spec.id = e->id;
   auto pid = pager_.adopt(std::move(spec), std::move(req.region));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
@@ -185,6 +245,24 @@ Result<ModelEntry*> Models::adopt(AdoptRequest req) {
   auto* raw = e.get();
   models_.emplace(e->id, std::move(e));
   return raw;
+}
+
+uint64_t Models::spare_bytes(const ModelEntry& m) const {
+  const uint64_t floor = pager_.floor_bytes(m.pager_id);
+  if (floor == 0) return 0;
+  return m.region_bytes > floor ? m.region_bytes - floor : 0;
+}
+
+Status Models::shrink(ModelEntry& m, uint64_t bytes, const std::string& reason) {
+  const uint64_t spare = spare_bytes(m);
+  if (spare == 0) return make_error(EINVAL, "model '{}' has no budget to give back", m.name);
+  const uint64_t target = m.region_bytes - std::min(spare, bytes);
+  auto r = pager_.set_budget(m.pager_id, target);
+  if (!r) return std::move(r).error();
+  spdlog::info("model '{}': streaming budget {} -> {} ({})", m.name, format_bytes(m.region_bytes), format_bytes(target),
+               reason);
+  m.region_bytes = target;
+  return {};
 }
 
 void Models::content_id_found(ModelEntry& m, const gguf::ContentId& id) {
@@ -232,13 +310,23 @@ Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int p
   m.readers.insert(caller.uid);  // proven, whether or not the open succeeds now
   auto st = pager_.stats(m.pager_id);
   if (!st) return std::move(st).error();
-  const bool resident = st->state == client::ModelLoadState::Resident;
-  if (st->state == client::ModelLoadState::Failed)
+  const bool resident = st->state == wire::ModelLoadState::Resident;
+  if (st->state == wire::ModelLoadState::Failed)
     return make_error(EIO, "model '{}' failed to load ({} units could not be read); an admin can unload it", m.name,
                       st->units_failed);
   if (lazy && cooperative_)
     return make_error(ENOTSUP, "model '{}': the daemon runs in cooperative mode (no userfaultfd): use Open", m.name);
-  if (!lazy && !resident && !(cooperative_ && nowait))
+  // A streamed model's units come and go: only a client that handles that
+  // may map it (a lazy client's userfaultfd, or the touch guard's
+  // cooperative protocol: Open without waiting, then Follow). A plain
+  // mapper would read a dropped unit as zeros.
+  if (!lazy && !nowait && st->streamed)
+    return make_error(ENOTSUP,
+                      "model '{}' is streamed (bigger than its {} of the pool): it is never resident, and only "
+                      "clients that handle its units coming and going may map it: libairs (airs_model_open) "
+                      "lazily or with its touch guard, not a plain Open that waits for residency",
+                      m.name, format_bytes(st->stream.budget_units * st->unit_size));
+  if (!lazy && !resident && !nowait)
     return make_error(EAGAIN, "model '{}' is not resident yet ({} of {} bytes)", m.name, st->resident_bytes,
                       st->region_size);
   OpenResult r;
@@ -252,6 +340,7 @@ Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int p
   r.size = pager_.region_size(m.pager_id);
   r.resident = resident;
   r.unit_size = st->unit_size;
+  r.streamed = st->streamed;
   ++m.refs[caller.name];
   m.last_used = Clock::now();
   return r;
@@ -268,7 +357,7 @@ Status Models::attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd n
   return {};
 }
 
-Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests) {
+Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests, sys::UniqueFd opened) {
   auto ref = m.refs.find(caller.name);
   if (ref == m.refs.end())
     return make_error(EPERM, "Follow on model '{}': call Open first (the caller holds no reference)", m.name);
@@ -276,7 +365,7 @@ Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd r
   if (keys.size() >= ref->second)
     return make_error(EDQUOT, "Follow on model '{}': one request socket per reference ({} already)", m.name, keys.size());
   const pager::ClientKey key = next_client_++;
-  AIRS_TRY(pager_.follow(m.pager_id, key, std::move(requests)));
+  AIRS_TRY(pager_.follow(m.pager_id, key, caller.pid, std::move(requests), std::move(opened)));
   keys.push_back(key);
   return {};
 }
@@ -350,6 +439,19 @@ std::vector<ModelEntry*> Models::all() {
   std::vector<ModelEntry*> v;
   for (auto& [id, m] : models_) v.push_back(m.get());
   return v;
+}
+
+Result<Models::Residency> Models::residency(const ModelEntry& m) const {
+  auto ranks = pager_.residency(m.pager_id);
+  if (!ranks) return std::move(ranks).error();
+  auto st = pager_.stats(m.pager_id);
+  if (!st) return std::move(st).error();
+  Residency r;
+  r.ranks = std::move(ranks).value();
+  r.unit_size = st->unit_size;
+  r.streamed = st->streamed;
+  r.budget_bytes = st->streamed ? st->stream.budget_units * st->unit_size : st->region_size;
+  return r;
 }
 
 std::optional<pager::ModelStats> Models::stats(const ModelEntry& m) const {

@@ -84,6 +84,7 @@ struct OpenResult {
   sys::UniqueFd status;  // read-only status page
   bool resident = false;
   uint64_t unit_size = 0;
+  bool streamed = false;
 };
 
 struct LoadRequest {
@@ -159,7 +160,7 @@ class Models {
   // at most one per reference it holds; it goes with the caller's last
   // reference like an attachment. EPERM without a reference, EDQUOT past
   // one per reference.
-  Status follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests);
+  Status follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests, sys::UniqueFd opened);
   // Drops one reference of `caller` (and its attached mappings when its
   // last reference goes). ENOENT if it holds none.
   Status release(ModelEntry& m, const std::string& caller);
@@ -174,12 +175,28 @@ class Models {
   // models stay. `reason` goes to the log and the Evicted signal.
   Status unload(ModelEntry& m, bool force, bool in_use, const std::string& reason);
 
+  // A streamed model gives back `bytes` of its budget (whole units, never
+  // below its floor): the units the policy drops anyway go first, then the
+  // pages are free in the pool (returning_pages() until the drops ended).
+  Status shrink(ModelEntry& m, uint64_t bytes, const std::string& reason);
+  // What a streamed model could give back (budget above its floor); 0
+  // otherwise.
+  [[nodiscard]] uint64_t spare_bytes(const ModelEntry& m) const;
+
   ModelEntry* find(uint64_t id);
   ModelEntry* find_by_path(const std::string& path);
   ModelEntry* find_by_name(const std::string& name);
   std::vector<ModelEntry*> all();
   [[nodiscard]] Charge charged_to(uid_t uid) const;
   [[nodiscard]] std::optional<pager::ModelStats> stats(const ModelEntry& m) const;
+  // Per layer: what is in the pool, being read, being dropped.
+  struct Residency {
+    std::vector<pager::Pager::RankResidency> ranks;
+    uint64_t unit_size = 0;
+    bool streamed = false;
+    uint64_t budget_bytes = 0;
+  };
+  [[nodiscard]] Result<Residency> residency(const ModelEntry& m) const;
   // Pool pages of unloaded models that their reads still in flight hold
   // (pager::Pager::returning_pages): the entries are gone, the pages come
   // back once those reads landed. Every planner counts them as free, so
@@ -190,6 +207,8 @@ class Models {
 
  private:
   Status check_quota(const LoadRequest& req, uint64_t region_bytes) const;
+  // Pool bytes the caller's share still allows (no limit for the exempt).
+  [[nodiscard]] uint64_t share_left(const LoadRequest& req) const;
   std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta, const LoadRequest& req);
   void store_order(const ModelEntry& m, const std::vector<uint32_t>& order);
   pool::Pool& pool_;

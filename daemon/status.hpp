@@ -163,6 +163,7 @@ struct OpenInfo {
   std::string name;
   uint64_t layers = 0;
   bool lazy = false;
+  bool streamed = false;  // bigger than its budget of the pool: never resident
 };
 
 // What Manager.Evict is asked to evict (each part narrows it).

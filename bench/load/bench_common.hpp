@@ -156,7 +156,7 @@ struct BenchPager {
     lt.tick_ = [this] {
       if (id != 0 && resident_ms.load() < 0) {
         auto s = pager->stats(id);
-        if (s && s->state == airs::client::ModelLoadState::Resident) {
+        if (s && s->state == airs::wire::ModelLoadState::Resident) {
           resident_cpu_ms = thread_cpu_ms();  // on the loop thread: its CPU time for the whole fill
           resident_ms = ms_since(t0);
         }
@@ -170,9 +170,14 @@ struct BenchPager {
     t0 = Clock::now();
     cpu0 = process_cpu_ms();
     id = lt.call([&] {
-      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      return std::move(pager->load({"bench", std::move(fd), size, std::move(extents), std::move(warmup_order), record}))
-          .value();
+      airs::pager::ModelSpec spec;
+      spec.name = "bench";
+      spec.gguf = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      spec.file_size = size;
+      spec.extents = std::move(extents);
+      spec.warmup_order = std::move(warmup_order);
+      spec.record_access = record;
+      return std::move(pager->load(std::move(spec))).value();
     });
   }
   // Milliseconds from the load to residency.

@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
         struct stat sst {};
         ::fstat(sfd, &sst);
         void* sp = ::mmap(nullptr, static_cast<size_t>(sst.st_size), PROT_READ, MAP_SHARED, sfd, 0);
-        airs::client::StatusPageView view(sp, static_cast<uint64_t>(sst.st_size));
+        airs::wire::StatusPageView view(sp, static_cast<uint64_t>(sst.st_size));
         auto ro = std::move(airs::client::map_region_readonly(rfd, rsize)).value();
         auto wait = [&](size_t layer) {
           if (auto w = airs::client::wait_rank(view, static_cast<uint32_t>(layer), std::chrono::seconds(600)); !w)

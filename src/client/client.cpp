@@ -20,8 +20,10 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "client/lazy_map.hpp"
-#include "client/notice_page.hpp"
-#include "client/status_page.hpp"
+#include "wire/notice_page.hpp"
+#include "wire/opened.hpp"
+#include "wire/requests.hpp"
+#include "wire/status_page.hpp"
 #include "client/touch_guard.hpp"
 #include "dbus/names.hpp"
 #include "dbus/proxies.hpp"
@@ -88,7 +90,7 @@ struct airs_model {
   airs::sys::UniqueFd region;
   uint64_t region_size = 0;
   airs::sys::Mapping status_map;
-  airs::client::StatusPageView status;
+  airs::wire::StatusPageView status;
   airs::sys::Mapping plain;                         // resident at open: a plain read-only mapping
   std::optional<airs::client::LazyMapping> lazy;    // otherwise: registered with our uffd
   airs::sys::UniqueFd notify;                       // eventfd the daemon signals
@@ -102,6 +104,8 @@ struct airs_model {
   airs::sys::UniqueFd requests;
   airs::sys::UniqueFd touch_trace;
   std::unique_ptr<airs::client::TouchGuard> guard;
+  airs::sys::Mapping opened_map;  // a streamed model's open-unit bits (wire/opened.hpp)
+  bool streamed = false;
   std::atomic<bool> guard_stop{false};
   std::thread watcher;
   std::atomic<bool> in_fallback{false};
@@ -117,6 +121,7 @@ struct airs_model {
   }
   void watch();
   void watch_guard();
+  void watch_streamed();
   void start_fallback(const char* why);
 };
 
@@ -130,7 +135,7 @@ struct airs_session {
   std::string kv_type;  // the geometry's "kv_type"
   uint64_t blocks_per_chunk = 1;
   uint64_t chunk_bytes = 0;
-  airs::client::NoticeReader reader;
+  airs::wire::NoticeReader reader;
 };
 
 const char* airs_last_error(void) { return g_last_error.c_str(); }
@@ -157,6 +162,24 @@ void airs_disconnect(airs_client* client) { delete client; }
 
 void airs_model::start_fallback(const char* why) {
   if (in_fallback.load()) return;
+  if (streamed) {
+    // A streamed model's units come and go: filling it here would take the
+    // whole model's memory. The file itself takes the region's place (one
+    // mmap over the range: the bytes read before and after are the same),
+    // and the threads asleep in a fault the dead daemon never answered are
+    // woken to touch it again, on the file.
+    coop = std::make_unique<airs::client::CooperativeFallback>(const_cast<std::byte*>(lazy->data()), lazy->size(),
+                                                               gguf.get(), daemon_pidfd.get(), nullptr);
+    if (auto st = coop->take_over(); !st) {
+      std::fprintf(stderr, "airs: model %s: %s\n", object.c_str(), st.error().message.c_str());
+      return;
+    }
+    (void)airs::sys::uffd_wake(lazy->uffd(), lazy->address(), lazy->size());
+    in_fallback.store(true);
+    if (!quiet)
+      std::fprintf(stderr, "airs: %s; mapping %s from the GGUF file in this process instead\n", why, object.c_str());
+    return;
+  }
   auto fb = airs::client::FallbackServer::create(*lazy, region.get(), gguf.get(), file_size, status);
   if (!fb) {
     std::fprintf(stderr, "airs: model %s: cannot serve the load myself: %s\n", object.c_str(), fb.error().message.c_str());
@@ -175,7 +198,7 @@ void airs_model::start_fallback(const char* why) {
 
 void airs_model::watch() {
   for (;;) {
-    if (!in_fallback.load() && status.valid() && status.state() == airs::client::ModelLoadState::Resident &&
+    if (!in_fallback.load() && status.valid() && status.state() == airs::wire::ModelLoadState::Resident &&
         lazy->registered()) {
       // Every page is in the page cache now: plain faults map them, no
       // daemon involved; drop the registration so faults cost nothing.
@@ -184,7 +207,7 @@ void airs_model::watch() {
     }
     pollfd fds[4] = {{stop.get(), POLLIN, 0}, {notify.get(), POLLIN, 0}, {daemon_pidfd.get(), POLLIN, 0}, {-1, POLLIN, 0}};
     nfds_t n = 3;
-    if (in_fallback.load()) {
+    if (in_fallback.load() && fallback) {
       fds[3].fd = fallback->fd();
       n = 4;
     }
@@ -198,6 +221,7 @@ void airs_model::watch() {
       start_fallback("airs-memd exited during the load");
       if (!in_fallback.load()) return;
     }
+    if (in_fallback.load() && !fallback) return;  // the file took the region's place: nothing more to serve
     if (n == 4 && fds[3].revents != 0) (void)fallback->run_once(std::chrono::milliseconds(0));
   }
 }
@@ -208,6 +232,7 @@ void airs_model::watch() {
 // from here as well would race with readers of the units that are ready);
 // this thread then records and announces it.
 void airs_model::watch_guard() {
+  if (guard->streamed()) return watch_streamed();
   for (;;) {
     if (guard_stop.load()) return;
     const uint32_t gen = status.generation();
@@ -217,8 +242,43 @@ void airs_model::watch_guard() {
       return;
     }
     const auto st = status.state();
-    if (st == airs::client::ModelLoadState::Failed || st == airs::client::ModelLoadState::Unloaded) return;
+    if (st == airs::wire::ModelLoadState::Failed || st == airs::wire::ModelLoadState::Unloaded) return;
     (void)airs::sys::futex_wait(status.generation_word(), gen, airs::client::TouchGuard::kSliceNs);
+  }
+}
+
+// A streamed model: close what the daemon asks to close (its units come and
+// go), for as long as the model is open. A daemon that died or dropped us
+// (our socket closed) is out of reach: the file takes the region's place.
+void airs_model::watch_streamed() {
+  for (;;) {
+    if (guard_stop.load()) return;
+    if (guard->taken_over()) {
+      coop->adopt();
+      return;
+    }
+    pollfd fds[2] = {{requests.get(), POLLIN, 0}, {daemon_pidfd.get(), POLLIN, 0}};
+    auto r = airs::sys::poll_fds(fds, 2, static_cast<int>(airs::client::TouchGuard::kSliceNs / 1'000'000));
+    if (!r && r.error().code != EINTR) return;
+    if (!r || *r == 0) continue;
+    bool out_of_reach = (fds[1].revents & POLLIN) != 0;
+    for (int i = 0; i < 256 && !out_of_reach; ++i) {
+      uint32_t word = 0;
+      const auto msg = airs::sys::read_message(requests.get(), &word, sizeof word);
+      if (msg.state == airs::sys::MessageRead::Again) break;
+      if (msg.state != airs::sys::MessageRead::Message) {
+        out_of_reach = true;
+        break;
+      }
+      const auto req = airs::wire::decode_request(word);
+      if (msg.bytes == sizeof word && req.kind == airs::wire::RequestKind::Close) guard->close_unit(req.unit);
+    }
+    if (out_of_reach) {
+      if (status.state() == airs::wire::ModelLoadState::Unloaded) return;  // revoked: SIGBUS is right
+      guard->take_over_now();
+      coop->adopt();
+      return;
+    }
   }
 }
 
@@ -236,6 +296,114 @@ static airs::Result<airs::sys::UniqueFd> daemon_pidfd(airs_client& client) {
     return airs::make_error(fd.error().code, "pidfd_open of airs-memd (pid {}): {}", dpid,
                             std::strerror(fd.error().code));
   return fd;
+}
+
+// The three ways a model is mapped, one function each (open_model picks).
+
+// Cooperative: a read-only mapping the caller (or we) open unit by unit as
+// the status page says they are ready: the touch guard (PROT_NONE, opened
+// on touch, always for a streamed model), or the caller's own per-layer
+// waits, or a wait for residency here.
+static int map_cooperative(airs_model* m, bool resident, bool streamed, const airs_model_options* opt) {
+  const bool guarded = !resident && (streamed || (opt != nullptr && opt->wait_on_touch != 0));
+  const uint64_t size = m->region_size;
+  auto ro = guarded ? airs::sys::map_shared(m->region.get(), size, PROT_NONE, 0, "model region (guarded)")
+                    : airs::client::map_region_readonly(m->region.get(), size);
+  if (!ro) return fail(ro.error());
+  m->plain = std::move(ro).value();
+  if (!resident) {
+    // If the daemon dies before the fill ends, the waits swap in the GGUF
+    // file itself (the region would never fill).
+    if (auto pidfd = daemon_pidfd(*m->client); !pidfd) return fail(pidfd.error());
+    else m->daemon_pidfd = std::move(pidfd).value();
+    m->coop = std::make_unique<airs::client::CooperativeFallback>(
+        m->plain.get(), size, m->gguf.get(), m->daemon_pidfd.get(), [m] {
+          if (!m->quiet)
+            std::fprintf(stderr, "airs: airs-memd is out of reach; mapping %s from the GGUF file in this process "
+                                 "instead\n",
+                         m->object.c_str());
+        });
+  }
+  if (!guarded) {
+    if (resident || (opt != nullptr && opt->wait_per_layer != 0 && m->mode == "cooperative")) return 0;
+    if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24), m->coop.get()); !w)
+      return fail(w.error());
+    return 0;
+  }
+  // The daemon reads what a touch asks for next (Model.Follow) and, for a
+  // streamed model, drops no unit this process has open (the open-unit
+  // bits, wire/opened.hpp) without asking it to close it first.
+  auto ch = airs::sys::message_channel();
+  if (!ch) return fail(ch.error());
+  airs::sys::UniqueFd theirs = std::move(ch->first);
+  m->requests = std::move(ch->second);
+  const uint32_t units = m->status.unit_count();
+  auto bits = airs::sys::memfd_create_sealable("airs-opened", airs::wire::opened_bytes(units));
+  if (!bits) return fail(bits.error());
+  auto bmap = airs::sys::map_shared(bits->get(), airs::wire::opened_bytes(units), PROT_READ | PROT_WRITE, 0,
+                                    "open-unit bits");
+  if (!bmap) return fail(bmap.error());
+  if (auto st = airs::sys::seal_size(bits->get(), "open-unit bits"); !st) return fail(st.error());
+  m->opened_map = std::move(bmap).value();
+  try {
+    m->proxy->Follow(sdbus::UnixFd(theirs.get()), sdbus::UnixFd(bits->get()));
+  } catch (const sdbus::Error& e) {
+    // A streamed model without it would be read as zeros where a unit went.
+    if (streamed) return fail(e);
+    m->requests.reset();
+    if (!m->quiet) std::fprintf(stderr, "airs: %s: no read-ahead on touch (%s)\n", m->object.c_str(), e.getMessage().c_str());
+  }
+  if (const char* t = std::getenv("AIRS_TOUCH_TRACE"); t != nullptr && t[0] != '\0')
+    if (auto f = airs::sys::open_file(t, O_WRONLY | O_CREAT | O_APPEND, 0644)) m->touch_trace = std::move(f).value();
+  airs::client::TouchGuardSpec spec;
+  spec.base = m->plain.get();
+  spec.size = size;
+  spec.status = m->status;
+  spec.request_fd = m->requests.get();
+  spec.daemon_pidfd = m->daemon_pidfd.get();
+  spec.gguf_fd = m->gguf.get();
+  spec.trace_fd = m->touch_trace.get();
+  spec.opened = streamed ? m->opened_map.get() : nullptr;
+  auto g = airs::client::TouchGuard::create(spec);
+  if (!g) return fail(g.error());
+  m->guard = std::move(g).value();
+  if (!m->guard->open_ready()) {
+    m->watcher = std::thread([m] { m->watch_guard(); });
+    pthread_setname_np(m->watcher.native_handle(), "airs-touch");
+  }
+  return 0;
+}
+
+// Lazy: our own userfaultfd on a writable mapping; the daemon answers the
+// faults (Attach), and the watcher serves them itself if the daemon dies.
+static int map_lazy(airs_model* m, airs::sys::UniqueFd proof_uffd) {
+  const uint64_t size = m->region_size;
+  auto lm = airs::client::LazyMapping::create(
+      m->region.get(), size,
+      m->mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs,
+      std::move(proof_uffd));
+  if (!lm) return fail(lm.error());
+  m->lazy.emplace(std::move(lm).value());
+  auto notify = airs::sys::eventfd_create();
+  auto stop = airs::sys::eventfd_create();
+  if (!notify) return fail(notify.error());
+  if (!stop) return fail(stop.error());
+  m->notify = std::move(notify).value();
+  m->stop = std::move(stop).value();
+  // The daemon's pid, to notice its death (a uffd never reports it).
+  if (auto pidfd = daemon_pidfd(*m->client); !pidfd) return fail(pidfd.error());
+  else m->daemon_pidfd = std::move(pidfd).value();
+  auto ufd = m->lazy->dup_uffd();
+  if (!ufd) return fail(ufd.error());
+  try {
+    m->proxy->Attach(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
+  } catch (const sdbus::Error& e) {
+    if (!airs::sys::pidfd_exited(m->daemon_pidfd.get())) throw;
+    m->start_fallback("airs-memd exited before serving this model");
+  }
+  m->watcher = std::thread([m] { m->watch(); });
+  pthread_setname_np(m->watcher.native_handle(), "airs-watch");
+  return 0;
 }
 
 static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_model_options* opt, airs_model** out) {
@@ -258,9 +426,8 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     uint64_t size = 0;
     airs::dbus::Dict info;
     // Lazy (a writable region, our own userfaultfd) where the daemon trusts
-    // us and we can make a userfaultfd; else the read-only path: the daemon
-    // answers once the model is resident (cooperative mode: at once, and we
-    // wait per layer on the status page).
+    // us and we can make a userfaultfd; else the read-only region at once,
+    // opened unit by unit (map_cooperative).
     airs::sys::UniqueFd proof_uffd;
     bool lazy = false;
     if (mode != "cooperative") {
@@ -277,8 +444,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     }
     if (!lazy) {
       airs::dbus::Dict oopts;
-      if (mode == "cooperative") oopts["wait"] = sdbus::Variant(false);
-      // Waits for the whole fill (the XML gives Open a 24 h timeout).
+      oopts["wait"] = sdbus::Variant(false);
       std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
     }
     m->region = dup_cloexec(region.get());
@@ -286,101 +452,24 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     auto sp = map_whole_readonly(status.get(), "status page");
     if (!sp) return fail(sp.error());
     m->status_map = std::move(sp).value();
-    m->status = airs::client::StatusPageView(m->status_map.get(), m->status_map.size());
+    m->status = airs::wire::StatusPageView(m->status_map.get(), m->status_map.size());
 
     const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
+    const bool streamed = airs::dbus::get<bool>(info, "streamed").value_or(false);
+    m->streamed = streamed;
     m->mode = airs::dbus::get<std::string>(info, "mode").value_or(mode);
-    if (m->mode == "cooperative") {
-      // No userfaultfd on this kernel: a read-only mapping, and the caller
-      // (or we, by default) waits on the status page before touching pages.
-      const bool guarded = !resident && opt != nullptr && opt->wait_on_touch != 0;
-      auto ro = guarded ? airs::sys::map_shared(m->region.get(), size, PROT_NONE, 0, "model region (cooperative, guarded)")
-                        : airs::client::map_region_readonly(m->region.get(), size);
-      if (!ro) return fail(ro.error());
-      m->plain = std::move(ro).value();
-      if (!resident) {
-        // If the daemon dies before the fill ends, the waits swap in the
-        // GGUF file itself (the region would never fill).
-        if (auto pidfd = daemon_pidfd(*client); !pidfd) return fail(pidfd.error());
-        else m->daemon_pidfd = std::move(pidfd).value();
-        airs_model* mm = m.get();
-        m->coop = std::make_unique<airs::client::CooperativeFallback>(
-            m->plain.get(), size, m->gguf.get(), m->daemon_pidfd.get(), [mm] {
-              if (!mm->quiet)
-                std::fprintf(stderr, "airs: airs-memd exited during the load; mapping %s from the GGUF file in this "
-                                     "process instead\n",
-                             mm->object.c_str());
-            });
-      }
-      if (guarded) {
-        // The daemon reads what a touch asks for next (Model.Follow). A
-        // daemon without Follow still fills everything in the background.
-        auto ch = airs::sys::message_channel();
-        if (!ch) return fail(ch.error());
-        airs::sys::UniqueFd rd = std::move(ch->first);
-        m->requests = std::move(ch->second);
-        try {
-          m->proxy->Follow(sdbus::UnixFd(rd.get()));
-        } catch (const sdbus::Error& e) {
-          m->requests.reset();
-          if (!m->quiet) std::fprintf(stderr, "airs: %s: no read-ahead on touch (%s)\n", m->object.c_str(), e.getMessage().c_str());
-        }
-        if (const char* t = std::getenv("AIRS_TOUCH_TRACE"); t != nullptr && t[0] != '\0')
-          if (auto f = airs::sys::open_file(t, O_WRONLY | O_CREAT | O_APPEND, 0644)) m->touch_trace = std::move(f).value();
-        airs::client::TouchGuardSpec spec;
-        spec.base = m->plain.get();
-        spec.size = size;
-        spec.status = m->status;
-        spec.request_fd = m->requests.get();
-        spec.daemon_pidfd = m->daemon_pidfd.get();
-        spec.gguf_fd = m->gguf.get();
-        spec.trace_fd = m->touch_trace.get();
-        auto g = airs::client::TouchGuard::create(spec);
-        if (!g) return fail(g.error());
-        m->guard = std::move(g).value();
-        if (!m->guard->open_ready()) {
-          m->watcher = std::thread([mm = m.get()] { mm->watch_guard(); });
-          pthread_setname_np(m->watcher.native_handle(), "airs-touch");
-        }
-      } else if (opt == nullptr || opt->wait_per_layer == 0) {
-        if (auto w = airs::client::wait_resident(m->status, std::chrono::hours(24), m->coop.get()); !w)
-          return fail(w.error());
-      }
-    } else if (resident || !lazy) {
+    int rc = 0;
+    if (lazy && !resident) {
+      rc = map_lazy(m.get(), std::move(proof_uffd));
+    } else if (lazy || resident) {
       // Fully resident: a plain read-only mapping, no userfaultfd at all.
       auto p = airs::sys::map_shared(m->region.get(), size, PROT_READ, 0, "model");
       if (!p) return fail(p.error());
       m->plain = std::move(p).value();
     } else {
-      auto lm = airs::client::LazyMapping::create(
-          m->region.get(), size,
-          m->mode == "small-pages" ? airs::client::LazyBacking::Shmem : airs::client::LazyBacking::Hugetlbfs,
-          std::move(proof_uffd));
-      if (!lm) return fail(lm.error());
-      m->lazy.emplace(std::move(lm).value());
-      auto notify = airs::sys::eventfd_create();
-      auto stop = airs::sys::eventfd_create();
-      if (!notify) return fail(notify.error());
-      if (!stop) return fail(stop.error());
-      m->notify = std::move(notify).value();
-      m->stop = std::move(stop).value();
-      // The daemon's pid, to notice its death (a uffd never reports it).
-      if (auto pidfd = daemon_pidfd(*client); !pidfd) return fail(pidfd.error());
-      else m->daemon_pidfd = std::move(pidfd).value();
-      auto ufd = m->lazy->dup_uffd();
-      if (!ufd) return fail(ufd.error());
-      try {
-        m->proxy->Attach(sdbus::UnixFd(m->notify.get()), sdbus::UnixFd(ufd->get()), m->lazy->address(), size);
-      } catch (const sdbus::Error& e) {
-        if (airs::sys::pidfd_exited(m->daemon_pidfd.get())) {
-          m->start_fallback("airs-memd exited before serving this model");
-        } else {
-          throw;
-        }
-      }
-      m->watcher = std::thread([mm = m.get()] { mm->watch(); });
-      pthread_setname_np(m->watcher.native_handle(), "airs-watch");
+      rc = map_cooperative(m.get(), resident, streamed, opt);
     }
+    if (rc != 0) return rc;
   } catch (const sdbus::Error& e) {
     return fail(e);
   }
@@ -431,16 +520,16 @@ int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->serv
 int airs_model_is_resident(const airs_model* m) {
   if (m == nullptr) return 0;
   // Unloaded (forced, or evicted): the mapping is revoked, SIGBUS on access.
-  if (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Unloaded && !m->serving_itself()) return 0;
+  if (m->status.valid() && m->status.state() == airs::wire::ModelLoadState::Unloaded && !m->serving_itself()) return 0;
   // Cooperative mode maps read-only from the start: resident only when the
   // status page says so (or the file took the region's place).
   if (m->mode == "cooperative")
     return m->serving_itself() ||
-                   (m->status.valid() && m->status.state() == airs::client::ModelLoadState::Resident)
+                   (m->status.valid() && m->status.state() == airs::wire::ModelLoadState::Resident)
                ? 1
                : 0;
   if (m->plain.valid()) return 1;
-  return m->status.valid() && m->status.state() == airs::client::ModelLoadState::Resident ? 1 : 0;
+  return m->status.valid() && m->status.state() == airs::wire::ModelLoadState::Resident ? 1 : 0;
 }
 
 int airs_model_wait_resident(airs_model* m, int timeout_ms) {
@@ -502,7 +591,7 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
     if (!n) return fail(n.error());
     s->notices = std::move(n).value();
     s->notice_event = dup_cloexec(event.get());
-    s->reader = airs::client::NoticeReader(s->notices.get());
+    s->reader = airs::wire::NoticeReader(s->notices.get());
     if (!s->reader.valid()) return fail(EPROTO, "the daemon's notice page is not valid (version mismatch?)");
   } catch (const sdbus::Error& e) {
     return fail(e);

@@ -117,7 +117,7 @@ Status LazyMapping::unregister() {
 }
 
 Result<std::unique_ptr<FallbackServer>> FallbackServer::create(const LazyMapping& mapping, int region_fd, int gguf_fd,
-                                                               uint64_t file_size, StatusPageView status) {
+                                                               uint64_t file_size, wire::StatusPageView status) {
   if (!status.valid()) return make_error(EINVAL, "fallback: the model's status page is not valid");
   auto s = std::unique_ptr<FallbackServer>(new FallbackServer());
   s->uffd_ = mapping.uffd();
@@ -254,7 +254,7 @@ namespace {
 // generation, so a publish between the check and the wait changes the word
 // and the wait returns at once.
 template <typename Done>
-Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const char* what,
+Status wait_until(wire::StatusPageView status, std::chrono::nanoseconds timeout, const char* what,
                   CooperativeFallback* fallback, Done done) {
   if (!status.valid()) return make_error(EINVAL, "waiting for {}: the model's status page is not valid", what);
   using Clock = std::chrono::steady_clock;
@@ -264,11 +264,11 @@ Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const
     const uint32_t gen = status.generation();
     if (done()) return {};
     if (fallback != nullptr && fallback->taken_over()) return {};
-    if (status.state() == ModelLoadState::Unloaded)
+    if (status.state() == wire::ModelLoadState::Unloaded)
       return make_error(ENODEV, "waiting for {}: the model was unloaded (an admin forced it, or it was evicted): its "
                                 "mapping is revoked and gets SIGBUS on access; open the model again",
                         what);
-    if (status.state() == ModelLoadState::Failed)
+    if (status.state() == wire::ModelLoadState::Failed)
       return make_error(EIO, "waiting for {}: the daemon could not read part of the model (see its log); those "
                              "bytes will never be ready",
                         what);
@@ -294,7 +294,7 @@ Status wait_until(StatusPageView status, std::chrono::nanoseconds timeout, const
 
 }  // namespace
 
-Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
+Status wait_rank(wire::StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
                  CooperativeFallback* fallback) {
   if (status.valid()) {
     bool known = false;
@@ -305,7 +305,7 @@ Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds 
   return wait_until(status, timeout, what.c_str(), fallback, [&] { return status.rank_ready(rank); });
 }
 
-Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
+Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
                   CooperativeFallback* fallback) {
   if (!status.valid()) return make_error(EINVAL, "wait_range: the model's status page is not valid");
   const uint64_t unit = status.unit_size();
@@ -323,9 +323,9 @@ Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chr
   });
 }
 
-Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout, CooperativeFallback* fallback) {
+Status wait_resident(wire::StatusPageView status, std::chrono::nanoseconds timeout, CooperativeFallback* fallback) {
   return wait_until(status, timeout, "the whole model", fallback, [&] {
-    return status.state() == ModelLoadState::Resident || status.ready_units() == status.unit_count();
+    return status.state() == wire::ModelLoadState::Resident || status.ready_units() == status.unit_count();
   });
 }
 

@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "client/status_page.hpp"
+#include "wire/status_page.hpp"
 #include "sys/fd.hpp"
 #include "util/result.hpp"
 
@@ -89,7 +89,7 @@ class FallbackServer {
   // `mapping` and the status page mapping must outlive the server.
   // `region_fd` is O_RDWR; `gguf_fd` is the client's own model file.
   static Result<std::unique_ptr<FallbackServer>> create(const LazyMapping& mapping, int region_fd, int gguf_fd,
-                                                        uint64_t file_size, StatusPageView status);
+                                                        uint64_t file_size, wire::StatusPageView status);
   // Wake every thread blocked on a fault the dead daemon read but never
   // answered, so the kernel raises those faults again on our uffd.
   [[nodiscard]] Status takeover();
@@ -111,7 +111,7 @@ class FallbackServer {
   uint64_t page_ = 0;  // LazyMapping::page_size()
   int gguf_fd_ = -1;
   uint64_t file_size_ = 0;
-  StatusPageView status_;
+  wire::StatusPageView status_;
   sys::Mapping writable_;
   std::vector<bool> filled_;
   uint64_t units_filled_ = 0;
@@ -179,16 +179,16 @@ class CooperativeFallback {
 // With `fallback` (may be null), a wait also watches the daemon: once it is
 // gone and the wait's units are not ready, the fallback takes over and the
 // wait returns OK (the bytes now come from the file).
-[[nodiscard]] Status wait_rank(StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
+[[nodiscard]] Status wait_rank(wire::StatusPageView status, uint32_t rank, std::chrono::nanoseconds timeout,
                                CooperativeFallback* fallback = nullptr);
 // Blocks until every unit overlapping region bytes [offset, +len) is ready
 // (for callers that know tensor offsets rather than ranks). Same errors;
 // EINVAL for a range past the region.
-[[nodiscard]] Status wait_range(StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
+[[nodiscard]] Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
                                 CooperativeFallback* fallback = nullptr);
 // Blocks until the whole model is resident (what a plain mapper must do
 // before its first touch). Same errors.
-[[nodiscard]] Status wait_resident(StatusPageView status, std::chrono::nanoseconds timeout,
+[[nodiscard]] Status wait_resident(wire::StatusPageView status, std::chrono::nanoseconds timeout,
                                    CooperativeFallback* fallback = nullptr);
 
 }  // namespace airs::client

@@ -17,6 +17,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "wire/opened.hpp"
+#include "wire/requests.hpp"
+
 namespace airs::client {
 
 namespace {
@@ -33,11 +36,15 @@ struct Slot {
   uintptr_t base = 0;
   uint64_t size = 0;
   uint64_t unit = 0;
-  StatusPageView status;
+  wire::StatusPageView status;
   int request_fd = -1;
   int daemon_pidfd = -1;
   int gguf_fd = -1;
   int trace_fd = -1;
+  // Streamed models: the open-unit bits the daemon reads, and one lock per
+  // unit taken by an open (handler) and a close (watcher).
+  wire::OpenedBits opened;
+  std::atomic<uint8_t>* locks = nullptr;
 };
 
 std::array<Slot, TouchGuard::kSlots> g_slots;
@@ -97,7 +104,7 @@ char* put_str(char* p, const char* s) {
 
 void trace(const Slot& s, uint32_t unit) {
   if (s.trace_fd < 0) return;
-  const StatusPageView& st = s.status;
+  const wire::StatusPageView& st = s.status;
   const uint32_t rc = st.rank_count();
   const bool last_ready = rc > 0 && st.rank_ready(st.ranks()[rc - 1].rank);
   char line[160];
@@ -130,36 +137,81 @@ void take_over(Slot& s) {
   s.taken.store(true, std::memory_order_release);
 }
 
+void lock_unit(const Slot& s, uint32_t unit) {
+  if (s.locks == nullptr) return;
+  while (s.locks[unit].exchange(1, std::memory_order_acquire) != 0) (void)::syscall(SYS_sched_yield);
+}
+
+void unlock_unit(const Slot& s, uint32_t unit) {
+  if (s.locks != nullptr) s.locks[unit].store(0, std::memory_order_release);
+}
+
+void* unit_addr(const Slot& s, uint32_t unit) { return reinterpret_cast<void*>(s.base + uint64_t{unit} * s.unit); }
+
+void send_word(const Slot& s, wire::RequestKind kind, uint32_t unit) {
+  if (s.request_fd < 0) return;
+  const uint32_t w = wire::encode_request({kind, unit});
+  // A full socket (the daemon is behind) only loses a hint; a dead daemon
+  // gives EPIPE, never SIGPIPE.
+  (void)!::send(s.request_fd, &w, sizeof w, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// Opens `unit` if it is ready (wire/opened.hpp): mark, fence, check, map.
+// True when the access may run again.
+bool try_open(Slot& s, uint32_t unit) {
+  if (!s.opened.valid()) {
+    if (!s.status.unit_ready(unit)) return false;
+    (void)::mprotect(unit_addr(s, unit), s.unit, PROT_READ);
+    return true;
+  }
+  lock_unit(s, unit);
+  s.opened.set(unit);
+  wire::OpenedBits::fence();
+  const bool ready = s.status.unit_ready(unit);
+  if (ready) (void)::mprotect(unit_addr(s, unit), s.unit, PROT_READ);
+  else s.opened.clear(unit);
+  unlock_unit(s, unit);
+  if (ready) send_word(s, wire::RequestKind::Opened, unit);
+  return ready;
+}
+
 void serve(Slot& s, uintptr_t addr) {
   const auto unit = static_cast<uint32_t>((addr - s.base) / s.unit);
   s.touches.fetch_add(1, std::memory_order_relaxed);
   trace(s, unit);
   bool requested = false;
   for (;;) {
-    // Closing (the model is being closed under us) or already the file's
-    // bytes: return and let the access run again.
+    // Closing (the model is being closed under us): return and let the
+    // access run again.
     if (s.state.load(std::memory_order_acquire) != kActive) return;
-    if (s.taken.load(std::memory_order_acquire)) return;
+    if (s.taken.load(std::memory_order_acquire)) {
+      // The file's bytes: a unit a streamed model's close made PROT_NONE
+      // again opens as it is.
+      (void)::mprotect(unit_addr(s, unit), s.unit, PROT_READ);
+      return;
+    }
     const uint32_t gen = s.status.generation();
-    if (s.status.unit_ready(unit)) break;
-    const ModelLoadState st = s.status.state();
-    if (st == ModelLoadState::Unloaded) break;  // the region is revoked: the access gets SIGBUS
-    if (st == ModelLoadState::Failed) die_sigbus("the daemon could not read part of the model");
-    if (!requested && s.request_fd >= 0) {
-      // A full socket (the daemon is behind) only loses the boost, not the
-      // wait; a dead daemon gives EPIPE, never SIGPIPE.
-      (void)!::send(s.request_fd, &unit, sizeof unit, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (try_open(s, unit)) return;
+    const wire::ModelLoadState st = s.status.state();
+    if (st == wire::ModelLoadState::Unloaded) {
+      // The region is revoked: the access gets SIGBUS.
+      (void)::mprotect(unit_addr(s, unit), s.unit, PROT_READ);
+      return;
+    }
+    if (st == wire::ModelLoadState::Failed && !s.status.unit_ready(unit))
+      die_sigbus("the daemon could not read part of the model");
+    if (!requested) {
+      send_word(s, wire::RequestKind::Wait, unit);
       requested = true;
     }
     if (daemon_gone(s)) {
-      if (s.status.unit_ready(unit)) break;
+      if (try_open(s, unit)) return;
       take_over(s);
       return;
     }
     const timespec ts{0, TouchGuard::kSliceNs};
     (void)::syscall(SYS_futex, s.status.generation_word(), FUTEX_WAIT, gen, &ts, nullptr, 0);
   }
-  (void)::mprotect(reinterpret_cast<void*>(s.base + uint64_t{unit} * s.unit), s.unit, PROT_READ);
 }
 
 bool serve_if_ours(uintptr_t addr) {
@@ -240,6 +292,16 @@ Result<std::unique_ptr<TouchGuard>> TouchGuard::create(const TouchGuardSpec& spe
     s.daemon_pidfd = spec.daemon_pidfd;
     s.gguf_fd = spec.gguf_fd;
     s.trace_fd = spec.trace_fd;
+    const uint32_t units = spec.status.unit_count();
+    if (spec.opened != nullptr) {
+      s.opened = wire::OpenedBits(spec.opened, units);
+      // Never freed while the process may still run a handler on it: a
+      // few bytes per unit, once per guard.
+      s.locks = new std::atomic<uint8_t>[units]();
+    } else {
+      s.opened = {};
+      s.locks = nullptr;
+    }
     s.taken.store(false);
     s.touches.store(0);
     s.state.store(kActive, std::memory_order_release);
@@ -249,6 +311,7 @@ Result<std::unique_ptr<TouchGuard>> TouchGuard::create(const TouchGuardSpec& spe
     g->base_ = s.base;
     g->unit_ = s.unit;
     g->opened_.assign(spec.status.unit_count(), false);
+    g->streamed_ = spec.opened != nullptr;
     return g;
   }
   return make_error(ENOSPC, "touch guard: more than {} models mapped this way in one process", kSlots);
@@ -263,7 +326,26 @@ TouchGuard::~TouchGuard() {
   s.state.store(kFree, std::memory_order_release);
 }
 
+void TouchGuard::close_unit(uint32_t unit) {
+  Slot& s = g_slots[slot_];
+  if (unit >= status_.unit_count() || !s.opened.valid()) return;
+  lock_unit(s, unit);
+  // Taken over: the range is the file now; it stays readable.
+  if (!s.taken.load(std::memory_order_acquire)) (void)::mprotect(unit_addr(s, unit), s.unit, PROT_NONE);
+  s.opened.clear(unit);
+  unlock_unit(s, unit);
+  send_word(s, wire::RequestKind::Closed, unit);
+}
+
+void TouchGuard::take_over_now() {
+  Slot& s = g_slots[slot_];
+  if (!s.taken.load(std::memory_order_acquire)) take_over(s);
+}
+
 bool TouchGuard::open_ready() {
+  // A streamed model's units open on their touch only: the daemon must see
+  // each one (and nothing stays open that it did not hear of).
+  if (streamed_) return false;
   if (all_open_) return true;
   const uint32_t n = status_.unit_count();
   bool all = true;

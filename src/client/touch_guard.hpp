@@ -15,6 +15,15 @@
 // whole range (MAP_FIXED, PROT_READ): the file's bytes, never zeros. A forked child inherits the
 // mapping, the handler and the socket, so its touches are served the same way.
 //
+// A streamed model (bigger than its budget of the pool) drops units again.
+// There each open and close follows wire/opened.hpp: the handler marks the
+// unit in the open-unit bits the daemon reads, checks READY, and only then
+// opens it (and tells the daemon, Opened: where this client is); the watcher
+// closes a unit when the daemon asks (Close: PROT_NONE, clear the mark,
+// answer Closed). A unit's open and close take one per-unit lock, so no
+// close slips between an open's check and its mprotect. The watcher opens
+// nothing ahead for a streamed model: each touch must be seen.
+//
 // Everything the handler does is async-signal-safe: atomics on a fixed slot
 // table, send(2), write(2), futex(2), poll(2) on a pidfd, mprotect(2), mmap(2).
 // Faults outside our ranges (and anything not SEGV_ACCERR inside none) are
@@ -29,7 +38,7 @@
 #include <memory>
 #include <vector>
 
-#include "client/status_page.hpp"
+#include "wire/status_page.hpp"
 #include "util/result.hpp"
 
 namespace airs::client {
@@ -37,11 +46,14 @@ namespace airs::client {
 struct TouchGuardSpec {
   void* base = nullptr;   // the PROT_NONE mapping of the region (caller owns it)
   uint64_t size = 0;      // its length: unit_count × unit_size
-  StatusPageView status;  // must stay mapped while the guard lives
+  wire::StatusPageView status;  // must stay mapped while the guard lives
   int request_fd = -1;    // our end of the Follow socket (SOCK_SEQPACKET), or -1
   int daemon_pidfd = -1;  // to notice the daemon's death, or -1
   int gguf_fd = -1;       // the model file, mapped in place if the daemon dies
   int trace_fd = -1;      // one line per handled touch (tests), or -1
+  // A streamed model: the writable mapping of the open-unit bits this
+  // client handed the daemon (wire/opened.hpp), one bit per unit.
+  void* opened = nullptr;
 };
 
 class TouchGuard {
@@ -60,6 +72,13 @@ class TouchGuard {
   // per run of newly ready units). True once every unit is. Thread: one
   // caller (the watcher), concurrent with handlers.
   bool open_ready();
+  // Streamed models: the daemon asked to close `unit` (PROT_NONE again,
+  // its open mark cleared). Thread: the watcher, concurrent with handlers.
+  void close_unit(uint32_t unit);
+  [[nodiscard]] bool streamed() const { return streamed_; }
+  // Maps the GGUF file in place now (the daemon is out of reach), unless
+  // that happened already. Thread: the watcher.
+  void take_over_now();
   // The handler mapped the GGUF file in place (the daemon died).
   [[nodiscard]] bool taken_over() const;
   // Touches handled so far (SIGSEGVs on our ranges, in this process).
@@ -73,11 +92,12 @@ class TouchGuard {
  private:
   TouchGuard() = default;
   size_t slot_ = 0;
-  StatusPageView status_;
+  wire::StatusPageView status_;
   uintptr_t base_ = 0;
   uint64_t unit_ = 0;
   std::vector<bool> opened_;
   bool all_open_ = false;
+  bool streamed_ = false;
 };
 
 }  // namespace airs::client

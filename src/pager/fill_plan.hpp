@@ -21,10 +21,16 @@
 
 namespace airs::pager {
 
+// How a token reads an extent: all of it, once per token, in load-rank
+// order (a layer's weights, the output); a row at a time (the embeddings
+// when an output tensor exists); or once at load (the header).
+enum class Access : uint8_t { EveryToken, Rows, Once };
+
 struct Extent {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint32_t load_rank = 0;
+  Access access = Access::EveryToken;
 };
 
 enum class UnitState : uint8_t { Empty, InFlight, Ready, Failed };
@@ -35,6 +41,13 @@ inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
 // Rank of every unit of a `file_size`-byte file cut into `unit_size` units.
 // Extents past the end of the file are clipped; empty extents ignored.
 [[nodiscard]] std::vector<uint32_t> rank_units(const std::vector<Extent>& extents, uint64_t file_size,
+                                               uint64_t unit_size);
+// Each unit's step in the per-token cycle of a streamed model: every
+// EveryToken extent (a tensor) is a step, in (load rank, offset) order; a
+// unit takes the first step overlapping it; steps are numbered 0, 1, ...
+// kColdStep (stream_policy.hpp) for a unit no EveryToken extent overlaps
+// (header, embedding rows, unranked bytes).
+[[nodiscard]] std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size,
                                                uint64_t unit_size);
 
 class FillPlan {

@@ -59,10 +59,14 @@ class PoolBackend {
   // Populate (allocate, zero, pin) / release a page-aligned range of a file.
   [[nodiscard]] virtual Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
   [[nodiscard]] virtual Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
-  // The daemon's mapping of a region; it must guarantee that later faults in
-  // it cannot fail for lack of memory (hugetlbfs: MAP_SHARED without
-  // MAP_NORESERVE reserves). Errors: ENOMEM when the pages cannot be had.
-  [[nodiscard]] virtual Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) = 0;
+  // The daemon's mapping of a region. `reserve`: it must guarantee that
+  // later faults in it cannot fail for lack of memory (hugetlbfs: MAP_SHARED
+  // without MAP_NORESERVE reserves every page). Without: nothing is
+  // reserved (a streamed region, bigger than the pool: the pool hands each
+  // unit's page over before it is filled). Errors: ENOMEM when the pages
+  // cannot be had.
+  [[nodiscard]] virtual Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what,
+                                                        bool reserve = true) = 0;
   // Pages the kernel could give us right now.
   [[nodiscard]] virtual Result<uint64_t> kernel_available_pages() = 0;
   // Kernel counters for this page size (files_pages is filled in by the pool).

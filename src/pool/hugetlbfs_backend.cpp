@@ -68,8 +68,8 @@ Status HugetlbfsBackend::release(int fd, uint64_t offset, uint64_t len, const st
   return sys::punch_range(fd, offset, len, what);
 }
 
-Result<sys::Mapping> HugetlbfsBackend::map_region(int fd, uint64_t len, const std::string& what) {
-  auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
+Result<sys::Mapping> HugetlbfsBackend::map_region(int fd, uint64_t len, const std::string& what, bool reserve) {
+  auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, reserve ? 0 : MAP_NORESERVE, what);
   if (!m) return std::move(m).error();
   // Before the first touch, so every fill lands on the policy's nodes.
   AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes, what));

@@ -34,7 +34,8 @@ class HugetlbfsBackend final : public PoolBackend {
   [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) override;
   [[nodiscard]] Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   [[nodiscard]] Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
-  [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) override;
+  [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what,
+                                                bool reserve = true) override;
   [[nodiscard]] Result<uint64_t> kernel_available_pages() override;
   [[nodiscard]] Result<KernelView> kernel_view() override;
   [[nodiscard]] Result<int64_t> adjust_kernel_pages(int64_t delta) override;

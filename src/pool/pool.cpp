@@ -55,7 +55,7 @@ Region::~Region() {
   const bool model = kind_ == PageKind::Model;
   // At exit (leave_regions_in_place) nothing is punched: clients keep
   // their mappings' bytes; the pool's own counts no longer matter.
-  const uint64_t charged = pool_->leave_in_place_ ? 0 : model ? (map_.valid() ? pages_ : 0) : charged_;
+  const uint64_t charged = pool_->leave_in_place_ ? 0 : model ? (map_.valid() ? charged_ : 0) : charged_;
   if (charged > 0) (void)pool_->backend_->release(fd_.get(), 0, size_, name_);
   map_.reset();
   pool_->backend_->forget_file(fd_.get());
@@ -167,20 +167,65 @@ Status Pool::claim(Region& r, uint64_t page) {
   if (page >= r.claimed_.size())
     return make_error(EINVAL, "model '{}': page {} lies past its {} pages", r.name_, page, r.pages_);
   if (r.claimed_[page]) return {};
+  if (r.claimed_count_ >= r.charged_)
+    return make_error(ENOSPC, "model '{}': its {} pages are all in use; release one first", r.name_, r.charged_);
   AIRS_TRY(punch_reserve(1, true));
   r.claimed_[page] = true;
   ++r.claimed_count_;
   return {};
 }
 
+Status Pool::release_unit(Region& r, uint64_t page) {
+  if (!r.streamed_ || page >= r.claimed_.size())
+    return make_error(EINVAL, "model '{}': page {} is not a unit of a streamed region", r.name_, page);
+  if (!r.claimed_[page]) return {};
+  const uint64_t ps = counts_.page_size;
+  AIRS_TRY(backend_->release(r.fd(), page * ps, ps, "model '" + r.name_ + "'"));
+  r.claimed_[page] = false;
+  --r.claimed_count_;
+  // Back into the reserve, still charged to the region (owed). A page the
+  // reserve could not take back (another process took it meanwhile) leaves
+  // the pool: the region's budget shrinks with it.
+  if (give_to_reserve(1) == 0) {
+    --counts_.free_pages;
+    ++owed_;
+  } else {
+    --r.charged_;
+    --counts_.model_pages;
+  }
+  return {};
+}
+
+Status Pool::set_budget(Region& r, uint64_t budget) {
+  if (!r.streamed_ || budget == 0 || budget >= r.pages_)
+    return make_error(EINVAL, "model '{}': a budget of {} pages for a streamed region of {}", r.name_, budget, r.pages_);
+  if (budget > r.charged_) {
+    const uint64_t more = budget - r.charged_;
+    if (more > counts_.free_pages) return exhausted("model '" + r.name_ + "' (a larger budget)", more);
+    counts_.free_pages -= more;
+    owed_ += more;
+    counts_.model_pages += more;
+  } else if (budget < r.charged_) {
+    if (r.claimed_count_ > budget)
+      return make_error(EBUSY, "model '{}': {} pages are in use, more than a budget of {}", r.name_, r.claimed_count_,
+                        budget);
+    const uint64_t fewer = r.charged_ - budget;
+    owed_ -= fewer;
+    counts_.free_pages += fewer;
+    counts_.model_pages -= fewer;
+  }
+  r.charged_ = budget;
+  return {};
+}
+
 void Pool::return_model_pages(Region& r) {
-  counts_.model_pages -= r.pages_;
+  counts_.model_pages -= r.charged_;
   if (r.claimed_.empty()) {
-    give_to_reserve(r.pages_);
+    give_to_reserve(r.charged_);
     return;
   }
   // Pages never handed over are still in the reserve: free again as they are.
-  const uint64_t unclaimed = r.pages_ - r.claimed_count_;
+  const uint64_t unclaimed = r.charged_ - r.claimed_count_;
   owed_ -= unclaimed;
   counts_.free_pages += unclaimed;
   give_to_reserve(r.claimed_count_);
@@ -248,7 +293,32 @@ Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name
     r->claimed_.assign(pages, true);
     r->claimed_count_ = pages;
   }
+  r->charged_ = pages;
   counts_.model_pages += pages;
+  return r;
+}
+
+Result<std::unique_ptr<Region>> Pool::create_streamed_region(const std::string& name, uint64_t bytes,
+                                                            uint64_t budget) {
+  const uint64_t ps = counts_.page_size;
+  const uint64_t pages = pages_for(bytes, ps);
+  if (budget == 0 || budget >= pages)
+    return make_error(EINVAL, "model '{}': a streamed region of {} pages needs a budget of 1 to {} pages, not {}", name,
+                      pages, pages - 1, budget);
+  if (budget > counts_.free_pages) return exhausted("model '" + name + "' (streamed)", budget);
+  auto fd = backend_->create_file("airs-model:" + name, pages * ps, FileSize::Fixed);
+  if (!fd) return std::move(fd).error();
+  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Model));
+  auto m = backend_->map_region(r->fd(), r->size_, "model '" + name + "' (streamed)", false);
+  if (!m) return std::move(m).error();
+  r->map_ = std::move(m).value();
+  r->streamed_ = true;
+  r->claimed_.assign(pages, false);
+  r->claimed_count_ = 0;
+  r->charged_ = budget;
+  counts_.free_pages -= budget;
+  owed_ += budget;
+  counts_.model_pages += budget;
   return r;
 }
 
@@ -281,6 +351,7 @@ Status Pool::reserve_region(Region& r) {
     r.claimed_.assign(r.pages_, false);
     r.claimed_count_ = 0;
   }
+  r.charged_ = r.pages_;
   counts_.model_pages += r.pages_;
   return {};
 }

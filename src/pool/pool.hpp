@@ -52,8 +52,13 @@ class Region {
   [[nodiscard]] bool reserved() const { return map_.valid(); }
   // The daemon's mapping (model regions while reserved), else nullptr.
   [[nodiscard]] std::byte* data() const { return map_.bytes(); }
-  // KV regions: pages currently allocated.
+  // KV regions: pages currently allocated. Model regions: pages charged
+  // while reserved (every page; a streamed region its budget).
   [[nodiscard]] uint64_t charged_pages() const { return charged_; }
+  // A streamed model region: bigger than what it may hold (its budget).
+  [[nodiscard]] bool streamed() const { return streamed_; }
+  // Model regions: pages handed over to the region now (claimed units).
+  [[nodiscard]] uint64_t held_pages() const { return claimed_.empty() ? (map_.valid() ? pages_ : 0) : claimed_count_; }
 
  private:
   friend class Pool;
@@ -66,6 +71,7 @@ class Region {
   PageKind kind_;
   sys::Mapping map_;
   uint64_t charged_ = 0;
+  bool streamed_ = false;
   std::vector<bool> held_;  // KV: which pages are allocated
   // Model regions on a per-unit backend: which pages the reserve has handed
   // over (the rest are charged to the region but still held by the reserve).
@@ -110,6 +116,22 @@ class Pool {
   // EINVAL when `fd` is not a file of this backend's page size, ENOMEM if
   // the kernel would not map it.
   [[nodiscard]] Result<std::unique_ptr<Region>> adopt_model_region(const std::string& name, sys::UniqueFd fd);
+  // A streamed model region of `bytes`, bigger than the pool (or the
+  // caller's share) will hold: charged `budget` pages only. The daemon's
+  // mapping reserves nothing; each unit's page is handed over by claim()
+  // just before its read (at most `budget` at a time) and given back by
+  // release_unit(). Errors: ENOSPC when `budget` pages are not free, EINVAL
+  // for a budget of 0 or not smaller than the region.
+  [[nodiscard]] Result<std::unique_ptr<Region>> create_streamed_region(const std::string& name, uint64_t bytes,
+                                                                       uint64_t budget);
+  // Streamed regions: drops page `page` (punched: every mapping of it loses
+  // it; the next access faults) and puts it back in the reserve, still
+  // charged to the region. No-op for a page not handed over.
+  [[nodiscard]] Status release_unit(Region& r, uint64_t page);
+  // Streamed regions: a new budget. Growing takes free pages; shrinking
+  // gives back pages not handed over (release units first). Errors: ENOSPC
+  // (not enough free pages), EBUSY (more pages handed over than `budget`).
+  [[nodiscard]] Status set_budget(Region& r, uint64_t budget);
   // Re-reserve a released model region (same errors as create_model_region).
   [[nodiscard]] Status reserve_region(Region& r);
   // Before page `page` of a reserved model region is first written: on a

@@ -141,7 +141,7 @@ Status ShmemBackend::release(int fd, uint64_t offset, uint64_t len, const std::s
   return sys::punch_range(fd, offset, len, what);
 }
 
-Result<sys::Mapping> ShmemBackend::map_region(int fd, uint64_t len, const std::string& what) {
+Result<sys::Mapping> ShmemBackend::map_region(int fd, uint64_t len, const std::string& what, bool /*reserve*/) {
   auto m = sys::map_shared(fd, len, PROT_READ | PROT_WRITE, 0, what);
   if (!m) return std::move(m).error();
   AIRS_TRY(sys::numa_bind_range(m->get(), len, opts_.numa_policy, opts_.numa_nodes, what));

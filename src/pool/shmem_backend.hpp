@@ -85,7 +85,8 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   // MAP_SHARED, NUMA policy applied, nothing populated; locked on fault
   // where the limit allows (else pin() locks unit by unit).
-  [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what) override;
+  [[nodiscard]] Result<sys::Mapping> map_region(int fd, uint64_t len, const std::string& what,
+                                                bool reserve = true) override;
   // MemAvailable / unit.
   [[nodiscard]] Result<uint64_t> kernel_available_pages() override;
   // total = MemTotal, free = MemAvailable (in units); shmem/mlocked/unevictable

@@ -48,6 +48,12 @@ Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode) {
   return fd;
 }
 
+Result<Mapping> map_anonymous(size_t len, const std::string& what) {
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return make_error(errno, "no {} of anonymous memory for {}: {}", len, what, std::strerror(errno));
+  return Mapping(p, len);
+}
+
 Result<UniqueFd> dup_cloexec(int fd) {
   UniqueFd r(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
   if (!r) return make_error(errno, "dup: {}", std::strerror(errno));

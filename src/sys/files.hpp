@@ -46,6 +46,9 @@ struct FileId {
 // A new descriptor of the same open file, O_CLOEXEC and never 0-2 (a
 // received fd kept past the message that carried it). Errors: "dup: <why>".
 [[nodiscard]] Result<UniqueFd> dup_cloexec(int fd);
+// `len` bytes of private anonymous memory, nothing populated or reserved
+// (MAP_NORESERVE). Errors name `what`.
+[[nodiscard]] Result<Mapping> map_anonymous(size_t len, const std::string& what);
 
 // fstat(fd), naming `what` in the error.
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);

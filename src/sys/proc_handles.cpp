@@ -39,6 +39,25 @@ Result<UniqueFd> eventfd_create() {
   return fd;
 }
 
+Status pidfd_signal(int pidfd, int sig) {
+  if (::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0) return {};
+  return make_error(errno, "pidfd_send_signal({}): {}", sig, std::strerror(errno));
+}
+
+Result<Mapping> map_sealed_read_only(int fd, uint64_t min_bytes, const std::string& what) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return make_error(EINVAL, "{} is not a memfd that can be sealed ({})", what, std::strerror(errno));
+  if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+    return make_error(EINVAL, "{} is not sealed against shrinking and growing (F_SEAL_SHRINK|F_SEAL_GROW)", what);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error(errno, "{}: fstat: {}", what, std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) < min_bytes)
+    return make_error(EINVAL, "{} holds {} bytes, {} needed", what, st.st_size, min_bytes);
+  void* p = ::mmap(nullptr, min_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return make_error(errno, "{}: mmap: {}", what, std::strerror(errno));
+  return Mapping(p, min_bytes);
+}
+
 Status eventfd_signal(int efd, uint64_t n) {
   if (::write(efd, &n, sizeof n) == static_cast<ssize_t>(sizeof n) || errno == EAGAIN) return {};
   return make_error(errno, "eventfd write: {}", std::strerror(errno));
@@ -54,9 +73,36 @@ Result<std::pair<UniqueFd, UniqueFd>> message_channel() {
   int p[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) != 0)
     return make_error(errno, "socketpair: {}", std::strerror(errno));
-  std::pair<UniqueFd, UniqueFd> out{UniqueFd(p[0]), UniqueFd(p[1])};
-  ::shutdown(p[1], SHUT_RD);
-  return out;
+  return std::pair<UniqueFd, UniqueFd>{UniqueFd(p[0]), UniqueFd(p[1])};
+}
+
+Status check_message_socket(int fd, const std::string& what) {
+  int type = 0, listening = 0;
+  socklen_t tlen = sizeof type, llen = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_SEQPACKET)
+    return make_error(EINVAL, "{} is not a SOCK_SEQPACKET socket", what);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &llen) != 0 || listening != 0)
+    return make_error(EINVAL, "{} is a listening socket, not one end of a connected pair", what);
+  sockaddr_storage peer{};
+  socklen_t plen = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0)
+    return make_error(EINVAL, "{} is not connected ({})", what, std::strerror(errno));
+  return {};
+}
+
+MessageRead read_message(int fd, void* buf, size_t len) {
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, len, MSG_DONTWAIT);
+    if (n > 0) return {MessageRead::Message, static_cast<size_t>(n)};
+    if (n == 0) return {MessageRead::Closed, 0};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {MessageRead::Again, 0};
+    return {MessageRead::Failed, 0};
+  }
+}
+
+bool send_message(int fd, const void* buf, size_t len) {
+  return ::send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(len);
 }
 
 Result<int> poll_fds(pollfd* fds, size_t n, int timeout_ms) {
@@ -73,6 +119,12 @@ Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size) {
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
     return make_error(errno, "memfd {}: ftruncate {}: {}", name, size, std::strerror(errno));
   return fd;
+}
+
+Status seal_size(int fd, const std::string& what) {
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+    return make_error(errno, "sealing {} against shrinking and growing: {}", what, std::strerror(errno));
+  return {};
 }
 
 Status memfd_seal_readonly(int fd) {

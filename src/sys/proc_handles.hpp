@@ -19,6 +19,8 @@ namespace airs::sys {
 [[nodiscard]] Result<UniqueFd> pidfd_open(pid_t pid);
 // True if the process behind the pidfd has exited (poll with zero timeout).
 [[nodiscard]] bool pidfd_exited(int pidfd);
+// pidfd_send_signal(pidfd, sig). Errors: ESRCH (gone), EPERM.
+[[nodiscard]] Status pidfd_signal(int pidfd, int sig);
 
 // eventfd(0, EFD_CLOEXEC|EFD_NONBLOCK).
 [[nodiscard]] Result<UniqueFd> eventfd_create();
@@ -27,10 +29,22 @@ namespace airs::sys {
 // Reads and returns the counter (0 if nothing was pending).
 uint64_t eventfd_drain(int efd);
 
-// A SOCK_SEQPACKET socket pair (O_CLOEXEC) for one-way messages: `first`
-// reads, `second` writes (its read side is shut down).
-// Errors: "socketpair: <why>".
+// A SOCK_SEQPACKET socket pair (O_CLOEXEC) for messages both ways (one
+// record per send, boundaries kept). Errors: "socketpair: <why>".
 [[nodiscard]] Result<std::pair<UniqueFd, UniqueFd>> message_channel();
+// EBADF naming `what` unless `fd` is a connected SOCK_SEQPACKET socket (a
+// listening or never connected one would report EPOLLHUP for ever).
+[[nodiscard]] Status check_message_socket(int fd, const std::string& what);
+// One message of a non-blocking message socket into `buf`.
+struct MessageRead {
+  enum State : uint8_t { Message, Again, Closed, Failed } state = Again;
+  size_t bytes = 0;  // Message: its length (truncated to the buffer)
+};
+[[nodiscard]] MessageRead read_message(int fd, void* buf, size_t len);
+// Sends one message without blocking and without SIGPIPE (MSG_DONTWAIT |
+// MSG_NOSIGNAL, async-signal-safe). False if it could not go now (a full
+// socket, a closed peer).
+[[nodiscard]] bool send_message(int fd, const void* buf, size_t len);
 
 // poll(2) on `n` descriptors, `timeout_ms` (-1: forever). Returns how many
 // have events; EINTR comes back as an error like any other.
@@ -38,6 +52,8 @@ uint64_t eventfd_drain(int efd);
 
 // A memfd (MFD_CLOEXEC|MFD_ALLOW_SEALING) of `size` bytes.
 [[nodiscard]] Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size);
+// Seals against shrink and grow (the size is fixed; writes stay allowed).
+[[nodiscard]] Status seal_size(int fd, const std::string& what);
 // Seals against shrink, grow and future writes; mappings made before keep
 // their write access (the daemon's), later ones cannot get any.
 [[nodiscard]] Status memfd_seal_readonly(int fd);
@@ -62,6 +78,13 @@ class SealedMemfd {
   UniqueFd ro_;
   Mapping map_;
 };
+
+// A memfd another process made and sealed against shrinking and growing
+// (F_SEAL_SHRINK|F_SEAL_GROW), of at least `min_bytes`, mapped read-only
+// and shared (its writer's changes show). The seals make it safe to read:
+// nobody can truncate it under the mapping. Errors: EBADF naming `what`
+// (not a memfd, not sealed so, too small), mmap's.
+[[nodiscard]] Result<Mapping> map_sealed_read_only(int fd, uint64_t min_bytes, const std::string& what);
 
 // A new O_RDONLY open file description of `fd` (via /proc/self/fd), so its
 // holder cannot mmap it writable.

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <iterator>
 
-namespace airs::client {
+namespace airs::wire {
 
 inline constexpr uint32_t kNoticeMagic = 0x4e524941;  // "AIRN"
 inline constexpr uint16_t kNoticeVersion = 2;
@@ -109,4 +109,4 @@ class NoticeReader {
   uint64_t tail_ = 0;
 };
 
-}  // namespace airs::client
+}  // namespace airs::wire

@@ -15,19 +15,26 @@
 // `generation` (release) and FUTEX_WAKEs it (non-private). A reader loads
 // `generation` (acquire), reads what it needs and may futex-wait on
 // `generation` while nothing it waits for has changed.
+// A streamed model (state Streaming: bigger than its budget of pool pages)
+// also clears bits: a unit on its way out loses its READY bit first, and
+// only once no reader can touch it (lazy clients: the punch itself; a
+// cooperative client: it closed the unit and said so on its request
+// socket, wire/requests.hpp) is its page dropped. A streamed model is never
+// Resident: its clients keep their fault handling for as long as they map it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace airs::client {
+namespace airs::wire {
 
 inline constexpr uint32_t kStatusMagic = 0x53524941;  // "AIRS"
-inline constexpr uint16_t kStatusVersion = 1;
+inline constexpr uint16_t kStatusVersion = 2;
 
 // Unloaded: the model was dropped (eviction or a forced unload); its region
 // is truncated, so every mapping of it gets SIGBUS on access. Final.
-enum class ModelLoadState : uint32_t { Loading = 0, Resident = 1, Evicted = 2, Failed = 3, Unloaded = 4 };
+// Streaming: a streamed model, its units coming and going (never Resident).
+enum class ModelLoadState : uint32_t { Loading = 0, Resident = 1, Evicted = 2, Failed = 3, Unloaded = 4, Streaming = 5 };
 
 struct StatusHeader {
   uint32_t magic;
@@ -147,9 +154,18 @@ class StatusPageWriter {
   }
   // Call only once the unit's bytes are complete.
   void set_ready(uint32_t unit, uint32_t rank_index) {
-    __atomic_fetch_or(&bitmap()[unit / 64], uint64_t{1} << (unit % 64), __ATOMIC_RELEASE);
+    const uint64_t bit = uint64_t{1} << (unit % 64);
+    if ((__atomic_fetch_or(&bitmap()[unit / 64], bit, __ATOMIC_RELEASE) & bit) != 0) return;
     __atomic_fetch_add(&rank_table()[rank_index].units_ready, 1U, __ATOMIC_RELEASE);
     __atomic_fetch_add(&header()->ready_units, 1U, __ATOMIC_RELEASE);
+  }
+  // A streamed unit on its way out (its bytes are still there, but nobody
+  // may open it from now on).
+  void set_empty(uint32_t unit, uint32_t rank_index) {
+    const uint64_t bit = uint64_t{1} << (unit % 64);
+    if ((__atomic_fetch_and(&bitmap()[unit / 64], ~bit, __ATOMIC_RELEASE) & bit) == 0) return;
+    __atomic_fetch_sub(&rank_table()[rank_index].units_ready, 1U, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&header()->ready_units, 1U, __ATOMIC_RELEASE);
   }
   void add_failed() { __atomic_fetch_add(&header()->failed_units, 1U, __ATOMIC_RELEASE); }
   void set_state(ModelLoadState s) { detail::store(&header()->state, static_cast<uint32_t>(s)); }
@@ -166,4 +182,4 @@ class StatusPageWriter {
   uint64_t len_ = 0;
 };
 
-}  // namespace airs::client
+}  // namespace airs::wire

@@ -461,6 +461,52 @@ TEST_P(LlamaModes, DaemonKilledDuringTheLoadStillGivesTheSameTokens) {
   EXPECT_EQ(h.finish(), 0) << h.err();
 }
 
+// A model 1.6 times the pool: loaded streamed (no option), and llama.cpp,
+// unmodified, gives the tokens of a direct load while its units come and go
+// through the budget: lazy clients in the userfaultfd modes, the touch
+// guard's open/close protocol in cooperative mode. The daemon never holds
+// more than the pool, and it drops units (it streamed).
+TEST_P(LlamaModes, AModelBiggerThanThePoolStreamsWithTheTokensOfADirectLoad) {
+  const std::string mode = GetParam();
+  const auto model = model_path("100M", 16);
+  const auto want = tokens_of(direct(model, {"--no-repack"}));
+  ASSERT_FALSE(want.empty());
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), pool_toml("60M", mode_toml(mode)));
+  ASSERT_TRUE(d.started()) << d.log();
+  const uint64_t pool_bytes = status(bus.address())["pool"]["total_bytes"].get<uint64_t>();
+  ASSERT_GE(fs::file_size(model), pool_bytes * 3 / 2) << "the model must be bigger than the pool";
+  Held h(preload_env(bus.address()), gen_argv(model, {"--hold", "--no-repack"}), "streamed-" + mode);
+  // While it runs: what the daemon holds of the model, never more than the pool.
+  uint64_t most = 0;
+  nlohmann::json m;
+  bool holding = false;
+  for (int i = 0; i < 30000 && !holding; ++i) {
+    if (auto ms = model_status(bus.address())) {
+      m = *ms;
+      most = std::max<uint64_t>(most, m.value("resident_bytes", uint64_t{0}));
+    }
+    holding = h.out().find("holding") != std::string::npos;
+    if (!holding) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(h.wait_holding()) << h.err() << "\n" << d.log();
+  EXPECT_EQ(tokens_of(ProcessResult{0, 0, h.out(), ""}), want) << h.err();
+  m = first_model(bus.address());
+  EXPECT_EQ(m["streamed"], true) << m.dump();
+  EXPECT_EQ(m["state"], "streaming") << m.dump();
+  EXPECT_LE(most, pool_bytes) << "the daemon held more of the model than the pool";
+  EXPECT_LE(m["budget_bytes"].get<uint64_t>(), pool_bytes) << m.dump();
+  EXPECT_GT(m["units_dropped"].get<uint64_t>(), 0U) << "nothing was dropped: it did not stream\n" << m.dump();
+  EXPECT_FALSE(maps_contain(h.pid(), model)) << "the process maps the GGUF itself";
+  std::fprintf(stderr, "%s: streamed %llu MiB through %llu MiB; %llu read; per token %llu (optimum %llu)\n",
+               mode.c_str(), static_cast<unsigned long long>(fs::file_size(model) >> 20),
+               static_cast<unsigned long long>(m["budget_bytes"].get<uint64_t>() >> 20),
+               static_cast<unsigned long long>(m["bytes_read"].get<uint64_t>() >> 20),
+               static_cast<unsigned long long>(m["bytes_per_pass"].get<uint64_t>() >> 20),
+               static_cast<unsigned long long>(m["bytes_per_pass_min"].get<uint64_t>() >> 20));
+  EXPECT_EQ(h.finish(), 0) << h.err();
+}
+
 INSTANTIATE_TEST_SUITE_P(, LlamaModes, ::testing::Values("full", "small-pages", "cooperative"),
                          [](const auto& p) {
                            std::string n = p.param;

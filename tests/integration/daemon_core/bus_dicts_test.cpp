@@ -33,7 +33,7 @@ sys::PsiStats psi() {
 
 pager::ModelStats model_stats() {
   pager::ModelStats st;
-  st.state = client::ModelLoadState::Resident;
+  st.state = wire::ModelLoadState::Resident;
   st.region_size = 4 << 20;
   st.resident_bytes = 3 << 20;
   st.bytes_read = 3 << 20;
@@ -186,7 +186,7 @@ TEST(BusDicts, ModelKeysWithAndWithoutThePagersStats) {
   Signatures with_stats = base;
   with_stats.insert({{"resident_bytes", "t"}, {"pin_failed", "b"}, {"region_bytes", "t"}, {"bytes_read", "t"},
                      {"read_mb_per_s", "d"}, {"direct_io", "b"}, {"faults", "t"}, {"faults_waited", "t"},
-                     {"units_failed", "u"}});
+                     {"units_failed", "u"}, {"streamed", "b"}});
   EXPECT_EQ(signatures(d), with_stats);
   EXPECT_EQ(d.at("state").get<std::string>(), "resident");
   EXPECT_EQ(std::string(d.at("object").get<sdbus::ObjectPath>()), "/org/aios/Airs1/model/1");
@@ -202,10 +202,10 @@ TEST(BusDicts, ModelKeysWithAndWithoutThePagersStats) {
 
 TEST(BusDicts, ModelStateNames) {
   auto st = model_stats();
-  const std::pair<client::ModelLoadState, const char*> names[] = {
-      {client::ModelLoadState::Loading, "loading"}, {client::ModelLoadState::Resident, "resident"},
-      {client::ModelLoadState::Evicted, "evicted"}, {client::ModelLoadState::Failed, "failed"},
-      {client::ModelLoadState::Unloaded, "unloaded"}};
+  const std::pair<wire::ModelLoadState, const char*> names[] = {
+      {wire::ModelLoadState::Loading, "loading"}, {wire::ModelLoadState::Resident, "resident"},
+      {wire::ModelLoadState::Evicted, "evicted"}, {wire::ModelLoadState::Failed, "failed"},
+      {wire::ModelLoadState::Unloaded, "unloaded"}};
   for (auto [state, name] : names) {
     st.state = state;
     EXPECT_EQ(model_state_name(st), name);
@@ -337,9 +337,9 @@ TEST(BusDicts, SessionGeometryOpenInfoPressureChangeAndEvictionReport) {
                                         {"kv_type", "s"}}));
   EXPECT_EQ(gd.at("block_bytes").get<uint32_t>(), 65536u);
 
-  const dbus::Dict od = to_dict(OpenInfo{"full", true, 2 << 20, 3 << 20, "tiny", 4, true});
+  const dbus::Dict od = to_dict(OpenInfo{"full", true, 2 << 20, 3 << 20, "tiny", 4, true, false});
   EXPECT_EQ(signatures(od), (Signatures{{"mode", "s"}, {"resident", "b"}, {"unit_size", "t"}, {"file_size", "t"},
-                                        {"name", "s"}, {"layers", "t"}, {"lazy", "b"}}));
+                                        {"name", "s"}, {"layers", "t"}, {"lazy", "b"}, {"streamed", "b"}}));
   EXPECT_EQ(od.at("unit_size").get<uint64_t>(), uint64_t{2} << 20);
 
   PressureChange c;

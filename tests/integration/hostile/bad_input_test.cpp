@@ -1,6 +1,8 @@
 // A hostile or confused D-Bus caller gets a named error that says what was
 // wrong, and the daemon goes on serving everyone else.
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -148,14 +150,29 @@ TEST_F(Hostile, AttachWithoutOpenOrWithAFakeUffdIsRefused) {
 
 // Model.Follow (the cooperative mode's request socket): refused without a
 // reference, and in the userfaultfd modes, where a fault does its job.
-TEST_F(Hostile, FollowWithoutOpenOrOutsideCooperativeModeIsRefused) {
+// Follow (the touch guard's socket and open-unit bits, in every mode) takes
+// only what it can use safely: a connected SOCK_SEQPACKET socket and a memfd
+// sealed against shrinking (the daemon reads it: a client that truncated it
+// must not crash the daemon), and only after Open.
+TEST_F(Hostile, FollowWithoutOpenOrWithDescriptorsItCannotUseIsRefused) {
   auto path = load(model_);
   auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  expect_error([&] {
-    model->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(p[0]));
-  }, "org.freedesktop.DBus.Error.AccessDenied", "call Open first");
+  int sp[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+  const int unsealed = ::memfd_create("opened", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(unsealed, 0);
+  ASSERT_EQ(::ftruncate(unsealed, 1 << 20), 0);
+  const int sealed = ::memfd_create("opened", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(sealed, 0);
+  ASSERT_EQ(::ftruncate(sealed, 1 << 20), 0);
+  ASSERT_EQ(::fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  const auto follow = [&](int requests, int opened) {
+    model->callMethod("Follow").onInterface("org.aios.Airs1.Model")
+        .withArguments(sdbus::UnixFd(requests), sdbus::UnixFd(opened));
+  };
+  expect_error([&] { follow(sp[0], sealed); }, "org.freedesktop.DBus.Error.AccessDenied", "call Open first");
   sdbus::UnixFd region, status;
   uint64_t size = 0;
   std::map<std::string, sdbus::Variant> info;
@@ -163,11 +180,12 @@ TEST_F(Hostile, FollowWithoutOpenOrOutsideCooperativeModeIsRefused) {
   model->callMethod("Open").onInterface("org.aios.Airs1.Model")
       .withArguments(proof, std::map<std::string, sdbus::Variant>{})
       .storeResultsTo(region, size, status, info);
-  expect_error([&] {
-    model->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(p[0]));
-  }, "org.aios.Airs1.Error.Unsupported", "cooperative mode");
-  ::close(p[0]);
-  ::close(p[1]);
+  expect_error([&] { follow(p[0], sealed); }, "org.aios.Airs1.Error.InvalidArgument", "SOCK_SEQPACKET");
+  expect_error([&] { follow(sp[0], unsealed); }, "org.aios.Airs1.Error.InvalidArgument", "not sealed");
+  expect_error([&] { follow(sp[0], p[0]); }, "org.aios.Airs1.Error.InvalidArgument", "memfd");
+  // Right descriptors: accepted in this (full) mode too.
+  follow(sp[0], sealed);
+  for (int fd : {p[0], p[1], sp[0], sp[1], unsealed, sealed}) ::close(fd);
   expect_still_serving();
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -178,11 +179,28 @@ class PagerTest : public ::testing::Test {
     return d;
   }
 
+  static pager::ModelSpec spec_of(std::string name, sys::UniqueFd fd, uint64_t size, std::vector<pager::Extent> extents) {
+    pager::ModelSpec spec;
+    spec.name = std::move(name);
+    spec.gguf = std::move(fd);
+    spec.file_size = size;
+    spec.extents = std::move(extents);
+    return spec;
+  }
+
   static ModelId load(Daemon& d, const std::string& path, const std::string& name = "m",
-                      std::vector<uint32_t> warmup_order = {}, bool record_access = false) {
+                      std::vector<uint32_t> warmup_order = {}, bool record_access = false, uint64_t budget_bytes = 0) {
     sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     EXPECT_TRUE(fd.valid());
-    auto id = d.pager->load({name, std::move(fd), g_file_size, g_extents, std::move(warmup_order), record_access});
+    pager::ModelSpec spec;
+    spec.name = name;
+    spec.gguf = std::move(fd);
+    spec.file_size = g_file_size;
+    spec.extents = g_extents;
+    spec.warmup_order = std::move(warmup_order);
+    spec.record_access = record_access;
+    spec.budget_bytes = budget_bytes;
+    auto id = d.pager->load(std::move(spec));
     EXPECT_TRUE(id.ok()) << id.error().message;
     return id.ok() ? *id : 0;
   }
@@ -224,6 +242,22 @@ class PagerTest : public ::testing::Test {
     if (!test::send_msg(c.sock.get(), &h, sizeof h, {ro->get(), d.pager->status_fd(id)}))
       return make_error(EIO, "send hello");
     return {};
+  }
+
+  // The touch guard's client (coop-touch:N, any mode): a read-only region
+  // fd and the status page, then its request socket and open-unit bits come
+  // back and it follows the model.
+  static Status hand_out_touch(Daemon& d, ModelId id, Child& c, pager::ClientKey key) {
+    auto ro = sys::reopen(d.pager->region_fd(id), O_RDONLY);
+    if (!ro) return std::move(ro).error();
+    test::Hello h{d.pager->region_size(id), g_file_size, ::getpid(), test::kBackingCooperative};
+    if (!test::send_msg(c.sock.get(), &h, sizeof h, {ro->get(), d.pager->status_fd(id)}))
+      return make_error(EIO, "send hello");
+    test::AttachMsg am{};
+    std::vector<int> fds;
+    if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2) || fds.size() != 2)
+      return make_error(EIO, "client {} sent no request socket", c.pid);
+    return d.pager->follow(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]));
   }
 
   // Hand the region to the client and attach the uffd it sends back.
@@ -455,6 +489,35 @@ class PagerTest : public ::testing::Test {
     return s.ok() ? *s : pager::ModelStats{};
   }
 
+  struct StreamRun {
+    uint32_t max_held = 0;
+    pager::ModelStats last;
+  };
+
+  static constexpr uint64_t kStreamBudget = 12;  // units; the file has 33
+
+  static StreamRun serve_streamed(Daemon& d, ModelId id, const std::vector<pid_t>& pids) {
+    StreamRun run;
+    std::vector<bool> done(pids.size(), false);
+    const auto end = std::chrono::steady_clock::now() + 120s;
+    while (std::find(done.begin(), done.end(), false) != done.end() && std::chrono::steady_clock::now() < end) {
+      (void)d.loop->run_once(2ms);
+      auto s = d.pager->stats(id);
+      if (s) {
+        run.max_held = std::max(run.max_held, s->units_ready + s->units_in_flight);
+        run.last = *s;
+      }
+      for (size_t i = 0; i < pids.size(); ++i) {
+        int st = 0;
+        if (done[i] || ::waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
+        done[i] = true;
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client " << pids[i] << ": " << describe(st);
+      }
+    }
+    EXPECT_EQ(std::find(done.begin(), done.end(), false), done.end()) << "clients still running after 120 s";
+    return run;
+  }
+
   void run_clients(PagerOptions opts, const std::vector<std::string>& modes) {
     Daemon d = make_daemon(kPoolPages, opts);
     const ModelId id = load(d, g_src);
@@ -545,7 +608,7 @@ TEST_P(PagerModeTest, AFaultLeftAsleepOnARangeNoLongerRegisteredIsWoken) {
 TEST_P(PagerModeTest, UnregisterWakesAFaultLeftAsleep) {
   Daemon d = make_daemon(kPoolPages, {});
   const ModelId id = load(d, g_src);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
   Child c = spawn("stale-unregister");
   ASSERT_TRUE(attach(d, id, c, 1));
   const int st = wait_child(nullptr, c.pid, 30s);
@@ -562,7 +625,7 @@ TEST_P(PagerModeTest, UnregisterWakesAFaultLeftAsleep) {
 TEST_P(PagerModeTest, APartlyMappedUnitIsAnsweredWithTheFaultingPage) {
   Daemon d = make_daemon(kPoolPages, {});
   const ModelId id = load(d, g_src);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
   Child c = spawn("partial");
   ASSERT_TRUE(attach(d, id, c, 1));
   int st = wait_child(&d, c.pid, 30s);
@@ -616,7 +679,7 @@ TEST_P(PagerModeTest, WarmupReadsTheReplayedOrderFirst) {
   Daemon d = make_daemon(kPoolPages, {});
   const std::vector<uint32_t> recorded{32, 5, 17, 0, 9};
   const ModelId id = load(d, g_src, "m", recorded);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
   std::vector<uint32_t> want = recorded;
   for (uint32_t u = 0; u < stats(d, id).units; ++u)
     if (std::find(recorded.begin(), recorded.end(), u) == recorded.end()) want.push_back(u);
@@ -632,7 +695,7 @@ TEST_P(PagerModeTest, WarmupReadsTheReplayedOrderFirst) {
 TEST_P(PagerModeTest, AnOrderThatDoesNotFitIsIgnored) {
   Daemon d = make_daemon(kPoolPages, {});
   const ModelId id = load(d, g_src, "m", {3, 99});
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
   std::vector<uint32_t> want(stats(d, id).units);
   std::iota(want.begin(), want.end(), 0U);
   EXPECT_EQ(d.pager->read_order(id), want);
@@ -770,45 +833,105 @@ TEST_P(PagerModeTest, ReadErrorGivesSigbusNotZeros) {
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) << "expected SIGBUS, got " << describe(st);
   const auto s = stats(d, id);
   EXPECT_GE(s.units_failed, 1U);
-  EXPECT_EQ(s.state, client::ModelLoadState::Failed);
+  EXPECT_EQ(s.state, wire::ModelLoadState::Failed);
   ::unlink(copy.c_str());
 }
 
-TEST_P(PagerModeTest, EvictThenRefill) {
+// A model three times its budget of pool pages, streamed: units come and
+// go while clients read every byte of it, token after token (each a pass in
+// layer order). The budget is never exceeded, units are dropped and read
+// again, and every byte each client reads is the file's.
+TEST_P(PagerModeTest, AStreamedModelGivesEveryByteThroughABudgetAThirdOfItsSize) {
   Daemon d = make_daemon(kPoolPages, {});
   const auto counts0 = d.pool->counts();
-  auto kv0 = d.pool->kernel_view();
+  const auto kv0 = d.pool->kernel_view();
   ASSERT_TRUE(kv0.ok());
-  const ModelId id = load(d, g_src);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
-  const uint64_t model_pages = d.pool->counts().model_pages;
-  EXPECT_EQ(model_pages, pool::pages_for(g_file_size, g_unit));
-  {
-    Child c = spawn("seq");
-    ASSERT_TRUE(attach(d, id, c, 1));
-    const int st = wait_child(&d, c.pid);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
-  }
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  ASSERT_TRUE(d.pager->evict(id));
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  ASSERT_TRUE(d.pager->streamed(id));
+  EXPECT_EQ(d.pool->counts().model_pages, kStreamBudget) << "a streamed model is charged its budget only";
+  EXPECT_EQ(stats(d, id).state, wire::ModelLoadState::Streaming);
+  Child c = spawn("tokens:3");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const StreamRun run = serve_streamed(d, id, {c.pid});
+  EXPECT_LE(run.max_held, kStreamBudget) << "more units held than the budget";
+  const auto& st = run.last.stream;
+  EXPECT_GT(st.units_dropped, 0U) << "nothing was dropped: nothing streamed";
+  // Three passes over 33 units through 12: the policy keeps what fits and
+  // streams the rest; plain LRU would read all 99.
+  EXPECT_LT(st.units_read, 3 * pool::pages_for(g_file_size, g_unit)) << "every unit read every pass";
+  std::printf("[ info ] streamed: %lu units read for 3 passes over %lu units through %lu; %lu dropped\n",
+              static_cast<unsigned long>(st.units_read), static_cast<unsigned long>(pool::pages_for(g_file_size, g_unit)),
+              static_cast<unsigned long>(kStreamBudget), static_cast<unsigned long>(st.units_dropped));
+  ASSERT_TRUE(d.pager->unload(id));
+  expect_pool_as(d, counts0, *kv0);
+}
+
+TEST_P(PagerModeTest, TwoProcessesOnAStreamedModelShareItsUnits) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  Child a = spawn("tokens:2");
+  Child b = spawn("tokens:2");
+  ASSERT_TRUE(attach(d, id, a, 1));
+  ASSERT_TRUE(attach(d, id, b, 2));
+  const StreamRun run = serve_streamed(d, id, {a.pid, b.pid});
+  EXPECT_LE(run.max_held, kStreamBudget);
+  // Two private copies would read each unit at least once per process.
+  EXPECT_LT(run.last.stream.units_read, 4 * pool::pages_for(g_file_size, g_unit));
+}
+
+// The touch guard's clients (read-only fd, PROT_NONE, opened on touch): the
+// daemon asks them to close a unit before it goes, and they answer.
+TEST_P(PagerModeTest, TouchGuardClientsReadAStreamedModelRight) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  Child a = spawn("coop-touch:3");
+  Child b = spawn("tokens:2");
+  ASSERT_TRUE(hand_out_touch(d, id, a, 1));
+  ASSERT_TRUE(attach(d, id, b, 2));
+  const StreamRun run = serve_streamed(d, id, {a.pid, b.pid});
+  EXPECT_LE(run.max_held, kStreamBudget);
+  EXPECT_GT(run.last.stream.units_dropped, 0U);
+  EXPECT_EQ(run.last.stream.drops_refused, 0U) << "a client that answers never refuses";
+}
+
+TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_ready == kStreamBudget; }))
+      << "the warm-up did not fill the budget";
+  const uint64_t free0 = d.pool->counts().free_pages;
+  const uint64_t floor = d.pager->floor_bytes(id) / g_unit;
+  ASSERT_LT(floor, kStreamBudget);
+  auto below = d.pager->set_budget(id, (floor - 1) * g_unit);
+  ASSERT_FALSE(below);
+  EXPECT_EQ(below.error().code, EINVAL) << below.error().message;
+  auto cut = d.pager->set_budget(id, floor * g_unit);
+  ASSERT_TRUE(cut) << cut.error().message;
   ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
-  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
-  auto kv1 = d.pool->kernel_view();
-  ASSERT_TRUE(kv1.ok());
-  EXPECT_EQ(kv1->files_pages, counts0.total_pages()) << "region still holds pages after the punch";
-  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  struct stat st {};
-  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
-  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
-  EXPECT_EQ(stats(d, id).units_ready, 0U);
-  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Evicted);
-  // Refill lazily through the same path; the client waits for resident.
-  ASSERT_TRUE(d.pager->ensure_loaded(id));
-  Child c2 = spawn("resident");
-  ASSERT_TRUE(attach(d, id, c2, 2));
-  const int st2 = wait_child(&d, c2.pid);
-  EXPECT_TRUE(WIFEXITED(st2) && WEXITSTATUS(st2) == 0) << describe(st2);
-  EXPECT_EQ(d.pool->counts().model_pages, model_pages);
+  EXPECT_EQ(d.pool->counts().free_pages, free0 + kStreamBudget - floor);
+  EXPECT_LE(stats(d, id).units_ready, floor);
+  EXPECT_EQ(stats(d, id).stream.budget_units, floor);
+  // The model still streams right through its smaller budget.
+  Child c = spawn("tokens:1");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const StreamRun run = serve_streamed(d, id, {c.pid});
+  EXPECT_LE(run.max_held, floor);
+}
+
+TEST_P(PagerModeTest, AReadErrorWhileStreamingGivesSigbusNotZeros) {
+  // The file shrinks under the daemon: the units past its new end cannot
+  // be read; a client that comes to them gets SIGBUS. It compares with the
+  // intact source, so right bytes before that point are checked too.
+  const std::string copy = g_src + ".shrink";
+  write_source(copy, g_file_size);
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, copy, "m", {}, false, kStreamBudget * g_unit);
+  ASSERT_EQ(::truncate(copy.c_str(), static_cast<off_t>(20 * g_unit)), 0);
+  Child c = spawn("tokens:1", g_src);
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  ::unlink(copy.c_str());
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) << describe(st) << " (exit 3: wrong bytes)";
 }
 
 TEST_F(PagerTest, DirectIoSettingIsObeyed) {
@@ -826,42 +949,6 @@ TEST_F(PagerTest, DirectIoSettingIsObeyed) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
     EXPECT_EQ(stats(d, id).bytes_read, g_file_size);
   }
-}
-
-// Evict right after the load, while the first read and the populates of the
-// next units are still in the kernel: the punch must come after all of them,
-// or a late populate would leave a page in the evicted region.
-TEST_P(PagerModeTest, EvictWhileAllocatingAheadLeavesNoPage) {
-  PagerOptions o;
-  o.queue_depth = 1;
-  o.allocate_ahead = 16;
-  Daemon d = make_daemon(kPoolPages, o);
-  const auto counts0 = d.pool->counts();
-  auto kv0 = d.pool->kernel_view();
-  ASSERT_TRUE(kv0.ok());
-  const ModelId id = load(d, g_src);
-  auto ev = d.pager->evict(id);
-  ASSERT_TRUE(ev);
-  // The first read and the populates are in the kernel: the punch waits for them.
-  EXPECT_EQ(*ev, pager::Pager::Drain::Pending);
-  ASSERT_TRUE(run_until(d, [&] { return !d.pager->draining(id); }));
-  std::this_thread::sleep_for(50ms);  // a populate the eviction did not wait for would land by now
-  struct stat st {};
-  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
-  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
-  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
-  auto kv1 = d.pool->kernel_view();
-  ASSERT_TRUE(kv1.ok());
-  EXPECT_EQ(kv1->files_pages, kv0->files_pages);
-  // The refill allocates ahead again and gives the file's bytes.
-  ASSERT_TRUE(d.pager->ensure_loaded(id));
-  Child c = spawn("random:3");
-  ASSERT_TRUE(attach(d, id, c, 1));
-  const int cst = wait_child(&d, c.pid);
-  EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << describe(cst);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
-  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_blocks) * 512, d.pager->region_size(id));
 }
 
 // Unload while the model's O_DIRECT reads are held in the block device (a
@@ -930,7 +1017,7 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
 
   // The loop fills B and serves its client's faults meanwhile.
   sys::UniqueFd bfd(::open(b_src.c_str(), O_RDONLY | O_CLOEXEC));
-  auto b = d.pager->load({"b", std::move(bfd), b_size, {{0, b_size, 0}}, {}, false});
+  auto b = d.pager->load(spec_of("b", std::move(bfd), b_size, {{0, b_size, 0}}));
   ASSERT_TRUE(b.ok()) << b.error().message;
   ASSERT_TRUE(attach(d, *b, cb, 2, b_size));
   const int bst = wait_child(&d, cb.pid);
@@ -941,7 +1028,7 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
 
   // C needs A's pages: not before they are back.
   sys::UniqueFd cfd(::open(c_src.c_str(), O_RDONLY | O_CLOEXEC));
-  auto early = d.pager->load({"c", std::move(cfd), g_file_size, g_extents, {}, false});
+  auto early = d.pager->load(spec_of("c", std::move(cfd), g_file_size, g_extents));
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.error().code, ENOSPC) << early.error().message;
 
@@ -956,7 +1043,7 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
   EXPECT_EQ(d.pool->counts().model_pages, b_pages);
 
   sys::UniqueFd cfd2(::open(c_src.c_str(), O_RDONLY | O_CLOEXEC));
-  auto c = d.pager->load({"c", std::move(cfd2), g_file_size, g_extents, {}, false});
+  auto c = d.pager->load(spec_of("c", std::move(cfd2), g_file_size, g_extents));
   ASSERT_TRUE(c.ok()) << c.error().message;
   ASSERT_TRUE(attach(d, *c, cc, 3));
   const int cst = wait_child(&d, cc.pid);
@@ -969,90 +1056,13 @@ TEST_P(PagerModeTest, UnloadDoesNotWaitForReadsInTheDevice) {
 // Evict while reads are held in the device: it returns at once, the pages
 // stay counted until the reads landed, then the region is punched. A fault
 // on the model meanwhile gives the eviction up instead (the fill goes on).
-TEST_P(PagerModeTest, EvictionDrainsOnTheLoopOrIsGivenUp) {
-  if (g_cooperative) GTEST_SKIP() << "userfaultfd modes only";
-  PagerOptions o;
-  o.background_warmup = false;
-  Daemon d = make_daemon(kPoolPages, o);
-  std::vector<std::pair<ModelId, pager::Pager::Drained>> drained;
-  d.pager->set_drain_listener([&](ModelId id, pager::Pager::Drained how) { drained.emplace_back(id, how); });
-  const auto counts0 = d.pool->counts();
-  const uint64_t a_pages = pool::pages_for(g_file_size, g_unit);
-  HeldReads held(g_src);
-  if (!held.throttle.available()) GTEST_SKIP() << "cannot hold reads in the device: " << held.throttle.why();
-  Child first = spawn("touch:0");
-  Child later = spawn("seq");
-  Child again = spawn("seq");
-  Child last = spawn("random:5");
-  ASSERT_TRUE(held.start());
-  const ModelId id = load(d, g_src);
-  if (!stats(d, id).direct_io) GTEST_SKIP() << g_src << " takes no O_DIRECT: its reads would come from the page cache";
-  ASSERT_TRUE(attach(d, id, first, 1));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1; }));
-  // A client waits on a fault: refused, as before.
-  auto busy = d.pager->evict(id);
-  ASSERT_FALSE(busy);
-  EXPECT_EQ(busy.error().code, EBUSY);
-  ASSERT_TRUE(held.release());
-  const int fst = wait_child(&d, first.pid);
-  EXPECT_TRUE(WIFEXITED(fst) && WEXITSTATUS(fst) == 0) << describe(fst);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  // Hold the next reads: `later` faults on units not read yet.
-  ASSERT_TRUE(held.hold());
-  ASSERT_TRUE(d.pager->ensure_loaded(id));
-  ASSERT_TRUE(attach(d, id, later, 2));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1 && stats(d, id).faults_waited >= 2; }));
-  // `later` waits on a fault: evicting is refused; detach it (killed) first.
-  ::kill(later.pid, SIGKILL);
-  (void)wait_child(&d, later.pid);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  ASSERT_GE(stats(d, id).units_in_flight, 1U);
-  auto ev = d.pager->evict(id);
-  ASSERT_TRUE(ev) << ev.error().message;
-  EXPECT_EQ(*ev, pager::Pager::Drain::Pending);
-  EXPECT_EQ(d.pager->returning_pages(), a_pages);
-  EXPECT_EQ(d.pool->counts().model_pages, a_pages) << "pages counted free while reads still write them";
-  EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
-  ASSERT_TRUE(held.release());
-  ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
-  ASSERT_EQ(drained.size(), 1U);
-  EXPECT_EQ(drained[0].second, pager::Pager::Drained::Evicted);
-  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Evicted);
-  EXPECT_EQ(d.pool->counts(), counts0) << "evicted pages did not return to the pool";
-  struct stat st {};
-  ASSERT_EQ(::fstat(d.pager->region_fd(id), &st), 0);
-  EXPECT_EQ(st.st_blocks, 0) << "evicted region still holds pages";
-
-  // Given up: an attach while the eviction drains keeps the model.
-  ASSERT_TRUE(d.pager->ensure_loaded(id));
-  ASSERT_TRUE(held.hold());
-  ASSERT_TRUE(attach(d, id, again, 3));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight >= 1; }));
-  ::kill(again.pid, SIGKILL);
-  (void)wait_child(&d, again.pid);
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  ASSERT_GE(stats(d, id).units_in_flight, 1U);
-  drained.clear();
-  ASSERT_EQ(*d.pager->evict(id), pager::Pager::Drain::Pending);
-  ASSERT_TRUE(d.pager->ensure_loaded(id));  // someone wants it again
-  EXPECT_EQ(d.pager->returning_pages(), 0U);
-  ASSERT_TRUE(held.release());
-  ASSERT_TRUE(run_until(d, [&] { return !drained.empty(); }));
-  EXPECT_EQ(drained[0].second, pager::Pager::Drained::Kept);
-  EXPECT_EQ(d.pool->counts().model_pages, a_pages);
-  EXPECT_NE(stats(d, id).state, client::ModelLoadState::Evicted);
-  ASSERT_TRUE(attach(d, id, last, 4));
-  const int lst = wait_child(&d, last.pid);
-  EXPECT_TRUE(WIFEXITED(lst) && WEXITSTATUS(lst) == 0) << describe(lst);
-}
-
 TEST_F(PagerTest, PoolTooSmallGivesAClearErrorAndLeavesNothing) {
   Daemon d = make_daemon(8, {});
   const auto counts0 = d.pool->counts();
   auto kv0 = d.pool->kernel_view();
   ASSERT_TRUE(kv0.ok());
   sys::UniqueFd fd(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
-  auto id = d.pager->load({"big", std::move(fd), g_file_size, g_extents, {}, false});
+  auto id = d.pager->load(spec_of("big", std::move(fd), g_file_size, g_extents));
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.error().code, ENOSPC);
   EXPECT_NE(id.error().message.find("pool exhausted"), std::string::npos) << id.error().message;
@@ -1123,9 +1133,9 @@ TEST_F(PagerTest, AccountingAgreesWithTheKernel) {
               static_cast<unsigned long>(kv->total), static_cast<unsigned long>(kv->free),
               static_cast<unsigned long>(kv->reserved), static_cast<unsigned long>(kv->surplus),
               static_cast<unsigned long>(kv->files_pages));
-  // Evict: pages back into the reserve file.
+  // Unload: pages back into the reserve file.
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).clients == 0; }, 5s));
-  ASSERT_TRUE(d.pager->evict(id));
+  ASSERT_TRUE(d.pager->unload(id));
   ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
   EXPECT_EQ(d.pool->counts(), c0);
   EXPECT_EQ(d.pool->kernel_view()->files_pages, kPoolPages);
@@ -1276,7 +1286,7 @@ TEST_P(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
   const int st = wait_child_slowly(d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
       << describe(st) << " (exit 7: the model was resident before the client waited, nothing tested)";
-  EXPECT_EQ(stats(d, id).state, client::ModelLoadState::Resident);
+  EXPECT_EQ(stats(d, id).state, wire::ModelLoadState::Resident);
 }
 
 TEST_P(CooperativeTest, KillDashNineOfTheDaemonMidLoad) {
@@ -1317,9 +1327,9 @@ TEST_P(CooperativeTest, PlainMapperThatWaitsForResidencyNeverSeesZeros) {
   // Filled units are pinned as they complete; with the reserve that is the
   // whole pool again.
   EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "filled units are not mlocked";
-  ASSERT_TRUE(d.pager->evict(id));
+  ASSERT_TRUE(d.pager->unload(id));
   ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
-  EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "evicted pages did not go back to the locked reserve";
+  EXPECT_EQ(locked_bytes(), kPoolPages * g_unit) << "unloaded pages did not go back to the locked reserve";
 }
 
 // The mapping that starts at `addr` in /proc/self/smaps: its Rss in bytes,
@@ -1353,7 +1363,7 @@ TEST_P(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
   // lock-on-fault mapping alone would leave every one of them swappable.
   Daemon first = make_daemon(kPoolPages, {});
   const ModelId id1 = load(first, g_src);
-  ASSERT_TRUE(run_until(first, [&] { return stats(first, id1).state == client::ModelLoadState::Resident; }));
+  ASSERT_TRUE(run_until(first, [&] { return stats(first, id1).state == wire::ModelLoadState::Resident; }));
   sys::UniqueFd kept(::fcntl(first.pager->region_fd(id1), F_DUPFD_CLOEXEC, 3));
   ASSERT_TRUE(kept.valid());
 
@@ -1364,10 +1374,10 @@ TEST_P(CooperativeTest, AnAdoptedFilledRegionIsResidentByteExactAndLocked) {
   const uint64_t size = (*region)->size();
   sys::UniqueFd gguf(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(gguf.valid());
-  auto id2 = second.pager->adopt({"m", std::move(gguf), g_file_size, g_extents, {}, false}, std::move(region).value());
+  auto id2 = second.pager->adopt(spec_of("m", std::move(gguf), g_file_size, g_extents), std::move(region).value());
   ASSERT_TRUE(id2.ok()) << id2.error().message;
   const auto st = stats(second, *id2);
-  EXPECT_EQ(st.state, client::ModelLoadState::Resident);
+  EXPECT_EQ(st.state, wire::ModelLoadState::Resident);
   EXPECT_EQ(st.bytes_read, 0U) << "an adopted region was read again";
   EXPECT_FALSE(st.pin_failed);
   // Locked before anything here reads it (a read would fault pages in, and
@@ -1448,7 +1458,7 @@ TEST_F(PagerTest, CopyFillOnMemfdsGivesTheFileBytesAndAReadErrorNeverZeros) {
       ASSERT_TRUE(attach(d, id, c, 1));
       const int st = wait_child(&d, c.pid);
       EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
-      ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == client::ModelLoadState::Resident; }));
+      ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
       // Pinned: every page is mapped in the daemon's locked mapping.
       auto v = vma_lock_named("/memfd:airs-model:" + name + " (deleted)");
       ASSERT_TRUE(v) << "no mapping of the region in this process";
@@ -1482,7 +1492,7 @@ TEST_F(PagerTest, CopyFillOnMemfdsGivesTheFileBytesAndAReadErrorNeverZeros) {
       }
       ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
       const auto s = stats(d, id);
-      EXPECT_EQ(s.state, client::ModelLoadState::Failed);
+      EXPECT_EQ(s.state, wire::ModelLoadState::Failed);
       EXPECT_GE(s.units_failed, 1U);
       // Only units that hold the file's bytes are ever ready: the first four.
       sys::UniqueFd sp(::dup(d.pager->status_fd(id)));
@@ -1490,7 +1500,7 @@ TEST_F(PagerTest, CopyFillOnMemfdsGivesTheFileBytesAndAReadErrorNeverZeros) {
       ASSERT_EQ(::fstat(sp.get(), &sst), 0);
       void* page = ::mmap(nullptr, static_cast<size_t>(sst.st_size), PROT_READ, MAP_SHARED, sp.get(), 0);
       ASSERT_NE(page, MAP_FAILED);
-      client::StatusPageView view(page, static_cast<uint64_t>(sst.st_size));
+      wire::StatusPageView view(page, static_cast<uint64_t>(sst.st_size));
       for (uint32_t u = 4; u < view.unit_count(); ++u) EXPECT_FALSE(view.unit_ready(u)) << "unit " << u;
       ::munmap(page, static_cast<size_t>(sst.st_size));
     }

@@ -25,6 +25,9 @@
 #include <vector>
 
 #include "client/lazy_map.hpp"
+#include "client/touch_guard.hpp"
+#include "wire/opened.hpp"
+#include "wire/requests.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "wire.hpp"
@@ -32,7 +35,8 @@
 using airs::client::FallbackServer;
 using airs::client::LazyBacking;
 using airs::client::LazyMapping;
-using airs::client::StatusPageView;
+using airs::wire::StatusPageView;
+namespace wire = airs::wire;
 
 namespace {
 
@@ -110,9 +114,66 @@ uint64_t pmd_mapped_kb(const void* addr) {
   return kb;
 }
 
+// coop-touch:N  a streamed model through the touch guard (PROT_NONE, each
+//                unit opened on its touch, wire/opened.hpp): sends the daemon
+//                its request socket and open-unit bits (a TouchMsg with two
+//                fds), closes what the daemon asks to close (a watcher
+//                thread), and reads every unit N times in order, checking
+//                every byte. Exit 0: right bytes; 3 wrong; 60+ setup.
+int run_touch(uint32_t tokens, int sock, int region_fd, const airs::test::Hello& hello, wire::StatusPageView status) {
+  const uint64_t units = status.unit_count();
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return 60;
+  airs::sys::UniqueFd mine(sv[0]), theirs(sv[1]);
+  auto bits = airs::sys::memfd_create_sealable("opened", wire::opened_bytes(static_cast<uint32_t>(units)));
+  if (!bits) return 61;
+  auto bmap = airs::sys::map_shared(bits->get(), wire::opened_bytes(static_cast<uint32_t>(units)),
+                                    PROT_READ | PROT_WRITE, 0, "opened");
+  if (!bmap || !airs::sys::seal_size(bits->get(), "opened")) return 62;
+  airs::test::AttachMsg am{0, 0};
+  if (!airs::test::send_msg(sock, &am, sizeof am, {theirs.get(), bits->get()})) return 63;
+  auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
+  if (!daemon) return 64;
+  auto region = airs::sys::map_shared(region_fd, hello.region_size, PROT_NONE, 0, "region");
+  if (!region) return 65;
+  airs::client::TouchGuardSpec spec;
+  spec.base = region->get();
+  spec.size = hello.region_size;
+  spec.status = status;
+  spec.request_fd = mine.get();
+  spec.daemon_pidfd = daemon->get();
+  spec.gguf_fd = g_src;
+  spec.opened = bmap->get();
+  auto guard = airs::client::TouchGuard::create(spec);
+  if (!guard) return 66;
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {
+    while (!stop.load()) {
+      pollfd p{mine.get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      uint32_t w = 0;
+      const auto r = airs::sys::read_message(mine.get(), &w, sizeof w);
+      if (r.state == airs::sys::MessageRead::Message && wire::decode_request(w).kind == wire::RequestKind::Close)
+        (*guard)->close_unit(wire::decode_request(w).unit);
+      if (r.state == airs::sys::MessageRead::Closed) return;
+    }
+  });
+  const std::byte* base = region->bytes();
+  int rc = 0;
+  for (uint32_t t = 0; t < tokens && rc == 0; ++t)
+    for (uint64_t u = 0; u < units && rc == 0; ++u)
+      if (!verify_unit(base, u)) rc = 3;
+  stop.store(true);
+  closer.join();
+  if (rc == 0 && (*guard)->touches() == 0) rc = 67;  // nothing went through the guard: nothing tested
+  return rc;
+}
+
 int run_cooperative(const std::string& mode, int sock, int region_fd, const airs::test::Hello& hello,
-                    StatusPageView status) {
+                    wire::StatusPageView status) {
   if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
+  if (mode.starts_with("coop-touch:"))
+    return run_touch(static_cast<uint32_t>(std::stoul(mode.substr(11))), sock, region_fd, hello, status);
   // A writable mapping must be refused on the O_RDONLY fd.
   if (::mmap(nullptr, hello.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0) != MAP_FAILED) return 51;
   auto m = airs::client::map_region_readonly(region_fd, hello.region_size);
@@ -135,7 +196,7 @@ int run_cooperative(const std::string& mode, int sock, int region_fd, const airs
     std::atomic<int> announced{0};
     airs::client::CooperativeFallback fb(m->get(), hello.region_size, g_src, daemon->get(), [&] { ++announced; });
     std::vector<bool> checked(units, false);
-    std::vector<airs::client::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+    std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
     bool said_waiting = false;
     for (const auto& r : ranks) {
       if (!said_waiting && !status.rank_ready(r.rank)) {
@@ -170,7 +231,7 @@ int run_cooperative(const std::string& mode, int sock, int region_fd, const airs
   }
   if (mode == "coop-ranks") {
     const bool resident_at_start = status.ready_units() == status.unit_count();
-    std::vector<airs::client::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+    std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
     // Each unit belongs to the lowest rank of the extents it overlaps; a
     // unit is checked once its rank is complete.
     std::vector<bool> checked(units, false);
@@ -221,7 +282,7 @@ int main(int argc, char** argv) {
   if (sp != MAP_FAILED) ::munmap(sp, 1 << 20);
   sp = ::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ, MAP_SHARED, status_fd, 0);
   if (sp == MAP_FAILED) return 13;
-  StatusPageView status(sp, static_cast<uint64_t>(sp_len));
+  wire::StatusPageView status(sp, static_cast<uint64_t>(sp_len));
   if (!status.valid()) return 14;
   g_unit = status.unit_size();
   // A writable mapping of the status page must be refused (sealed, O_RDONLY).
@@ -265,6 +326,13 @@ int main(int argc, char** argv) {
   };
 
   if (mode == "seq") return verify_all(order, 0) ? 0 : 3;
+  if (mode.starts_with("tokens:")) {
+    // A streamed model: every unit in order, N times (N tokens).
+    const uint64_t tokens = std::stoull(mode.substr(7));
+    for (uint64_t t = 0; t < tokens; ++t)
+      if (!verify_all(order, 0)) return 3;
+    return 0;
+  }
   if (mode.starts_with("first:")) {
     // Unit U first, then the rest in order: a fault on a chosen unit.
     std::rotate(order.begin(), order.begin() + static_cast<long>(std::min<uint64_t>(std::stoull(mode.substr(6)), units)),
@@ -294,7 +362,7 @@ int main(int argc, char** argv) {
   if (mode == "resident") {
     pollfd p{notify, POLLIN, 0};
     if (::poll(&p, 1, 30000) != 1) return 19;
-    if (status.state() != airs::client::ModelLoadState::Resident) return 20;
+    if (status.state() != airs::wire::ModelLoadState::Resident) return 20;
     if (status.ready_units() != status.unit_count()) return 21;
     if (!lm->unregister()) return 22;
     if (!verify_all(order, 0)) return 3;
@@ -322,7 +390,7 @@ int main(int argc, char** argv) {
     if (!by_daemon) {
       pollfd p{notify, POLLIN, 0};  // attached, every ready unit mapped
       if (::poll(&p, 1, 30000) != 1) return 19;
-      if (status.state() != airs::client::ModelLoadState::Resident) return 20;
+      if (status.state() != airs::wire::ModelLoadState::Resident) return 20;
       if (::madvise(const_cast<std::byte*>(base) + g_unit, g_unit, MADV_DONTNEED) != 0) return 24;
     }
     std::atomic<pid_t> tid{0};

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "client/lazy_map.hpp"
-#include "client/status_page.hpp"
+#include "wire/status_page.hpp"
 #include "sys/proc_handles.hpp"
 
 namespace airs::client {
@@ -18,20 +18,20 @@ using namespace std::chrono_literals;
 
 struct Page {
   // 3 ranks: rank 0 one unit (0), rank 5 two units (1, 2), rank 9 one unit (3).
-  Page() : buf(status_page_bytes(4, 3) / 8 + 1) {
-    RankEntry r[3] = {{0, 1, 0, 0}, {5, 2, 0, 0}, {9, 1, 0, 0}};
-    w = StatusPageWriter(buf.data(), buf.size() * 8);
+  Page() : buf(wire::status_page_bytes(4, 3) / 8 + 1) {
+    wire::RankEntry r[3] = {{0, 1, 0, 0}, {5, 2, 0, 0}, {9, 1, 0, 0}};
+    w = wire::StatusPageWriter(buf.data(), buf.size() * 8);
     w.init(4096, 4 * 4096, 4, r, 3);
-    w.reset(ModelLoadState::Loading);
+    w.reset(wire::ModelLoadState::Loading);
   }
-  StatusPageView view() const { return StatusPageView(buf.data(), buf.size() * 8); }
+  wire::StatusPageView view() const { return wire::StatusPageView(buf.data(), buf.size() * 8); }
   void ready(uint32_t unit, uint32_t rank_index) {
     w.set_ready(unit, rank_index);
     w.publish();
     sys::futex_wake_all(w.generation_word());
   }
   std::vector<uint64_t> buf;
-  StatusPageWriter w;
+  wire::StatusPageWriter w;
 };
 
 TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
@@ -68,7 +68,7 @@ TEST(CooperativeWait, UnknownRankAndFailedLoadAreErrors) {
   std::thread failer([&] {
     std::this_thread::sleep_for(20ms);
     p.w.add_failed();
-    p.w.set_state(ModelLoadState::Failed);
+    p.w.set_state(wire::ModelLoadState::Failed);
     p.w.publish();
     sys::futex_wake_all(p.w.generation_word());
   });

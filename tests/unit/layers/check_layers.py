@@ -14,6 +14,7 @@ import sys
 # (include/airs), `dbus_gen` the proxies/adaptors generated from the XML.
 ALLOWED = {
     "util": set(),
+    "wire": set(),                                      # the layouts daemon and clients share (pages, request words)
     "sys": {"util"},                                    # the only layer that makes syscalls
     "probe": {"util", "sys"},
     "gguf": {"util"},                                   # pure: parse and write GGUF (file_io: the byte source)
@@ -22,14 +23,14 @@ ALLOWED = {
     "config": {"util"},                                 # TOML -> validated structs
     "infer": {"util", "gguf", "airs"},                  # pure compute; its KV backend uses the C API
     "pool": {"util", "sys"},
-    "pager": {"util", "sys", "pool", "client"},         # client: the status page wire format only
+    "pager": {"util", "sys", "pool", "wire"},
     "pressure": {"util", "sys", "policy"},
     "dbus": {"util", "dbus_gen"},                      # proxies.hpp: typed calls over the generated proxies
-    "client": {"util", "sys", "dbus", "airs"},          # libairs (lazy mapping, wire formats)
-    "preload": {"airs", "client"},                     # client: the cooperative touch guard it chains signals to
+    "client": {"util", "sys", "dbus", "airs", "wire"},  # libairs (lazy mapping, touch guard)
+    "preload": {"airs", "client", "wire"},                     # client: the cooperative touch guard it chains signals to
     "airsctl": {"util", "sys", "dbus", "gguf", "airs"},
     "daemon": {"util", "sys", "probe", "gguf", "policy", "kv", "config", "pool", "pager", "pressure", "dbus",
-               "dbus_gen", "client"},
+               "dbus_gen", "wire"},
 }
 
 # Programs that live beside a library and may reach one layer further.

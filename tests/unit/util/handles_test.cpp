@@ -45,7 +45,7 @@ TEST(Handles, OpenFileIsCloseOnExecAndNamesThePathOnError) {
   EXPECT_EQ(missing.error().message, "/nonexistent/airs-model.gguf: " + std::string(std::strerror(ENOENT)));
 }
 
-TEST(Handles, MessageChannelCarriesWholeMessagesOneWay) {
+TEST(Handles, MessageChannelCarriesWholeMessagesBothWays) {
   auto ch = message_channel();
   ASSERT_TRUE(ch.ok()) << ch.error().message;
   auto& [rd, wr] = *ch;
@@ -57,8 +57,16 @@ TEST(Handles, MessageChannelCarriesWholeMessagesOneWay) {
   EXPECT_EQ(::recv(rd.get(), buf, sizeof buf, 0), 3);  // one message per read
   EXPECT_EQ(std::string(buf, 3), "abc");
   EXPECT_EQ(::recv(rd.get(), buf, sizeof buf, 0), 2);
-  // The writing end's read side is shut down: a read there sees end of file at once.
-  EXPECT_EQ(::recv(wr.get(), buf, sizeof buf, MSG_DONTWAIT), 0);
+  // And back (the daemon asks a touch-guard client to close units this way).
+  EXPECT_TRUE(send_message(rd.get(), "fg", 2));
+  const auto back = read_message(wr.get(), buf, sizeof buf);
+  EXPECT_EQ(back.state, MessageRead::Message);
+  EXPECT_EQ(back.bytes, 2U);
+  EXPECT_EQ(read_message(wr.get(), buf, sizeof buf).state, MessageRead::Again);
+  EXPECT_TRUE(check_message_socket(wr.get(), "the test's end").ok());
+  rd.reset();
+  EXPECT_EQ(read_message(wr.get(), buf, sizeof buf).state, MessageRead::Closed);
+  EXPECT_FALSE(send_message(wr.get(), "x", 1)) << "a send to a closed peer must fail, not raise SIGPIPE";
 }
 
 TEST(Handles, PollFdsReportsReadinessAndErrors) {

@@ -1,0 +1,123 @@
+#include "pager/stream_policy.hpp"
+
+#include <algorithm>
+
+namespace airs::pager {
+
+StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window)
+    : step_(std::move(step_of_unit)), cold_touched_(step_.size(), 0), window_(std::max<uint32_t>(window, 1)) {
+  for (uint32_t s : step_)
+    if (s != kColdStep) steps_ = std::max(steps_, s + 1);
+  units_of_step_.resize(steps_);
+  for (uint32_t u = 0; u < step_.size(); ++u) {
+    if (step_[u] == kColdStep) continue;
+    units_of_step_[step_[u]].push_back(u);
+    ++cyclic_units_;
+  }
+}
+
+uint32_t StreamPolicy::floor_units() const {
+  size_t widest = 0;
+  for (const auto& v : units_of_step_) widest = std::max(widest, v.size());
+  const bool any_cold = cyclic_units_ < step_.size();
+  return static_cast<uint32_t>(widest) + (any_cold ? 1 : 0) + window_;
+}
+
+void StreamPolicy::touched(uint64_t client, uint32_t u) {
+  if (u >= step_.size()) return;
+  ++tick_;
+  Client& c = clients_[client];
+  c.last = u;
+  const uint32_t s = step_[u];
+  if (s == kColdStep) {
+    cold_touched_[u] = tick_;
+    return;
+  }
+  if (!c.step) {
+    c.step = s;
+    return;
+  }
+  const uint32_t ahead = (s + steps_ - *c.step) % steps_;
+  if (ahead <= steps_ / 2) c.step = s;
+}
+
+void StreamPolicy::forget(uint64_t client) { clients_.erase(client); }
+
+std::optional<uint32_t> StreamPolicy::position(uint64_t client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? std::nullopt : it->second.step;
+}
+
+uint64_t StreamPolicy::distance(uint32_t u) const {
+  const uint32_t s = step_[u];
+  if (s == kColdStep) return uint64_t{steps_} + (tick_ - cold_touched_[u]);
+  uint64_t best = UINT64_MAX;
+  for (const auto& [key, c] : clients_)
+    if (c.step) best = std::min<uint64_t>(best, (s + steps_ - *c.step) % steps_);
+  return best == UINT64_MAX ? s : best;
+}
+
+bool StreamPolicy::protected_unit(uint32_t u) const {
+  for (const auto& [key, c] : clients_) {
+    if (c.last == u) return true;
+    if (c.step && step_[u] == *c.step) return true;
+  }
+  return false;
+}
+
+std::vector<uint32_t> StreamPolicy::ahead(uint32_t limit, const std::function<bool(uint32_t)>& wanted,
+                                          uint32_t horizon) const {
+  std::vector<uint32_t> starts;
+  for (const auto& [key, c] : clients_)
+    if (c.step) starts.push_back(*c.step);
+  if (starts.empty()) starts.push_back(0);
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  // Walk every client's cycle in step; the d-th step after each client at
+  // once, so the nearest units come first whoever needs them.
+  // How many steps past its own one a client looks.
+  uint32_t reach = steps_;
+  if (horizon != 0) {
+    uint64_t seen = 0;
+    reach = 1;
+    for (uint32_t d = 1; d < steps_; ++d) {
+      uint64_t widest = 0;
+      for (uint32_t start : starts) widest = std::max<uint64_t>(widest, units_of_step_[(start + d) % steps_].size());
+      seen += widest;
+      reach = d + 1;
+      if (seen >= horizon) break;
+    }
+  }
+  std::vector<uint32_t> out;
+  std::vector<bool> taken(step_.size(), false);
+  for (uint32_t d = 0; d < reach && out.size() < limit; ++d) {
+    for (uint32_t start : starts) {
+      for (uint32_t u : units_of_step_[(start + d) % steps_]) {
+        if (out.size() >= limit) return out;
+        if (taken[u] || !wanted(u)) continue;
+        taken[u] = true;
+        out.push_back(u);
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<uint32_t> StreamPolicy::victim(const std::vector<uint32_t>& candidates, uint64_t for_distance,
+                                             bool urgent) const {
+  std::optional<uint32_t> best, best_protected;
+  uint64_t best_d = 0, best_protected_d = 0;
+  for (uint32_t u : candidates) {
+    const uint64_t d = distance(u);
+    if (protected_unit(u)) {
+      if (!best_protected || d > best_protected_d) best_protected = u, best_protected_d = d;
+      continue;
+    }
+    if (!best || d > best_d) best = u, best_d = d;
+  }
+  if (best && best_d > for_distance) return best;
+  if (urgent) return best ? best : best_protected;
+  return std::nullopt;
+}
+
+}  // namespace airs::pager

@@ -1,0 +1,107 @@
+// Which units of a streamed model stay in its budget, which go, and what to
+// read ahead: pure bookkeeping, no I/O, unit-tested.
+//
+// A model bigger than its budget of pool pages is streamed: its units move
+// in and out of the budget while clients map the whole file. Every token
+// reads the model's cyclic units once, in the same order (the blocks layer
+// by layer, then the output), and a few cold ones (an embeddings row, the
+// header read once at load). A cyclic scan bigger than the cache defeats
+// LRU: the unit it evicts is always the one the scan needs first.
+//
+// This policy predicts, for each unit, how many steps of the cycle lie
+// between the nearest client and its next use of the unit, and evicts the
+// unit needed last: Belady's MIN on the predicted order. For one client on
+// a cyclic scan the prediction is exact, so it reads what MIN reads (the
+// units that do not fit, once per token) plus the read-ahead window. With
+// several clients a unit's distance is its distance from the nearest one.
+// A step is a load rank (a layer); the units of the step a client is in are
+// protected (it may still be reading them), so the budget needs at least
+// one step's units plus the window (floor_units()).
+//
+// Cold units are evicted first, least recently touched first, except the
+// last unit each client touched (the row it is reading now).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace airs::pager {
+
+inline constexpr uint32_t kColdStep = UINT32_MAX;
+
+class StreamPolicy {
+ public:
+  // `step_of_unit`: the unit's step in the per-token cycle (0 first), or
+  // kColdStep. `window`: units read ahead of the clients (at least 1).
+  StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window);
+
+  [[nodiscard]] uint32_t unit_count() const { return static_cast<uint32_t>(step_.size()); }
+  [[nodiscard]] uint32_t steps() const { return steps_; }
+  [[nodiscard]] uint32_t window() const { return window_; }
+  [[nodiscard]] uint32_t step(uint32_t u) const { return step_[u]; }
+  [[nodiscard]] bool cyclic(uint32_t u) const { return step_[u] != kColdStep; }
+  // The smallest budget that streams without evicting what a client reads:
+  // the largest step's units, one cold unit, and the window.
+  [[nodiscard]] uint32_t floor_units() const;
+  // Units of one cycle (every cyclic unit once).
+  [[nodiscard]] uint32_t cyclic_units() const { return cyclic_units_; }
+
+  // Client `client` touched unit `u` (a fault, a cooperative touch). Its
+  // position moves to u's step when that step is ahead of it by at most
+  // half a cycle (a new token wraps around; a straggler thread behind it
+  // does not move it back).
+  void touched(uint64_t client, uint32_t u);
+  void forget(uint64_t client);
+  [[nodiscard]] size_t clients() const { return clients_.size(); }
+  // The step client `client` is at, if it touched a cyclic unit.
+  [[nodiscard]] std::optional<uint32_t> position(uint64_t client) const;
+
+  // Steps until the nearest client needs `u` next (0: the step a client is
+  // in). Cold units: steps() plus how long ago they were touched, so they
+  // always go first and the oldest first. Without clients, a cyclic unit's
+  // distance is its step (a fresh client starts at step 0).
+  [[nodiscard]] uint64_t distance(uint32_t u) const;
+  // Never evicted while a client is at it: the units of a client's current
+  // step and the last unit each client touched.
+  [[nodiscard]] bool protected_unit(uint32_t u) const;
+
+  // Up to `limit` units to read ahead, nearest first, for which `wanted(u)`
+  // holds (not resident, not in flight): the cyclic units of each client's
+  // current step and of the steps after it, as far as `horizon` units past
+  // that step (counting the resident ones: a read ahead is worth evicting
+  // for only when it is needed soon; reading further ahead in place of
+  // units used last turns the budget into a window sliding over the cycle,
+  // which reads every unit of every token). `horizon` 0: a whole cycle
+  // (free room of the budget, where nothing is evicted). Without clients:
+  // from step 0 (the warm-up of a fresh model).
+  [[nodiscard]] std::vector<uint32_t> ahead(uint32_t limit, const std::function<bool(uint32_t)>& wanted,
+                                            uint32_t horizon = 0) const;
+
+  // The unit to evict so that a unit at distance `for_distance` can be
+  // read: among `candidates` (resident, evictable units), the one with the
+  // largest distance, if that is larger than `for_distance` and it is not
+  // protected. `urgent` (a client waits for the read): when every candidate
+  // is protected, the one with the largest distance all the same (the
+  // client that was at it faults again later; nothing waits for ever).
+  [[nodiscard]] std::optional<uint32_t> victim(const std::vector<uint32_t>& candidates, uint64_t for_distance,
+                                               bool urgent) const;
+
+ private:
+  struct Client {
+    std::optional<uint32_t> step;  // set once it touched a cyclic unit
+    std::optional<uint32_t> last;  // the last unit it touched
+  };
+  std::vector<uint32_t> step_;
+  std::vector<std::vector<uint32_t>> units_of_step_;
+  std::vector<uint64_t> cold_touched_;  // per unit: tick of its last touch (cold units)
+  std::map<uint64_t, Client> clients_;
+  uint64_t tick_ = 0;
+  uint32_t steps_ = 0;
+  uint32_t window_ = 1;
+  uint32_t cyclic_units_ = 0;
+};
+
+}  // namespace airs::pager

@@ -1,0 +1,201 @@
+// StreamPolicy: the residency policy of streamed models, on plain values.
+// The simulations replay a client's per-token cycle against a budget and
+// count the units read, next to what LRU and Belady's MIN (the offline
+// optimum on the same trace) read.
+#include "pager/stream_policy.hpp"
+
+#include <algorithm>
+#include <list>
+#include <set>
+#include <unordered_map>
+
+#include <gtest/gtest.h>
+
+namespace airs::pager {
+namespace {
+
+// `layers` steps of `per_layer` units each, in unit order.
+std::vector<uint32_t> layered(uint32_t layers, uint32_t per_layer) {
+  std::vector<uint32_t> s;
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t i = 0; i < per_layer; ++i) s.push_back(l);
+  return s;
+}
+
+// Reads a unit the way the pager does: a free slot, else the policy's victim.
+struct Sim {
+  StreamPolicy p;
+  uint32_t budget;
+  std::set<uint32_t> resident;
+  uint64_t reads = 0;
+
+  bool make_room(uint64_t for_distance, bool urgent) {
+    if (resident.size() < budget) return true;
+    std::vector<uint32_t> cand(resident.begin(), resident.end());
+    auto v = p.victim(cand, for_distance, urgent);
+    if (!v) return false;
+    resident.erase(*v);
+    return true;
+  }
+  // A client touches `u`: a miss reads it (urgent); then read ahead.
+  void touch(uint64_t client, uint32_t u) {
+    p.touched(client, u);
+    if (!resident.contains(u)) {
+      EXPECT_TRUE(make_room(0, true));
+      resident.insert(u);
+      ++reads;
+    }
+    // Free room is filled in cycle order; once the budget is full, a read
+    // ahead looks only as far as the window.
+    const uint32_t horizon = resident.size() < budget ? 0 : p.window();
+    for (uint32_t x : p.ahead(p.window(), [&](uint32_t y) { return !resident.contains(y); }, horizon)) {
+      if (!make_room(p.distance(x), false)) break;
+      resident.insert(x);
+      ++reads;
+    }
+    EXPECT_LE(resident.size(), budget);
+  }
+};
+
+uint64_t lru_reads(const std::vector<uint32_t>& trace, uint32_t budget) {
+  std::list<uint32_t> order;
+  std::unordered_map<uint32_t, std::list<uint32_t>::iterator> where;
+  uint64_t reads = 0;
+  for (uint32_t u : trace) {
+    if (auto it = where.find(u); it != where.end()) {
+      order.erase(it->second);
+    } else {
+      ++reads;
+      if (order.size() == budget) {
+        where.erase(order.back());
+        order.pop_back();
+      }
+    }
+    order.push_front(u);
+    where[u] = order.begin();
+  }
+  return reads;
+}
+
+uint64_t min_reads(const std::vector<uint32_t>& trace, uint32_t budget) {
+  std::vector<size_t> next(trace.size(), SIZE_MAX);
+  std::unordered_map<uint32_t, size_t> seen;
+  for (size_t i = trace.size(); i-- > 0;) {
+    if (auto it = seen.find(trace[i]); it != seen.end()) next[i] = it->second;
+    seen[trace[i]] = i;
+  }
+  std::set<std::pair<size_t, uint32_t>> by_next;  // (next use, unit)
+  std::unordered_map<uint32_t, size_t> in;        // unit -> its key in by_next
+  uint64_t reads = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const uint32_t u = trace[i];
+    if (auto it = in.find(u); it != in.end()) {
+      by_next.erase({it->second, u});
+    } else {
+      ++reads;
+      if (in.size() == budget) {
+        auto last = std::prev(by_next.end());
+        in.erase(last->second);
+        by_next.erase(last);
+      }
+    }
+    by_next.insert({next[i], u});
+    in[u] = next[i];
+  }
+  return reads;
+}
+
+TEST(StreamPolicy, OneClientOnACycleReadsWhatMinReadsPlusTheWindow) {
+  const uint32_t layers = 20, per_layer = 4, n = layers * per_layer, budget = 50, window = 2;
+  Sim sim{StreamPolicy(layered(layers, per_layer), window), budget, {}, 0};
+  ASSERT_LE(sim.p.floor_units(), budget);
+  std::vector<uint32_t> trace;
+  const int tokens = 12;
+  for (int t = 0; t < tokens; ++t)
+    for (uint32_t u = 0; u < n; ++u) {
+      sim.touch(1, u);
+      trace.push_back(u);
+    }
+  const uint64_t opt = min_reads(trace, budget);
+  const uint64_t lru = lru_reads(trace, budget);
+  // LRU reads every unit of every token: a cyclic scan larger than the cache.
+  EXPECT_EQ(lru, uint64_t{n} * tokens);
+  // The policy: within the window of the optimum per token.
+  EXPECT_LE(sim.reads, opt + uint64_t{window} * tokens + n) << "policy " << sim.reads << ", MIN " << opt;
+  EXPECT_LT(sim.reads * 2, lru) << "policy " << sim.reads << ", LRU " << lru;
+  ::testing::Test::RecordProperty("policy_reads", static_cast<int>(sim.reads));
+  ::testing::Test::RecordProperty("min_reads", static_cast<int>(opt));
+}
+
+TEST(StreamPolicy, TheStepAClientIsInAndItsLastUnitAreProtected) {
+  StreamPolicy p(layered(4, 2), 1);  // units 0-1 step 0, 2-3 step 1, ...
+  p.touched(7, 2);                   // client 7 at step 1
+  EXPECT_TRUE(p.protected_unit(2));
+  EXPECT_TRUE(p.protected_unit(3));
+  EXPECT_FALSE(p.protected_unit(0));
+  EXPECT_EQ(p.distance(4), 1u);
+  EXPECT_EQ(p.distance(0), 3u);  // just used: needed last
+  // The victim for a read two steps ahead is the unit used last, never
+  // one of step 1.
+  EXPECT_EQ(p.victim({0, 2, 3, 6}, 2, false), std::optional<uint32_t>(0));
+  EXPECT_EQ(p.victim({2, 3}, 2, false), std::nullopt);
+  // A client waits: the protected unit farthest away goes all the same.
+  EXPECT_EQ(p.victim({2, 3}, 0, true).has_value(), true);
+  // Nothing farther than what is read: no victim for a read-ahead.
+  EXPECT_EQ(p.victim({4, 5}, 2, false), std::nullopt);
+}
+
+TEST(StreamPolicy, AStragglerBehindDoesNotMoveTheClientBackAndANewTokenWraps) {
+  StreamPolicy p(layered(10, 1), 1);
+  p.touched(1, 5);
+  p.touched(1, 4);  // a straggler thread of layer 4
+  EXPECT_EQ(p.position(1), std::optional<uint32_t>(5));
+  p.touched(1, 9);
+  p.touched(1, 0);  // the next token
+  EXPECT_EQ(p.position(1), std::optional<uint32_t>(0));
+}
+
+TEST(StreamPolicy, ColdUnitsGoFirstOldestFirstButNotTheRowAClientReads) {
+  std::vector<uint32_t> steps = layered(4, 1);
+  steps.insert(steps.begin(), {kColdStep, kColdStep});  // units 0, 1 cold; 2..5 steps 0..3
+  StreamPolicy p(steps, 1);
+  p.touched(1, 0);
+  p.touched(2, 1);
+  p.touched(1, 3);  // client 1 moves on to step 1: unit 0 is no longer its last
+  EXPECT_GT(p.distance(0), p.distance(5));
+  EXPECT_GT(p.distance(0), p.distance(1));  // touched earlier
+  EXPECT_EQ(p.victim({0, 1, 4, 5}, 0, false), std::optional<uint32_t>(0));
+  EXPECT_TRUE(p.protected_unit(1));  // client 2's row
+  EXPECT_EQ(p.floor_units(), 1u + 1u + 1u);
+}
+
+TEST(StreamPolicy, ReadAheadFollowsEveryClientNearestFirst) {
+  StreamPolicy p(layered(8, 1), 2);
+  auto all = [](uint32_t) { return true; };
+  EXPECT_EQ(p.ahead(3, all), (std::vector<uint32_t>{0, 1, 2}));  // no client yet: the warm-up from step 0
+  p.touched(1, 2);
+  p.touched(2, 6);
+  EXPECT_EQ(p.ahead(4, all), (std::vector<uint32_t>{2, 6, 3, 7}));
+  EXPECT_EQ(p.ahead(3, [](uint32_t u) { return u != 3 && u != 2; }), (std::vector<uint32_t>{6, 7, 4}));
+  p.forget(2);
+  EXPECT_EQ(p.ahead(2, all), (std::vector<uint32_t>{2, 3}));
+}
+
+TEST(StreamPolicy, TwoClientsAtDifferentLayersKeepWhatEitherNeedsSoon) {
+  const uint32_t n = 40, budget = 30;
+  Sim sim{StreamPolicy(layered(n, 1), 2), budget, {}, 0};
+  // Two clients half a cycle apart, interleaved.
+  uint64_t touches = 0;
+  for (int t = 0; t < 6; ++t)
+    for (uint32_t i = 0; i < n; ++i) {
+      sim.touch(1, i);
+      sim.touch(2, (i + n / 2) % n);
+      touches += 2;
+    }
+  // Both share every resident unit: together they read far less than two
+  // private caches of half the budget each (LRU on each would read all).
+  EXPECT_LT(sim.reads, touches / 2);
+}
+
+}  // namespace
+}  // namespace airs::pager
