@@ -18,6 +18,7 @@ policy::PoolState Evictor::snapshot() const {
   // Pages of unloaded models on their way back are as good as free: a
   // plan that ignored them would evict a second model for the same need.
   s.free_bytes = available_bytes();
+  s.unit_bytes = pool_.page_size();
   for (ModelEntry* m : models_.all()) {
     policy::ModelState ms;
     ms.id = m->id;
@@ -27,6 +28,7 @@ policy::PoolState Evictor::snapshot() const {
     ms.refcount = m->refcount() + kv_.sessions_on(m->id);
     ms.pinned = m->pinned;
     ms.last_used = m->last_used;
+    ms.spare_bytes = models_.spare_bytes(*m);
     s.models.push_back(std::move(ms));
   }
   return s;
@@ -37,11 +39,12 @@ policy::Plan Evictor::plan(const policy::Request& req) const {
 }
 
 Result<uint64_t> Evictor::execute(const policy::Action& a) {
-  if (a.kind != policy::ActionKind::EvictModel) return kv_.execute(a);
+  if (a.kind != policy::ActionKind::EvictModel && a.kind != policy::ActionKind::ShrinkModel) return kv_.execute(a);
   ModelEntry* m = models_.find(a.id);
   if (m == nullptr) return make_error(ENOENT, "model {} is gone", a.id);
   const uint64_t before = available_bytes();
-  AIRS_TRY(models_.unload(*m, false, kv_.sessions_on(a.id) > 0, a.reason));
+  if (a.kind == policy::ActionKind::ShrinkModel) AIRS_TRY(models_.shrink(*m, a.bytes, a.reason));
+  else AIRS_TRY(models_.unload(*m, false, kv_.sessions_on(a.id) > 0, a.reason));
   const uint64_t after = available_bytes();
   return after > before ? after - before : 0;
 }
@@ -82,6 +85,7 @@ std::string Evictor::object_of(const policy::Action& a) const {
       if (const KvSession* s = kv_.find_id(a.id)) return s->path;
       return fmt::format("{}{}", dbus::kSessionPathPrefix, a.id);
     case policy::ActionKind::EvictModel:
+    case policy::ActionKind::ShrinkModel:
       if (ModelEntry* m = models_.find(a.id)) return m->object_path;
       return fmt::format("{}{}", dbus::kModelPathPrefix, a.id);
   }

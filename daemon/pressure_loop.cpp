@@ -74,6 +74,7 @@ const char* action_kind_name(policy::ActionKind k) {
     case policy::ActionKind::DropCached: return "cached-kv";
     case policy::ActionKind::EvictBlocks: return "kv-blocks";
     case policy::ActionKind::EvictModel: return "model";
+    case policy::ActionKind::ShrinkModel: return "model-budget";
   }
   return "unknown";
 }
@@ -336,7 +337,8 @@ void PressureLoop::remember(const EvictionReport& r) {
     switch (o.action.kind) {
       case policy::ActionKind::DropCached: counters_.evicted_cached_bytes += o.freed_bytes; break;
       case policy::ActionKind::EvictBlocks: counters_.evicted_kv_bytes += o.freed_bytes; break;
-      case policy::ActionKind::EvictModel: counters_.evicted_model_bytes += o.freed_bytes; break;
+      case policy::ActionKind::EvictModel:
+      case policy::ActionKind::ShrinkModel: counters_.evicted_model_bytes += o.freed_bytes; break;
     }
     last_.push_back(Record{now, r.trigger, o});
     if (last_.size() > kLastEvictions) last_.pop_front();

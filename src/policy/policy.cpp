@@ -55,7 +55,24 @@ class Builder {
     plan_.actions.push_back(Action{ActionKind::EvictModel, id, 0, bytes, std::move(reason)});
     plan_.bytes = sat_add(plan_.bytes, bytes);
   }
+  // Up to `spare` bytes of a streamed model's budget, in whole `unit`s;
+  // only what is still needed unless everything is wanted.
+  void take_budget(uint64_t id, uint64_t spare, uint64_t unit, std::string reason) {
+    if (spare == 0 || unit == 0 || done()) return;
+    const uint64_t bytes = everything_ ? spare / unit * unit : std::min(spare / unit, div_round_up(remaining(), unit)) * unit;
+    if (bytes == 0) return;
+    plan_.actions.push_back(Action{ActionKind::ShrinkModel, id, 0, bytes, std::move(reason)});
+    plan_.bytes = sat_add(plan_.bytes, bytes);
+  }
   Plan finish() && { return std::move(plan_); }
+  [[nodiscard]] uint64_t bytes() const { return plan_.bytes; }
+  // Bytes already planned from model `id` (a budget cut before its eviction).
+  [[nodiscard]] uint64_t taken_from(uint64_t id) const {
+    uint64_t n = 0;
+    for (const auto& a : plan_.actions)
+      if (a.kind == ActionKind::ShrinkModel && a.id == id) n += a.bytes;
+    return n;
+  }
 
  private:
   uint64_t target_;
@@ -178,10 +195,30 @@ Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_p
     std::sort(models.begin(), models.end(), [](const ModelState* x, const ModelState* y) {
       return x->last_used != y->last_used ? x->last_used < y->last_used : x->id < y->id;
     });
+    // An unused streamed model first gives back its budget above its floor
+    // (it streams on, slower), then unused models go whole.
+    for (const ModelState* m : models)
+      b.take_budget(m->id, m->spare_bytes, state.unit_bytes == 0 ? 1 : state.unit_bytes,
+                    fmt::format("streamed model '{}' unused for {} s: a smaller budget", m->name,
+                                idle_seconds(now, m->last_used)));
     for (const ModelState* m : models) {
-      b.take_model(m->id, m->resident_bytes,
+      b.take_model(m->id, m->resident_bytes - std::min(m->resident_bytes, b.taken_from(m->id)),
                    fmt::format("model '{}' unused for {} s", m->name, idle_seconds(now, m->last_used)));
     }
+    // 5. Streamed models in use give back budget above their floor, the
+    // largest spare first (pinned ones too: pinning keeps a model loaded,
+    // and a smaller budget keeps it serving).
+    std::vector<const ModelState*> streamed;
+    for (const auto& m : state.models) {
+      if (targeted && !contains(request.models, m.id)) continue;
+      if (m.spare_bytes > 0 && (m.refcount > 0 || m.pinned)) streamed.push_back(&m);
+    }
+    std::sort(streamed.begin(), streamed.end(), [](const ModelState* x, const ModelState* y) {
+      return x->spare_bytes != y->spare_bytes ? x->spare_bytes > y->spare_bytes : x->id < y->id;
+    });
+    for (const ModelState* m : streamed)
+      b.take_budget(m->id, m->spare_bytes, state.unit_bytes == 0 ? 1 : state.unit_bytes,
+                    fmt::format("streamed model '{}': a smaller budget", m->name));
   }
 
   Plan plan = std::move(b).finish();

@@ -11,9 +11,14 @@
 //   1. background KV
 //   2. system KV
 //   3. interactive KV idle longer than `idle_threshold`
-//   4. models with no references, least recently used first
+//   4. models with no references, least recently used first: a streamed
+//      one's budget above its floor before any of them goes whole (it
+//      gives pages back by streaming more), then the models whole
+//   5. the budgets of streamed models in use, down to each one's floor,
+//      the largest spare first
 // Never: interactive KV that is active (not idle), pinned models, models with
-// references (a client's Open, or a KV session on the model). Within a KV
+// references (a client's Open, or a KV session on the model), a streamed
+// model's budget below its floor. Within a KV
 // level, partially filled blocks go before full ones, and sessions are taken
 // coldest first (DAMON access rate where known, else last use).
 //
@@ -76,11 +81,15 @@ struct ModelState {
   uint32_t refcount = 0;
   bool pinned = false;
   Clock::time_point last_used{};
+  // A streamed model: the part of its budget above its floor, which it can
+  // give back and go on streaming (0 for a model that is not streamed).
+  uint64_t spare_bytes = 0;
 };
 
 struct PoolState {
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;
+  uint64_t unit_bytes = 0;  // the pool's page: a budget is cut in whole ones
   std::vector<SessionState> sessions;
   std::vector<CachedBlocks> cached;
   std::vector<ModelState> models;
@@ -131,11 +140,11 @@ struct Request {
 // keeps active interactive KV out). Empty for background.
 [[nodiscard]] std::vector<Priority> evictable_by(Priority p);
 
-enum class ActionKind : uint8_t { DropCached, EvictBlocks, EvictModel };
+enum class ActionKind : uint8_t { DropCached, EvictBlocks, EvictModel, ShrinkModel };
 
 struct Action {
   ActionKind kind = ActionKind::DropCached;
-  uint64_t id = 0;        // arena (DropCached), session (EvictBlocks) or model (EvictModel)
+  uint64_t id = 0;        // arena (DropCached), session (EvictBlocks) or model (EvictModel, ShrinkModel)
   uint32_t blocks = 0;    // DropCached/EvictBlocks: how many (EvictBlocks takes from the session's tail)
   uint64_t bytes = 0;     // what this action frees
   std::string reason;     // "background KV", "interactive KV idle 312 s", "model unused for 40 s" …

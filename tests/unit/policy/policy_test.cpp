@@ -62,6 +62,7 @@ std::string render(const Plan& p) {
       case ActionKind::DropCached: out += "C" + std::to_string(a.id) + "x" + std::to_string(a.blocks); break;
       case ActionKind::EvictBlocks: out += "S" + std::to_string(a.id) + "x" + std::to_string(a.blocks); break;
       case ActionKind::EvictModel: out += "M" + std::to_string(a.id); break;
+      case ActionKind::ShrinkModel: out += "B" + std::to_string(a.id); break;
     }
   }
   return out;
@@ -160,6 +161,45 @@ TEST(Policy, PinnedAndReferencedModelsSkippedOthersLruOrder) {
   r.include_models = false;
   r.everything = true;
   EXPECT_TRUE(plan_eviction(st, r, kNow, config()).actions.empty());
+}
+
+TEST(Policy, StreamedModelsInUseGiveBackBudgetLastAndNeverBelowTheirFloor) {
+  PoolState st;
+  st.unit_bytes = 2 * kMiB;
+  auto streamed = model(7, "big", 64 * kMiB, 1, false, 1s);
+  streamed.spare_bytes = 40 * kMiB;  // its floor is 24 MiB
+  auto small = model(8, "small", 32 * kMiB, 1, false, 1s);
+  small.spare_bytes = 6 * kMiB;
+  auto idle_streamed = model(9, "idle-big", 30 * kMiB, 0, false, 100s);
+  idle_streamed.spare_bytes = 20 * kMiB;
+  st.models = {model(1, "idle", 10 * kMiB, 0, false, 500s), streamed, small, idle_streamed};
+  st.sessions = {session(3, Priority::Background, 2, 0, 10s)};
+  // Everything: KV first; an unused streamed model's spare budget before
+  // any unused model goes whole (the streamed one last, what is left of
+  // it); then the budgets of those in use, the larger spare first, each
+  // down to its floor and no further.
+  auto p = plan_eviction(st, everything(), kNow, config());
+  EXPECT_EQ(render(p), "S3x2 B9 M1 M9 B7 B8");
+  ASSERT_EQ(p.actions.size(), 6U);
+  EXPECT_EQ(p.actions[1].bytes, 20 * kMiB);
+  EXPECT_EQ(p.actions[3].bytes, 10 * kMiB) << "what is left of it after the cut";
+  EXPECT_EQ(p.actions[4].bytes, 40 * kMiB);
+  EXPECT_EQ(p.actions[5].bytes, 6 * kMiB);
+  EXPECT_EQ(p.actions[4].reason, "streamed model 'big': a smaller budget");
+  st.models.pop_back();
+  // Only as much as needed, in whole units.
+  Request r;
+  r.bytes = 2 * kBlock + 10 * kMiB + 1;  // the KV, the idle model, then 1 byte: one unit of budget
+  p = plan_eviction(st, r, kNow, config());
+  EXPECT_EQ(render(p), "S3x2 M1 B7");
+  EXPECT_EQ(p.actions.back().bytes, 2 * kMiB);
+  // A model that is not streamed in use is never touched, and the shortfall says so.
+  st.models = {model(2, "dense", 10 * kMiB, 1, false, 1s)};
+  st.sessions.clear();
+  r.bytes = kMiB;
+  p = plan_eviction(st, r, kNow, config());
+  EXPECT_FALSE(p.satisfied);
+  EXPECT_THAT(p.shortfall, HasSubstr("models in use"));
 }
 
 TEST(Policy, PartialBlocksFirstWithinALevelColdestSessionFirst) {
