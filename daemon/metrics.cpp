@@ -46,6 +46,25 @@ std::string format_metrics(const StatusSnapshot& s) {
   for (const auto* m : models)
     out += fmt::format("airs_model_read_bytes_total{{model=\"{}\"}} {}\n", escape(m->name), m->stats->bytes_read);
 
+  // Streamed models (bigger than their budget of the pool): what they hold,
+  // what a token reads, and what the offline optimum would read.
+  out += "# HELP airs_model_budget_bytes Pool bytes a streamed model may hold\n# TYPE airs_model_budget_bytes gauge\n";
+  for (const auto* m : models)
+    if (m->stats->streamed)
+      out += fmt::format("airs_model_budget_bytes{{model=\"{}\"}} {}\n", escape(m->name),
+                         m->stats->stream.budget_units * m->stats->unit_size);
+  out += "# HELP airs_model_token_read_bytes Bytes a streamed model read for its last token\n"
+         "# TYPE airs_model_token_read_bytes gauge\n";
+  for (const auto* m : models)
+    if (m->stats->streamed) {
+      const auto& st = m->stats->stream;
+      const uint64_t unit = m->stats->unit_size;
+      out += fmt::format("airs_model_token_read_bytes{{model=\"{}\",of=\"measured\"}} {}\n", escape(m->name),
+                         st.last_pass_units_read * unit);
+      out += fmt::format("airs_model_token_read_bytes{{model=\"{}\",of=\"optimum\"}} {}\n", escape(m->name),
+                         st.cyclic_units > st.budget_units ? (st.cyclic_units - st.budget_units) * unit : 0);
+    }
+
   out += "# HELP airs_fault_latency_seconds Fault to resume latency\n# TYPE airs_fault_latency_seconds histogram\n";
   for (const auto* m : models) {
     const std::string name = escape(m->name);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   airs::cli::add_load(app, g);
   airs::cli::add_read(app, g);
   airs::cli::add_sessions(app, g);
+  airs::cli::add_residency(app, g);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -60,6 +60,12 @@ void print_human(const dbus::Dict& s) {
                percent(static_cast<double>(std::min(res, region)) / static_cast<double>(region)), val<std::string>(m, "state"),
                val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"),
                std::string(val<bool>(m, "pinned") ? "  pinned" : "") + (val<bool>(m, "preloaded") ? "  preloaded" : ""));
+    if (val<bool>(m, "streamed"))
+      fmt::print("    streamed through {} of the pool (read-ahead {}): {} read per token, the optimum {}; hit rate {}; "
+                 "{} tokens\n",
+                 bytes(val<uint64_t>(m, "budget_bytes")), bytes(val<uint64_t>(m, "stream_window_bytes")),
+                 bytes(val<uint64_t>(m, "bytes_per_pass")), bytes(val<uint64_t>(m, "bytes_per_pass_min")),
+                 percent(val<double>(m, "hit_rate")), val<uint64_t>(m, "passes"));
   }
   auto kv = val<dbus::Dict>(s, "kv");
   if (!kv.empty()) {

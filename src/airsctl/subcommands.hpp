@@ -13,5 +13,6 @@ void add_evict(CLI::App& app, Globals& g);
 void add_load(CLI::App& app, Globals& g);
 void add_read(CLI::App& app, Globals& g);
 void add_sessions(CLI::App& app, Globals& g);
+void add_residency(CLI::App& app, Globals& g);
 
 }  // namespace airs::cli

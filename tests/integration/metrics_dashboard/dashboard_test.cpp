@@ -26,6 +26,18 @@ TEST(MetricsDashboard, QueriesOnlyWhatTheDaemonWritesAndShowsAllOfIt) {
   fs::create_directories(dir);
   const auto model = (dir / "m.gguf").string();
   ASSERT_TRUE(airs::gguf::write_model_file(*plan, model));
+  // And one bigger than the pool: it is streamed (its budget and bytes per
+  // token are on the dashboard too).
+  airs::gguf::ModelSpec big;
+  big.name = "dash-streamed";
+  big.n_layers = 8;
+  big.n_embd = 1024;
+  big.n_ff = 2816;
+  auto big_plan = airs::gguf::plan_model(big);
+  ASSERT_TRUE(big_plan) << big_plan.error().message;
+  const auto streamed = (dir / "big.gguf").string();
+  ASSERT_TRUE(airs::gguf::write_model_file(*big_plan, streamed));
+  ASSERT_GT(fs::file_size(streamed), 64U << 20) << "the streamed model must be bigger than the pool";
   const auto prom = (dir / "airs.prom").string();
 
   PrivateBus bus;
@@ -39,6 +51,14 @@ TEST(MetricsDashboard, QueriesOnlyWhatTheDaemonWritesAndShowsAllOfIt) {
   std::thread client([&] {
     demo = run_process({AIRS_DEMO_PATH, "--bus", bus.address(), "--hold", "4", model}, std::chrono::seconds(120));
   });
+  // Once the demo's model is in, the big one, streamed (not waited for).
+  for (int i = 0; i < 100; ++i) {
+    auto st = run_process({airsctl_path(), "--bus", bus.address(), "status"});
+    if (st.out.find("demo") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto load = run_process({airsctl_path(), "--bus", bus.address(), "load", streamed, "--no-wait"});
+  EXPECT_EQ(load.exit_code, 0) << load.out << load.err << d.log();
   std::string text;
   for (int i = 0; i < 150; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -47,7 +67,8 @@ TEST(MetricsDashboard, QueriesOnlyWhatTheDaemonWritesAndShowsAllOfIt) {
     ss << in.rdbuf();
     text = ss.str();
     if (text.find("airs_fault_latency_seconds_bucket{model=\"demo\"") != std::string::npos &&
-        text.find("airs_kv_sessions 1") != std::string::npos && text.find("airs_evicted_bytes_total") != std::string::npos)
+        text.find("airs_kv_sessions 1") != std::string::npos && text.find("airs_evicted_bytes_total") != std::string::npos &&
+        text.find("airs_model_budget_bytes{model=\"dash-streamed\"}") != std::string::npos)
       break;
   }
   client.join();
