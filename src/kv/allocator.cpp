@@ -959,6 +959,7 @@ Result<uint32_t> Allocator::evict(const policy::Action& action, TimePoint now, s
       return n;
     }
     case policy::ActionKind::EvictModel:
+    case policy::ActionKind::ShrinkModel:
       break;
   }
   return make_error(EINVAL, "KV: eviction action {} is not a KV action (models are evicted by the model manager)",
