@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Cross-builds airs-memd for arm64 (Raspberry Pi OS / Debian arm64) with
 # Debian's cross toolchain and :arm64 libraries, runs the unit tests under
-# qemu-user, and builds the arm64 .deb. Run as root on Debian 12 (amd64).
+# qemu-user (with them the kernels and airs-generate on a Cortex-A53 and a
+# Cortex-A76 CPU model, and, label qemu, the engine against the prebuilt
+# arm64 llama.cpp), and builds the arm64 .deb. Run as root on Debian 12
+# (amd64).
+#
+# Run arm64 programs of this build as ctest does: `qemu-aarch64 [-cpu
+# cortex-a76] build-arm64/...`, without `-L /usr/aarch64-linux-gnu` (or
+# QEMU_LD_PREFIX): that prefix pairs the cross toolchain's dynamic loader
+# with the :arm64 libc, two glibc builds, and a multi-threaded program then
+# spins in pthread_create (docs/arm64.md).
 #
 #   scripts/cross-arm64.sh            # deps, build, unit tests, .deb
 #   scripts/cross-arm64.sh --tests-only   # only the unit-test targets
@@ -59,6 +68,8 @@ cmake -S . -B build-arm64 -G Ninja \
 if ((tests_only)); then
   # Only the unit-test executables (and what they link).
   mapfile -t targets < <(grep -ho 'add_executable([A-Za-z_0-9]*' tests/unit/*/CMakeLists.txt | cut -d'(' -f2)
+  # The programs the qemu-user tests of the engine run.
+  targets+=(airs-generate airs-mkmodel)
   if ((${#targets[@]} == 0)); then
     echo "no unit-test targets found in build-arm64" >&2; exit 1
   fi
@@ -69,8 +80,9 @@ else
   cmake --build build-arm64 -j"$jobs"
 fi
 
-step "unit tests under qemu-aarch64"
-ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600
+step "unit and qemu tests under qemu-aarch64"
+# One ctest run: scripts/test.sh counts its summary line.
+ctest --test-dir build-arm64 -L 'unit|qemu' -j"$jobs" --output-on-failure --timeout 900
 
 # The model writer must produce the same bytes on both architectures
 # (tests compute expected bytes from a seed): compare with the native build

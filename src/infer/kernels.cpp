@@ -649,6 +649,18 @@ size_t row_bytes(WeightType t, size_t n) noexcept {
   return 0;
 }
 
+const char* weight_type_name(WeightType t) noexcept {
+  switch (t) {
+    case WeightType::kF32: return "f32";
+    case WeightType::kF16: return "f16";
+    case WeightType::kQ8_0: return "q8_0";
+    case WeightType::kQ4_0: return "q4_0";
+    case WeightType::kQ4_K: return "q4_K";
+    case WeightType::kQ8_K: return "q8_K";
+  }
+  return "unknown";
+}
+
 WeightType activation_type(WeightType t) noexcept {
   if (t == WeightType::kQ4_0) return WeightType::kQ8_0;
   if (t == WeightType::kQ4_K) return WeightType::kQ8_K;

@@ -96,6 +96,8 @@ enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ8_K };
 // Bytes of one row of `n` values (n a multiple of 32 for the block types,
 // of 256 for Q4_K).
 [[nodiscard]] size_t row_bytes(WeightType t, size_t n) noexcept;
+// The type's ggml name ("f32", "f16", "q8_0", "q4_0", "q4_K", "q8_K").
+[[nodiscard]] const char* weight_type_name(WeightType t) noexcept;
 // The activation format a weight type is multiplied against.
 [[nodiscard]] WeightType activation_type(WeightType t) noexcept;
 
