@@ -670,6 +670,14 @@ WeightType activation_type(WeightType t) noexcept {
 float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
 
 uint16_t fp32_to_fp16(float f) noexcept {
+#if defined(__aarch64__)
+  // The FPU's conversion (fcvt, round to nearest even by default): the same
+  // bits as the code below for every value but NaN, whose payload it keeps.
+  if (!std::isnan(f)) {
+    const auto h = static_cast<__fp16>(f);
+    return std::bit_cast<uint16_t>(h);
+  }
+#endif
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000U;
   const uint32_t ax = x & 0x7FFFFFFFU;
@@ -700,6 +708,10 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
       return;
     case WeightType::kQ8_0:
     case WeightType::kQ4_0:  // not an activation format: written as its activation (Q8_0)
+#if defined(__aarch64__)
+      neon::quantize_q8_0(x, n, out);
+      return;
+#endif
       for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
         float amax = 0.0F;
         for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -876,7 +888,11 @@ AIRS_HOT void axpy_f32(float a, const float* x, float* y, size_t n) noexcept {
 }
 
 AIRS_HOT void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept {
+#if defined(__aarch64__)
+  neon::axpy_f16(a, x, y, n);
+#else
   for (size_t i = 0; i < n; ++i) y[i] += a * h2f(x[i]);
+#endif
 }
 
 void rms_norm(const float* x, const float* w, float eps, size_t n, float* out) noexcept {

@@ -62,6 +62,9 @@ void dot_rows(WeightType wt, bool dotprod, const std::byte* w, size_t stride, co
   }
 }
 
+void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept { plain::axpy_f16(a, x, y, n); }
+void quantize_q8_0(const float* x, size_t n, std::byte* out) noexcept { plain::quantize_q8_0(x, n, out); }
+
 }  // namespace airs::infer::neon
 
 #else
@@ -74,6 +77,8 @@ bool cpu_has_fp16_arith() noexcept { return false; }
 void dot_rows(WeightType, bool, const std::byte*, size_t, const std::byte*, size_t, size_t rows, float* out) noexcept {
   for (size_t r = 0; r < rows; ++r) out[r] = 0.0F;
 }
+void axpy_f16(float, const uint16_t*, float*, size_t) noexcept {}
+void quantize_q8_0(const float*, size_t, std::byte*) noexcept {}
 
 }  // namespace airs::infer::neon
 

@@ -22,4 +22,10 @@ namespace airs::infer::neon {
 void dot_rows(WeightType wt, bool dotprod, const std::byte* w, size_t stride, const std::byte* x, size_t n,
               size_t rows, float* out) noexcept;
 
+// The element-wise helpers the engine uses on AArch64 whatever the path
+// (AdvSIMD is part of the AArch64 baseline the compiler already vectorises
+// for): the portable functions' values bit for bit.
+void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept;
+void quantize_q8_0(const float* x, size_t n, std::byte* out) noexcept;
+
 }  // namespace airs::infer::neon

@@ -500,3 +500,49 @@ TEST(InferKernels, NeonIsThePortablePathBitForBit) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace airs::infer;
+
+// The element-wise helpers on AArch64 (NEON whatever the path) against
+// their definitions: y + a * x fused per element, and Q8_0 activation
+// blocks as amax / 127 scales with round-to-nearest-even quants. Lengths
+// with tails past the vector steps.
+TEST(InferKernels, AxpyF16AndQ8ActivationsMatchTheirDefinitions) {
+  for (size_t n : {8UL, 37UL, 128UL}) {
+    const auto xf = random_floats(n, 41, 4.0F);
+    std::vector<uint16_t> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = fp32_to_fp16(xf[i]);
+    auto y = random_floats(n, 42);
+    const auto y0 = y;
+    axpy_f16(0.37F, x.data(), y.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const float want = std::fma(0.37F, fp16_to_fp32(x[i]), y0[i]);
+#if defined(__aarch64__)
+      EXPECT_EQ(y[i], want) << i;
+#else
+      EXPECT_NEAR(y[i], want, 1e-6 * (1 + std::fabs(want))) << i;
+#endif
+    }
+  }
+  const size_t n = 96;
+  auto x = random_floats(n, 43, 2.0F);
+  for (size_t j = 64; j < 96; ++j) x[j] = 0.0F;  // an all-zero block: d = 0, q = 0
+  std::vector<std::byte> q(row_bytes(WeightType::kQ8_0, n));
+  quantize_row(WeightType::kQ8_0, x.data(), n, q.data());
+  for (size_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0F;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+    uint16_t dh;
+    std::memcpy(&dh, q.data() + b * kQ8Bytes, 2);
+    EXPECT_EQ(dh, fp32_to_fp16(amax / 127.0F)) << b;
+    const float id = amax != 0.0F ? 127.0F / amax : 0.0F;
+    for (size_t j = 0; j < 32; ++j) {
+      EXPECT_EQ(static_cast<int8_t>(q[b * kQ8Bytes + 2 + j]), static_cast<int8_t>(std::nearbyint(x[32 * b + j] * id)))
+          << b << " " << j;
+    }
+  }
+}
+
+}  // namespace
