@@ -18,7 +18,9 @@
 //    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
 //    "kv_block_bytes": N (bytes of our layout used in each block), "kernels":
 //    the kernel family the mat-vecs run: "neon-dotprod", "neon",
-//    "avx512-vnni", "avx2" or "scalar" (the best the CPU has)}
+//    "avx512-vnni", "avx2" or "scalar" (the best the CPU has),
+//    "weight_bytes_per_token": N (weight bytes one decode step reads: every
+//    tensor but the embedding table, of which one row)}
 // Before the first token, one start-up line on stderr names the model's
 // shape and weight type, the kernel family, the threads and where the KV
 // cache lives.
@@ -347,6 +349,7 @@ int run(const Options& o) {
     j["tokens_per_block"] = tpb;
     j["kv_block_bytes"] = layout.block_bytes();
     j["kernels"] = kernels;
+    j["weight_bytes_per_token"] = model->weight_bytes;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");
