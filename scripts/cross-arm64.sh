@@ -36,8 +36,14 @@ if ((deps)); then
   . scripts/root.sh; become_root "$@"
   export DEBIAN_FRONTEND=noninteractive
   # Multiarch: arm64 packages come from the same Debian sources as amd64
-  # (the sources file is not touched).
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  # (the sources file is not touched). On an arm64 machine (a Pi) they are
+  # the native ones, and the native compilers already carry the
+  # aarch64-linux-gnu- names the toolchain file uses.
+  native=$(dpkg --print-architecture)
+  toolchain=crossbuild-essential-arm64
+  if [[ $native == arm64 ]]; then
+    toolchain=build-essential
+  elif ! dpkg --print-foreign-architectures | grep -qx arm64; then
     step "dpkg --add-architecture arm64"
     dpkg --add-architecture arm64
   fi
@@ -48,7 +54,7 @@ if ((deps)); then
   # sdbus-c++-xml2cpp runs on the build machine: libsdbus-c++-bin (amd64).
   step "installing the cross toolchain, qemu-user and :arm64 libraries"
   apt-get install -y -qq --no-install-recommends \
-    crossbuild-essential-arm64 qemu-user dpkg-dev file \
+    "$toolchain" qemu-user dpkg-dev file \
     libsdbus-c++-bin libcli11-dev nlohmann-json3-dev \
     liburing-dev:arm64 libnuma-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 \
     libsdbus-c++-dev:arm64 libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
