@@ -58,7 +58,7 @@ if [[ ! -f $plugin || $here/qemu_insn_count.c -nt $plugin ]]; then
   "${CC:-cc}" -shared -fPIC -O2 -Wall -Wextra -Werror -o "$plugin" "$here/qemu_insn_count.c"
 fi
 
-prompt="Once upon a time there was a small model"
+prompt="Once upon a time"
 # count CPU OUT PROGRAM ARGS...: the instructions PROGRAM executes under
 # qemu-aarch64 -cpu CPU; its stdout into OUT.
 count() {
