@@ -17,10 +17,6 @@ namespace airs::infer::neon {
 // static initialisers, which may run before this file's.
 bool cpu_has_asimd() noexcept { return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0; }
 bool cpu_has_dotprod() noexcept { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
-bool cpu_has_fp16_arith() noexcept {
-  const unsigned long hw = getauxval(AT_HWCAP);
-  return (hw & HWCAP_FPHP) != 0 && (hw & HWCAP_ASIMDHP) != 0;
-}
 
 // Two copies of the kernels: the ARMv8.0 baseline, and one compiled for
 // ARMv8.2 with the dot-product extension. The target pragma applies to the
@@ -73,7 +69,6 @@ namespace airs::infer::neon {
 
 bool cpu_has_asimd() noexcept { return false; }
 bool cpu_has_dotprod() noexcept { return false; }
-bool cpu_has_fp16_arith() noexcept { return false; }
 void dot_rows(WeightType, bool, const std::byte*, size_t, const std::byte*, size_t, size_t rows, float* out) noexcept {
   for (size_t r = 0; r < rows; ++r) out[r] = 0.0F;
 }

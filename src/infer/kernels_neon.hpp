@@ -10,10 +10,9 @@
 namespace airs::infer::neon {
 
 // The CPU's AdvSIMD and dot-product features, from getauxval(AT_HWCAP)
-// (asimd, asimddp); fp16 is the pair fphp/asimdhp. False off AArch64.
+// (asimd, asimddp). False off AArch64.
 [[nodiscard]] bool cpu_has_asimd() noexcept;
 [[nodiscard]] bool cpu_has_dotprod() noexcept;
-[[nodiscard]] bool cpu_has_fp16_arith() noexcept;
 
 // `rows` consecutive rows of type wt (row r at w + r * stride) · x (in
 // activation_type(wt)) into out[0..rows): the portable loop's values bit
