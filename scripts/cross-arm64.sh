@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Cross-builds airs-memd for arm64 (Raspberry Pi OS / Debian arm64) with
 # Debian's cross toolchain and :arm64 libraries, runs the unit tests under
-# qemu-user, and builds the arm64 .deb. Run as root on Debian 12 (amd64).
+# qemu-user (with them the kernels and airs-generate on a Cortex-A53 and a
+# Cortex-A76 CPU model, and, label qemu, the engine against the prebuilt
+# arm64 llama.cpp), and builds the arm64 .deb. Run as root on Debian 12
+# (amd64).
+#
+# Run arm64 programs of this build as ctest does: `qemu-aarch64 [-cpu
+# cortex-a76] build-arm64/...`, without `-L /usr/aarch64-linux-gnu` (or
+# QEMU_LD_PREFIX): that prefix pairs the cross toolchain's dynamic loader
+# with the :arm64 libc, two glibc builds, and a multi-threaded program then
+# spins in pthread_create (docs/arm64.md).
 #
 #   scripts/cross-arm64.sh            # deps, build, unit tests, .deb
 #   scripts/cross-arm64.sh --tests-only   # only the unit-test targets
@@ -36,8 +45,14 @@ if ((deps)); then
   . scripts/root.sh; become_root "$@"
   export DEBIAN_FRONTEND=noninteractive
   # Multiarch: arm64 packages come from the same Debian sources as amd64
-  # (the sources file is not touched).
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  # (the sources file is not touched). On an arm64 machine (a Pi) they are
+  # the native ones, and the native compilers already carry the
+  # aarch64-linux-gnu- names the toolchain file uses.
+  native=$(dpkg --print-architecture)
+  toolchain=crossbuild-essential-arm64
+  if [[ $native == arm64 ]]; then
+    toolchain=build-essential
+  elif ! dpkg --print-foreign-architectures | grep -qx arm64; then
     step "dpkg --add-architecture arm64"
     dpkg --add-architecture arm64
   fi
@@ -48,7 +63,7 @@ if ((deps)); then
   # sdbus-c++-xml2cpp runs on the build machine: libsdbus-c++-bin (amd64).
   step "installing the cross toolchain, qemu-user and :arm64 libraries"
   apt-get install -y -qq --no-install-recommends \
-    crossbuild-essential-arm64 qemu-user dpkg-dev file \
+    "$toolchain" qemu-user dpkg-dev file \
     libsdbus-c++-bin libcli11-dev nlohmann-json3-dev \
     liburing-dev:arm64 libnuma-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 \
     libsdbus-c++-dev:arm64 libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 \
@@ -70,6 +85,8 @@ cmake -S . -B build-arm64 -G Ninja \
 if ((tests_only)); then
   # Only the unit-test executables (and what they link).
   mapfile -t targets < <(grep -ho 'add_executable([A-Za-z_0-9]*' tests/unit/*/CMakeLists.txt | cut -d'(' -f2)
+  # The programs the qemu-user tests of the engine run.
+  targets+=(airs-generate airs-mkmodel)
   if ((${#targets[@]} == 0)); then
     echo "no unit-test targets found in build-arm64" >&2; exit 1
   fi
@@ -82,8 +99,8 @@ fi
 fi
 if ((!do_test)); then step "done"; exit 0; fi
 
-step "unit tests under qemu-aarch64"
-ctest --test-dir build-arm64 -L unit -j"$jobs" --output-on-failure --timeout 600 \
+step "unit and qemu tests under qemu-aarch64"
+ctest --test-dir build-arm64 -L 'unit|qemu' -j"$jobs" --output-on-failure --timeout 900 \
   ${AIRS_RESULTS_DIR:+--output-junit "$AIRS_RESULTS_DIR/arm64.xml"}
 
 # The model writer must produce the same bytes on both architectures

@@ -36,6 +36,10 @@ void Engine::matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb,
   const std::byte* act = act_.data();
   const size_t as = act_stride_;
   pool_.parallel_for(w.rows, 16, [&](size_t rb, size_t re) {
+    if (nb == 1) {  // one call for the share: the kernels walk it a group at a time
+      dot_rows(w.type, w.data + rb * w.row_stride, w.row_stride, act, w.cols, re - rb, out + rb);
+      return;
+    }
     // A group of rows is read from memory once for the whole batch.
     for (size_t r = rb; r < re; r += kRowGroup) {
       const size_t rows = std::min(kRowGroup, re - r);

@@ -16,7 +16,14 @@
 //    "ttft_ms": x, "decode_tok_s": x (a --pause-at wait excluded),
 //    "max_token_ms": x (slowest decode step), "kv_blocks": [...], "backend":
 //    "daemon"|"private", "recomputed_blocks": N, "tokens_per_block": N,
-//    "kv_block_bytes": N (bytes of our layout used in each block)}
+//    "kv_block_bytes": N (bytes of our layout used in each block), "kernels":
+//    the kernel family the mat-vecs run: "neon-dotprod", "neon",
+//    "avx512-vnni", "avx2" or "scalar" (the best the CPU has),
+//    "weight_bytes_per_token": N (weight bytes one decode step reads: every
+//    tensor but the embedding table, of which one row)}
+// Before the first token, one start-up line on stderr names the model's
+// shape and weight type, the kernel family, the threads and where the KV
+// cache lives.
 // --hold: after the output, keep the session open until stdin reaches EOF
 // (so another process can share its blocks, or a test can inspect it).
 // --pause-at N: after N generated tokens print "paused" on a line of its own
@@ -265,6 +272,11 @@ int run(const Options& o) {
     }
   }
   const KvLayout layout = kv_layout_for(model->config, tpb, kv_elem);
+  const char* kernels = kernel_path_name(kernel_path());
+  std::fprintf(stderr, "airs-generate: %s: %u layers, %s weights; kernels %s, %u thread%s, KV in %s\n",
+               o.model.c_str(), model->config.n_layer, weight_type_name(model->layers.empty() ? model->output.type
+                                                                                            : model->layers[0].wq.type),
+               kernels, o.threads, o.threads == 1 ? "" : "s", session != nullptr ? "the daemon's blocks" : "private memory");
   ThreadPool pool(o.threads);
   Engine engine(*model, layout, pool);
   std::optional<AirsKv> dkv;
@@ -336,6 +348,8 @@ int run(const Options& o) {
     j["recomputed_blocks"] = seq.recomputed_blocks();
     j["tokens_per_block"] = tpb;
     j["kv_block_bytes"] = layout.block_bytes();
+    j["kernels"] = kernels;
+    j["weight_bytes_per_token"] = model->weight_bytes;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");

@@ -1,5 +1,8 @@
 #include "infer/kernels.hpp"
 
+#include "infer/kernels_common.hpp"
+#include "infer/kernels_neon.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -53,10 +56,17 @@ const Fp16Table kFp16;
 
 inline float h2f(uint16_t h) noexcept { return kFp16.v[h]; }
 
-inline uint16_t load_u16(const std::byte* p) noexcept {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
+using detail::load_u16;
+
+// a * b + c as the portable loops accumulate. On AArch64 it is always fused
+// (every AArch64 CPU has FMA; the NEON kernels fuse the same steps and so
+// give these values bit for bit); elsewhere it is left to the compiler.
+inline float madd(float a, float b, float c) noexcept {
+#if defined(__aarch64__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
 }
 
 AIRS_HOT float dot_f32_impl(const float* a, const float* b, size_t n) noexcept {
@@ -64,10 +74,10 @@ AIRS_HOT float dot_f32_impl(const float* a, const float* b, size_t n) noexcept {
   float acc[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+    for (size_t j = 0; j < kLanes; ++j) acc[j] = madd(a[i + j], b[i + j], acc[j]);
   }
   float tail = 0.0F;
-  for (; i < n; ++i) tail += a[i] * b[i];
+  for (; i < n; ++i) tail = madd(a[i], b[i], tail);
   float s = 0.0F;
   for (float v : acc) s += v;
   return s + tail;
@@ -110,7 +120,7 @@ AIRS_HOT float dot_q8_0_impl(const std::byte* w, const std::byte* x, size_t n) n
     const auto* qx = reinterpret_cast<const int8_t*>(x + 2);
     int32_t sum = 0;
     for (size_t j = 0; j < kQBlock; ++j) sum += int32_t{qw[j]} * int32_t{qx[j]};
-    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+    s = madd(static_cast<float>(sum), h2f(load_u16(w)) * h2f(load_u16(x)), s);
   }
   return s;
 }
@@ -125,7 +135,7 @@ AIRS_HOT float dot_q4_0_impl(const std::byte* w, const std::byte* x, size_t n) n
       sum += ((qs[j] & 15) - 8) * int32_t{qx[j]};
       sum += ((qs[j] >> 4) - 8) * int32_t{qx[j + 16]};
     }
-    s += static_cast<float>(sum) * (h2f(load_u16(w)) * h2f(load_u16(x)));
+    s = madd(static_cast<float>(sum), h2f(load_u16(w)) * h2f(load_u16(x)), s);
   }
   return s;
 }
@@ -142,30 +152,13 @@ inline void q4k_scale_min(const uint8_t* sc, uint32_t s, int32_t* scale, int32_t
   }
 }
 
-// All eight scales then all eight mins of a Q4_K block (out[0..8) scales,
-// out[8..16) mins), unpacked with four 32-bit word operations (ggml's
-// kmask trick); the same values as q4k_scale_min for s = 0..7.
-inline void q4k_unpack_scales(const std::byte* packed, uint8_t* out) noexcept {
-  constexpr uint32_t kLow6 = 0x3F3F3F3FU, kLow4 = 0x0F0F0F0FU, kLow2 = 0x03030303U;
-  uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins_lo = u[1] & kLow6;                        // mins 0..3
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);          // scales 4..7
-  u[2] = mins_lo;
-  u[0] &= kLow6;  // scales 0..3
-  std::memcpy(out, u, 16);
-}
+using detail::q4k_unpack_scales;
 
-// The super block's contribution from its exact integer sums, one
-// expression for every path so they agree bit for bit. The FMA is
-// explicit: left to the compiler, the FMA-enabled kernels contract it and
-// the baseline build does not, and the paths round differently. (An
-// out-of-line baseline function instead costs the AVX-512 kernel an
-// SSE/AVX state transition per call: 15x slower.)
+// The super block's value from its exact integer sums: one expression for
+// every path (detail::q4k_value). (An out-of-line baseline function instead
+// costs the AVX-512 kernel an SSE/AVX state transition per call: 15x slower.)
 inline float q4k_block_value(const std::byte* w, float dx, int32_t sum_q, int32_t sum_m) noexcept {
-  return std::fma(h2f(load_u16(w)) * dx, static_cast<float>(sum_q),
-                  -(h2f(load_u16(w + 2)) * dx * static_cast<float>(sum_m)));
+  return detail::q4k_value(h2f(load_u16(w)), h2f(load_u16(w + 2)), dx, sum_q, sum_m);
 }
 
 inline float q8k_scale(const std::byte* x) noexcept {
@@ -579,13 +572,27 @@ constexpr bool kHasAvx2 = false;
 constexpr bool kHasVnni = false;
 #endif
 
+const bool kHasNeon = neon::cpu_has_asimd();
+const bool kHasNeonDot = kHasNeon && neon::cpu_has_dotprod();
+
 KernelPath best_path() noexcept {
-  return kHasVnni ? KernelPath::kAvx512Vnni : kHasAvx2 ? KernelPath::kAvx2 : KernelPath::kPortable;
+  if (kHasVnni) return KernelPath::kAvx512Vnni;
+  if (kHasAvx2) return KernelPath::kAvx2;
+  if (kHasNeonDot) return KernelPath::kNeonDotprod;
+  if (kHasNeon) return KernelPath::kNeon;
+  return KernelPath::kPortable;
 }
 std::atomic<KernelPath> g_path{best_path()};
 
 inline bool use_vnni() noexcept { return g_path.load(std::memory_order_relaxed) == KernelPath::kAvx512Vnni; }
-inline bool use_avx2() noexcept { return g_path.load(std::memory_order_relaxed) >= KernelPath::kAvx2; }
+inline bool use_avx2() noexcept {
+  const KernelPath p = g_path.load(std::memory_order_relaxed);
+  return p == KernelPath::kAvx2 || p == KernelPath::kAvx512Vnni;
+}
+inline bool use_neon() noexcept {
+  const KernelPath p = g_path.load(std::memory_order_relaxed);
+  return p == KernelPath::kNeon || p == KernelPath::kNeonDotprod;
+}
 
 }  // namespace
 
@@ -594,8 +601,21 @@ bool kernel_path_supported(KernelPath p) noexcept {
     case KernelPath::kPortable: return true;
     case KernelPath::kAvx2: return kHasAvx2;
     case KernelPath::kAvx512Vnni: return kHasVnni;
+    case KernelPath::kNeon: return kHasNeon;
+    case KernelPath::kNeonDotprod: return kHasNeonDot;
   }
   return false;
+}
+
+const char* kernel_path_name(KernelPath p) noexcept {
+  switch (p) {
+    case KernelPath::kPortable: return "scalar";
+    case KernelPath::kAvx2: return "avx2";
+    case KernelPath::kAvx512Vnni: return "avx512-vnni";
+    case KernelPath::kNeon: return "neon";
+    case KernelPath::kNeonDotprod: return "neon-dotprod";
+  }
+  return "unknown";
 }
 
 bool set_kernel_path(KernelPath p) noexcept {
@@ -629,6 +649,18 @@ size_t row_bytes(WeightType t, size_t n) noexcept {
   return 0;
 }
 
+const char* weight_type_name(WeightType t) noexcept {
+  switch (t) {
+    case WeightType::kF32: return "f32";
+    case WeightType::kF16: return "f16";
+    case WeightType::kQ8_0: return "q8_0";
+    case WeightType::kQ4_0: return "q4_0";
+    case WeightType::kQ4_K: return "q4_K";
+    case WeightType::kQ8_K: return "q8_K";
+  }
+  return "unknown";
+}
+
 WeightType activation_type(WeightType t) noexcept {
   if (t == WeightType::kQ4_0) return WeightType::kQ8_0;
   if (t == WeightType::kQ4_K) return WeightType::kQ8_K;
@@ -638,6 +670,14 @@ WeightType activation_type(WeightType t) noexcept {
 float fp16_to_fp32(uint16_t h) noexcept { return h2f(h); }
 
 uint16_t fp32_to_fp16(float f) noexcept {
+#if defined(__aarch64__)
+  // The FPU's conversion (fcvt, round to nearest even by default): the same
+  // bits as the code below for every value but NaN, whose payload it keeps.
+  if (!std::isnan(f)) {
+    const auto h = static_cast<__fp16>(f);
+    return std::bit_cast<uint16_t>(h);
+  }
+#endif
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000U;
   const uint32_t ax = x & 0x7FFFFFFFU;
@@ -668,6 +708,10 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
       return;
     case WeightType::kQ8_0:
     case WeightType::kQ4_0:  // not an activation format: written as its activation (Q8_0)
+#if defined(__aarch64__)
+      neon::quantize_q8_0(x, n, out);
+      return;
+#endif
       for (size_t b = 0; b < n / kQBlock; ++b, x += kQBlock, out += kQ8Bytes) {
         float amax = 0.0F;
         for (size_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -732,6 +776,11 @@ float dot_on_path(DotRowsFn vnni, DotFn avx2, DotFn portable, const std::byte* w
 #endif
 
 float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept {
+  if (use_neon()) {
+    float out = 0.0F;
+    neon::dot_rows(wt, kernel_path() == KernelPath::kNeonDotprod, w, 0, x, n, 1, &out);
+    return out;
+  }
   switch (wt) {
     case WeightType::kF32:
       return dot_f32_impl(reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(x), n);
@@ -807,6 +856,10 @@ void dequantize_row(WeightType t, const std::byte* w, size_t n, float* out) noex
 
 void dot_rows(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, size_t rows,
               float* out) noexcept {
+  if (use_neon()) {
+    neon::dot_rows(wt, kernel_path() == KernelPath::kNeonDotprod, w, stride, x, n, rows, out);
+    return;
+  }
   size_t r = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
   if (use_vnni() && wt == WeightType::kQ4_0) {
@@ -835,7 +888,11 @@ AIRS_HOT void axpy_f32(float a, const float* x, float* y, size_t n) noexcept {
 }
 
 AIRS_HOT void axpy_f16(float a, const uint16_t* x, float* y, size_t n) noexcept {
+#if defined(__aarch64__)
+  neon::axpy_f16(a, x, y, n);
+#else
   for (size_t i = 0; i < n; ++i) y[i] += a * h2f(x[i]);
+#endif
 }
 
 void rms_norm(const float* x, const float* w, float eps, size_t n, float* out) noexcept {

@@ -9,7 +9,9 @@
 // rows against activations quantised to Q8_0 blocks (integer dot per block,
 // scaled by both block scales). The loops are written with independent
 // accumulators so the compiler vectorises them; the hot ones are cloned for
-// x86-64-v3 (AVX2/FMA) and picked at load time where the CPU has it.
+// x86-64-v3 (AVX2/FMA) and picked at load time where the CPU has it. On
+// AArch64, NEON kernels (with and without sdot) are picked at run time from
+// getauxval(AT_HWCAP).
 // Q8_0 and Q4_0 rows also have AVX-512 VNNI/VBMI kernels (two or four
 // blocks per 512-bit register, vpdpbusd), picked at run time when the CPU
 // has avx512f/bw/vl/vnni/vbmi; they sum in a different order than the AVX2
@@ -57,17 +59,34 @@ inline constexpr uint32_t kQKBlock = 256;   // values per Q4_K super block
 inline constexpr size_t kQ4KBytes = 144;
 inline constexpr size_t kQ8KBytes = 276;
 
-// The instruction sets the block dots may use. The default is the best
-// the CPU has; tests select each supported path in turn and compare it
-// with the reference. kPortable is the plain loops (still compiler-cloned
-// for x86-64-v3), kAvx2 the AVX2/FMA/F16C kernels, kAvx512Vnni the
-// AVX-512 VNNI/VBMI ones (rows the wide kernels leave over run on AVX2).
-enum class KernelPath : uint8_t { kPortable, kAvx2, kAvx512Vnni };
+// The instruction sets the block dots may use (the kernel families). The
+// default is the best the CPU has; tests select each supported path in turn
+// and compare it with the reference.
+//   kPortable ("scalar"): the plain loops (the compiler may still vectorise
+//     them, and clones them for x86-64-v3 on x86).
+//   kAvx2 ("avx2"): the AVX2/FMA/F16C kernels.
+//   kAvx512Vnni ("avx512-vnni"): the AVX-512 VNNI/VBMI ones (rows the wide
+//     kernels leave over run on AVX2).
+//   kNeon ("neon"): AArch64 AdvSIMD as in ARMv8.0 (any Cortex-A53 or later):
+//     i8 products by smull/sadalp, f16 converted by fcvtl.
+//   kNeonDotprod ("neon-dotprod"): the same with sdot for the integer blocks
+//     (the CPU reports asimddp: Cortex-A55/A76 and later, a Raspberry Pi 5).
+// The NEON kernels give the portable path's values bit for bit (see
+// kernels_neon.inc); the x86 ones agree with it to float rounding. fp16
+// arithmetic (fphp/asimdhp) is deliberately not used: it would round every
+// product and partial sum to 11 bits, and fcvtl, all the F16 kernel needs,
+// is ARMv8.0.
+enum class KernelPath : uint8_t { kPortable, kAvx2, kAvx512Vnni, kNeon, kNeonDotprod };
+inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvx512Vnni,
+                                                 KernelPath::kNeon, KernelPath::kNeonDotprod};
 [[nodiscard]] bool kernel_path_supported(KernelPath p) noexcept;
 // Selects `p` for every later call; false (and no change) if the CPU lacks
 // it. Not to be called while another thread runs kernels.
 bool set_kernel_path(KernelPath p) noexcept;
 [[nodiscard]] KernelPath kernel_path() noexcept;
+// The family's name as airs-generate reports it: "scalar", "avx2",
+// "avx512-vnni", "neon", "neon-dotprod".
+[[nodiscard]] const char* kernel_path_name(KernelPath p) noexcept;
 
 // kQ8_K is an activation format only (no model tensor is read as it).
 enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ8_K };
@@ -77,6 +96,8 @@ enum class WeightType : uint8_t { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ8_K };
 // Bytes of one row of `n` values (n a multiple of 32 for the block types,
 // of 256 for Q4_K).
 [[nodiscard]] size_t row_bytes(WeightType t, size_t n) noexcept;
+// The type's ggml name ("f32", "f16", "q8_0", "q4_0", "q4_K", "q8_K").
+[[nodiscard]] const char* weight_type_name(WeightType t) noexcept;
 // The activation format a weight type is multiplied against.
 [[nodiscard]] WeightType activation_type(WeightType t) noexcept;
 
@@ -92,11 +113,15 @@ void quantize_row(WeightType t, const float* x, size_t n, std::byte* out) noexce
 // Row `w` (format `wt`) · activation `x` (already in activation_type(wt)).
 [[nodiscard]] float dot_row(WeightType wt, const std::byte* w, const std::byte* x, size_t n) noexcept;
 
-// `rows` consecutive rows (row r at w + r * stride) · x into out[0..rows):
-// the same values as dot_row calls, computed kRowGroup (or 4) rows at a time
-// with one read of each activation block per group. The kernels prefetch
-// the next group of rows (w + rows * stride onwards) while they compute:
-// a caller walking a matrix should pass groups of kRowGroup rows in order.
+// The mat-vec over a range of rows: `rows` consecutive rows (row r at
+// w + r * stride) · x into out[0..rows). Any range of a weight matrix is one
+// call with w at its first row, so an expert's rows of a 3-D tensor
+// (mixture of experts: expert e of a [n_expert][n_rows][n] tensor is rows
+// [e * n_rows, (e + 1) * n_rows)) are too. The same values as dot_row calls,
+// computed kRowGroup (or 4) rows at a time with one read of each activation
+// block per group. The x86 kernels prefetch the next group of rows
+// (w + rows * stride onwards) while they compute: a caller walking a matrix
+// should pass groups of kRowGroup rows in order.
 inline constexpr size_t kRowGroup = 8;
 void dot_rows(WeightType wt, const std::byte* w, size_t stride, const std::byte* x, size_t n, size_t rows,
               float* out) noexcept;

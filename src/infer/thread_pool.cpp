@@ -24,6 +24,8 @@ std::pair<size_t, size_t> share(size_t n, size_t grain, unsigned index, unsigned
 inline void cpu_relax() {
 #if defined(__x86_64__)
   _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
 #endif
 }
 

@@ -30,7 +30,12 @@ cp "$src/package.json" "$src/package-lock.json" "$work/npm/"
 # committed lock installs exactly the locked versions; we check it did not
 # have to change the lock, which is what `npm ci` would guarantee.
 if [ ! -f "$work/npm/.installed" ] || ! cmp -s "$src/package-lock.json" "$work/npm/.installed"; then
-  (cd "$work/npm" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --no-audit --no-fund --loglevel=error)
+  # --os/--cpu: the lock's direct dependency is the linux-x64 package, which
+  # npm refuses to install on another CPU (an arm64 Debian or Pi OS host)
+  # unless told which platform to install for; the target's own package
+  # follows below.
+  (cd "$work/npm" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --os=linux --cpu=x64 --no-audit \
+     --no-fund --loglevel=error)
   if ! cmp -s "$src/package-lock.json" "$work/npm/package-lock.json"; then
     echo "setup: npm changed package-lock.json: the registry no longer serves the locked versions" >&2
     exit 1

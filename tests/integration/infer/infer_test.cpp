@@ -186,6 +186,14 @@ TEST_F(InferIntegration, DaemonBlocksPrivateMemoryAndNoDaemonGiveTheSameTokens) 
   EXPECT_EQ(d["backend"], "daemon") << last_err_;
   EXPECT_EQ(d["token_ids"], priv["token_ids"]);
   EXPECT_GT(d["prompt_tokens"].get<int>(), 3 * d["tokens_per_block"].get<int>());
+  // The kernel family, in the JSON and the start-up line: the one this
+  // process's copy of the kernels picks on the same CPU.
+  const std::string family = airs::infer::kernel_path_name(airs::infer::kernel_path());
+  EXPECT_EQ(d["kernels"], family);
+  EXPECT_EQ(priv["kernels"], family);
+  EXPECT_NE(last_err_.find(" layers, q8_0 weights; kernels " + family + ", 1 thread, KV in the daemon's blocks\n"),
+            std::string::npos)
+      << last_err_;
   // Unreachable daemon: one line on stderr, private memory, same output.
   // LSan off for this run only: a failed connect leaks the half-built bus
   // inside libairs' sdbus-c++ connection (sd_bus_new), not ours.

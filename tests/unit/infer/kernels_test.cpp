@@ -1,8 +1,16 @@
 // The kernels against naive double-precision references.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
+
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include <gtest/gtest.h>
 
@@ -24,7 +32,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0F) {
 // iteration and the default restored after.
 std::vector<KernelPath> supported_paths() {
   std::vector<KernelPath> v;
-  for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvx512Vnni}) {
+  for (KernelPath p : kAllKernelPaths) {
     if (kernel_path_supported(p)) v.push_back(p);
   }
   return v;
@@ -103,12 +111,12 @@ TEST(InferKernels, DotProductsMatchNaive) {
         PathScope scope(path);
         const float got = dot_row(t, wq.data(), xq.data(), n);
         EXPECT_NEAR(got, deq, 1e-5 * std::sqrt(static_cast<double>(n)))
-            << "type " << int(t) << " n " << n << " path " << int(path);
+            << "type " << int(t) << " n " << n << " path " << kernel_path_name(path);
         // And the format's own error against the exact product is bounded.
         const double bound =
             t == WeightType::kF32 ? 1e-4 : t == WeightType::kF16 ? 1e-2 : t == WeightType::kQ8_0 ? 0.1 : 1.0;
         EXPECT_NEAR(got, ref, bound * std::sqrt(static_cast<double>(n) / 32))
-            << "type " << int(t) << " n " << n << " path " << int(path);
+            << "type " << int(t) << " n " << n << " path " << kernel_path_name(path);
       }
     }
   }
@@ -215,8 +223,8 @@ TEST(InferKernels, RowGroupDotsEqualSingleRowDotsOnEveryPath) {
       dot_rows(t, w.data(), stride, xq.data(), n, rows, group.data());
       for (size_t r = 0; r < rows; ++r) {
         const float one = dot_row(t, w.data() + r * stride, xq.data(), n);
-        EXPECT_NEAR(group[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r << " path " << int(path);
-        EXPECT_NEAR(group[r], ref[r], 1e-4 * (1 + std::fabs(ref[r]))) << "type " << int(t) << " row " << r << " path " << int(path);
+        EXPECT_NEAR(group[r], one, 1e-5 * (1 + std::fabs(one))) << "type " << int(t) << " row " << r << " path " << kernel_path_name(path);
+        EXPECT_NEAR(group[r], ref[r], 1e-4 * (1 + std::fabs(ref[r]))) << "type " << int(t) << " row " << r << " path " << kernel_path_name(path);
       }
     }
   }
@@ -329,17 +337,212 @@ TEST(InferKernels, Q4KDequantisesAndDotsAsTheFormatSays) {
   for (KernelPath path : supported_paths()) {
     PathScope scope(path);
     const float got = dot_row(WeightType::kQ4_K, row.data(), xq.data(), n);
-    EXPECT_NEAR(got, ref, 1e-6 * mag) << "path " << int(path);
+    EXPECT_NEAR(got, ref, 1e-6 * mag) << "path " << kernel_path_name(path);
     std::vector<float> out(rows, -1.0F);
     dot_rows(WeightType::kQ4_K, many.data(), row.size(), xq.data(), n, rows, out.data());
     for (size_t r = 0; r < rows; ++r) {
-      EXPECT_NEAR(out[r], refs[r], 1e-6 * mag) << "path " << int(path) << " row " << r;
+      EXPECT_NEAR(out[r], refs[r], 1e-6 * mag) << "path " << kernel_path_name(path) << " row " << r;
       EXPECT_EQ(out[r], dot_row(WeightType::kQ4_K, many.data() + r * row.size(), xq.data(), n)) << r;
     }
     if (first.empty()) first = out;
-    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(out[r], first[r]) << "path " << int(path) << " row " << r;
+    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(out[r], first[r]) << "path " << kernel_path_name(path) << " row " << r;
   }
 }
 
 }  // namespace
 
+
+namespace {
+
+using namespace airs::infer;
+
+// The family this CPU should run, decided here independently of the
+// library: on AArch64 from the kernel's hwcaps, on x86 from cpuid.
+KernelPath expected_family() {
+#if defined(__aarch64__)
+  const unsigned long hw = getauxval(AT_HWCAP);
+  if ((hw & HWCAP_ASIMD) == 0) return KernelPath::kPortable;
+  return (hw & HWCAP_ASIMDDP) != 0 ? KernelPath::kNeonDotprod : KernelPath::kNeon;
+#elif defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                    __builtin_cpu_supports("avx512vbmi");
+  return vnni ? KernelPath::kAvx512Vnni : avx2 ? KernelPath::kAvx2 : KernelPath::kPortable;
+#else
+  return KernelPath::kPortable;
+#endif
+}
+
+// The line the arm64 stage's qemu runs look for (one per -cpu model): the
+// family the kernels run, so a fallback to the scalar path cannot pass for
+// NEON.
+TEST(InferKernels, DefaultFamilyIsTheBestTheCpuHas) {
+  const KernelPath want = expected_family();
+  std::printf("kernel family: %s\n", kernel_path_name(kernel_path()));
+  EXPECT_STREQ(kernel_path_name(kernel_path()), kernel_path_name(want));
+  for (KernelPath p : kAllKernelPaths) {
+    const bool on_this_arch =
+#if defined(__aarch64__)
+        p == KernelPath::kPortable || p == KernelPath::kNeon || p == KernelPath::kNeonDotprod;
+#elif defined(__x86_64__)
+        p == KernelPath::kPortable || p == KernelPath::kAvx2 || p == KernelPath::kAvx512Vnni;
+#else
+        p == KernelPath::kPortable;
+#endif
+    // Every family up to the expected one is there; none of the other
+    // architecture's is, and selecting one fails without a change.
+    if (!on_this_arch) {
+      EXPECT_FALSE(kernel_path_supported(p)) << kernel_path_name(p);
+      EXPECT_FALSE(set_kernel_path(p)) << kernel_path_name(p);
+      EXPECT_EQ(kernel_path(), want);
+    }
+  }
+  EXPECT_TRUE(kernel_path_supported(want));
+}
+
+// `rows` rows of n values of type t with sane block scales (the quantised
+// bytes are random, the f16 scales pinned to small values).
+std::vector<std::byte> random_rows(WeightType t, size_t rows, size_t n, uint32_t seed) {
+  const size_t stride = row_bytes(t, n);
+  std::vector<std::byte> w(rows * stride);
+  std::mt19937 g(seed);
+  for (auto& b : w) b = static_cast<std::byte>(g());
+  if (t == WeightType::kF32 || t == WeightType::kF16) {
+    const auto src = random_floats(rows * n, seed + 1);
+    for (size_t r = 0; r < rows; ++r) quantize_row(t, src.data() + r * n, n, w.data() + r * stride);
+    return w;
+  }
+  const size_t bb = t == WeightType::kQ8_0 ? kQ8Bytes : t == WeightType::kQ4_0 ? kQ4Bytes : kQ4KBytes;
+  for (size_t b = 0; b < w.size() / bb; ++b) {
+    const uint16_t d = fp32_to_fp16(0.01F * static_cast<float>(1 + b % 7));
+    std::memcpy(w.data() + b * bb, &d, 2);
+    if (t == WeightType::kQ4_K) {
+      const uint16_t dmin = fp32_to_fp16(0.002F * static_cast<float>(1 + b % 5));
+      std::memcpy(w.data() + b * bb + 2, &dmin, 2);
+    }
+  }
+  return w;
+}
+
+constexpr WeightType kWeightTypes[] = {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0,
+                                       WeightType::kQ4_K};
+
+// The row-range mat-vec a mixture-of-experts layer needs: experts are
+// contiguous row blocks of a 3-D tensor, so expert e is dot_rows from its
+// first row. On every path, for every weight type: an expert's full slice
+// and a range inside it that starts and ends off the row groups give each
+// row's dot_row value, and the rows around the range are not written.
+TEST(InferKernels, RowRangeMatVecOverExpertSlicesOnEveryPath) {
+  constexpr size_t kExperts = 3, kRows = 21, n = 512;  // 21 rows: a group of 8, of 4, and singles
+  for (WeightType t : kWeightTypes) {
+    const size_t stride = row_bytes(t, n);
+    const auto w = random_rows(t, kExperts * kRows, n, 21);
+    const auto x = random_floats(n, 22);
+    std::vector<std::byte> xq(row_bytes(activation_type(t), n));
+    quantize_row(activation_type(t), x.data(), n, xq.data());
+    for (KernelPath path : supported_paths()) {
+      PathScope scope(path);
+      for (size_t e = 0; e < kExperts; ++e) {
+        const std::byte* first = w.data() + e * kRows * stride;
+        for (auto [b, end] : {std::pair<size_t, size_t>{0, kRows}, {5, 18}, {3, 4}}) {
+          std::vector<float> out(kRows + 2, -7.0F);
+          dot_rows(t, first + b * stride, stride, xq.data(), n, end - b, out.data() + 1);
+          EXPECT_EQ(out.front(), -7.0F);
+          EXPECT_EQ(out[end - b + 1], -7.0F);
+          for (size_t r = b; r < end; ++r) {
+            const float one = dot_row(t, first + r * stride, xq.data(), n);
+            EXPECT_NEAR(out[r - b + 1], one, 1e-5 * (1 + std::fabs(one)))
+                << kernel_path_name(path) << " type " << int(t) << " expert " << e << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The NEON kernels compute the portable loop's steps in its order: the
+// same floats, bit for bit, for every weight type, on row groups of 8, 4
+// and single rows, with block counts that are not a multiple of anything
+// the kernels step by.
+TEST(InferKernels, NeonIsThePortablePathBitForBit) {
+  std::vector<KernelPath> neon;
+  for (KernelPath p : {KernelPath::kNeon, KernelPath::kNeonDotprod}) {
+    if (kernel_path_supported(p)) neon.push_back(p);
+  }
+  if (neon.empty()) GTEST_SKIP() << "this CPU has no NEON (an AArch64 test)";
+  for (WeightType t : kWeightTypes) {
+    for (size_t n : {256UL, 544UL, 1280UL}) {
+      if (t == WeightType::kQ4_K && n % kQKBlock != 0) continue;
+      constexpr size_t rows = 13;
+      const size_t stride = row_bytes(t, n);
+      const auto w = random_rows(t, rows, n, 31 + static_cast<uint32_t>(n));
+      const auto x = random_floats(n, 32, 3.0F);
+      std::vector<std::byte> xq(row_bytes(activation_type(t), n));
+      quantize_row(activation_type(t), x.data(), n, xq.data());
+      std::vector<float> want(rows);
+      {
+        PathScope scope(KernelPath::kPortable);
+        dot_rows(t, w.data(), stride, xq.data(), n, rows, want.data());
+      }
+      for (KernelPath path : neon) {
+        PathScope scope(path);
+        std::vector<float> got(rows, -1.0F);
+        dot_rows(t, w.data(), stride, xq.data(), n, rows, got.data());
+        for (size_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(got[r], want[r]) << kernel_path_name(path) << " type " << int(t) << " n " << n << " row " << r;
+          EXPECT_EQ(dot_row(t, w.data() + r * stride, xq.data(), n), want[r])
+              << kernel_path_name(path) << " type " << int(t) << " n " << n << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+using namespace airs::infer;
+
+// The element-wise helpers on AArch64 (NEON whatever the path) against
+// their definitions: y + a * x fused per element, and Q8_0 activation
+// blocks as amax / 127 scales with round-to-nearest-even quants. Lengths
+// with tails past the vector steps.
+TEST(InferKernels, AxpyF16AndQ8ActivationsMatchTheirDefinitions) {
+  for (size_t n : {8UL, 37UL, 128UL}) {
+    const auto xf = random_floats(n, 41, 4.0F);
+    std::vector<uint16_t> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = fp32_to_fp16(xf[i]);
+    auto y = random_floats(n, 42);
+    const auto y0 = y;
+    axpy_f16(0.37F, x.data(), y.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const float want = std::fma(0.37F, fp16_to_fp32(x[i]), y0[i]);
+#if defined(__aarch64__)
+      EXPECT_EQ(y[i], want) << i;
+#else
+      EXPECT_NEAR(y[i], want, 1e-6 * (1 + std::fabs(want))) << i;
+#endif
+    }
+  }
+  const size_t n = 96;
+  auto x = random_floats(n, 43, 2.0F);
+  for (size_t j = 64; j < 96; ++j) x[j] = 0.0F;  // an all-zero block: d = 0, q = 0
+  std::vector<std::byte> q(row_bytes(WeightType::kQ8_0, n));
+  quantize_row(WeightType::kQ8_0, x.data(), n, q.data());
+  for (size_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0F;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+    uint16_t dh;
+    std::memcpy(&dh, q.data() + b * kQ8Bytes, 2);
+    EXPECT_EQ(dh, fp32_to_fp16(amax / 127.0F)) << b;
+    const float id = amax != 0.0F ? 127.0F / amax : 0.0F;
+    for (size_t j = 0; j < 32; ++j) {
+      EXPECT_EQ(static_cast<int8_t>(q[b * kQ8Bytes + 2 + j]), static_cast<int8_t>(std::nearbyint(x[32 * b + j] * id)))
+          << b << " " << j;
+    }
+  }
+}
+
+}  // namespace
