@@ -7,9 +7,14 @@
 // check the bytes they read against the GGUF file. Ordered on events (log
 // lines, client output, the metrics file), never on sleeps.
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -247,6 +252,29 @@ TEST_F(BusLoss, ClientsMidLoadReadEveryByteAndANewBusAtTheSameAddressReachesTheD
       << "the daemon still holds client userfaultfds";
 }
 
+// A daemon told to stop while its bus is gone, holding what a live client
+// of the lost bus holds: it stops cleanly (exit 0; under the sanitizers
+// nothing leaked), and the client still reads the file's bytes.
+TEST_F(BusLoss, StopsCleanlyWhileTheBusIsGone) {
+  if (!huge_pages_ready()) return;
+  auto m = make_model(dir_, "m.gguf", "busloss", 8 * kMiB, 4);
+  bus_ = std::make_unique<PrivateBus>(socket());
+  daemon_ = std::make_unique<DaemonProcess>(address(), config());
+  ASSERT_TRUE(daemon_->started()) << daemon_->log();
+  Child kv({AIRS_TEST_KV_CLIENT_PATH, "hold", "--bus", address(), "--file", m.path, "--sessions", "1", "--blocks",
+            "1"});
+  ASSERT_TRUE(kv.expect_line("ready", 60s)) << kv.transcript();
+  bus_.reset();
+  ASSERT_TRUE(wait_until([&] { return logged("lost the bus at " + address()); }, 30s)) << daemon_->log();
+  ASSERT_TRUE(wait_until([&] { return metric("airs_bus_lost_owners") == 1.0; }, 30s)) << daemon_->log();
+  EXPECT_EQ(daemon_->stop(), 0) << daemon_->log();
+  // The client closes without an error (its calls on the dead bus fail
+  // quietly).
+  ASSERT_TRUE(kv.send("go"));
+  EXPECT_TRUE(kv.expect_line("closed", 30s)) << kv.transcript();
+  EXPECT_EQ(kv.wait(30s).exit_code, 0) << kv.transcript();
+}
+
 // No bus at start: the daemon builds its pool, says it waits (log, metrics
 // file), and serves once a bus appears at its address.
 TEST_F(BusLoss, WithoutABusAtStartTheDaemonWaitsThenServes) {
@@ -268,6 +296,44 @@ TEST_F(BusLoss, WithoutABusAtStartTheDaemonWaitsThenServes) {
   expect_verified_by_the_daemon(c, m);
   EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
   EXPECT_TRUE(wait_until([&] { return metric("airs_bus_connected") == 1.0; }, 30s));
+}
+
+// A socket that accepts the daemon's connection but never answers (a bus
+// restarted behind the socket systemd holds, or a hung bus): the daemon's
+// loop goes on meanwhile (its metrics timer writes the file again after the
+// connection was accepted), the attempt is given up, and a real bus started
+// at that path is then connected to. A loop waiting in sd-bus's handshake
+// would write nothing until its 90 s authentication timeout.
+TEST_F(BusLoss, ABusThatAcceptsButNeverAnswersDoesNotHoldTheLoop) {
+  if (!huge_pages_ready()) return;
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0) << std::strerror(errno);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  ASSERT_LT(socket().size(), sizeof sa.sun_path);
+  std::memcpy(sa.sun_path, socket().c_str(), socket().size());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(listener, 8), 0) << std::strerror(errno);
+
+  daemon_ = std::make_unique<DaemonProcess>(address(), config(), std::vector<std::string>{}, "profile ");
+  ASSERT_TRUE(daemon_->started()) << daemon_->log();
+  pollfd pf{listener, POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 60000), 1) << "the daemon never connected\n" << daemon_->log();
+  const int peer = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(peer, 0) << std::strerror(errno);
+  // Accepted, never answered: the daemon's loop must go on.
+  std::filesystem::remove(metrics_path());
+  EXPECT_TRUE(wait_until([&] { return metric("airs_bus_connected") == 0.0; }, 30s))
+      << "the loop did not run while a connection attempt waited\n" << daemon_->log();
+  EXPECT_TRUE(wait_until([&] { return logged("did not answer within"); }, 60s)) << daemon_->log();
+  EXPECT_FALSE(logged("serving org.aios.Airs1"));
+  ::close(peer);
+  ::close(listener);
+
+  bus_ = std::make_unique<PrivateBus>(socket());
+  ASSERT_TRUE(wait_until([&] { return logged("serving org.aios.Airs1 on " + address() + " as"); }, 60s))
+      << daemon_->log();
+  EXPECT_EQ(airsctl_status(address())["bus"]["state"], "connected");
 }
 
 // Configured not to wait, a daemon without its bus exits on its own, with
