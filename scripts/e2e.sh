@@ -376,10 +376,11 @@ if ct systemctl restart airs-memd.service; then
     done
     journal_inv=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null || true)
     d_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t_d" | bc)")
-    if ((reconnected)) && [[ $(grep -c 'lost the bus at system' <<<"$journal_inv") == 1 ]]; then
-      pass "dbus restarted: the loss logged once, the name taken again on the new bus (${d_s}s; STATUS: $(svc StatusText))"
+    if ((reconnected)) && [[ $(grep -c 'lost the bus at system' <<<"$journal_inv") == 1 ]] \
+        && [[ $(svc StatusText) == "serving org.aios.Airs1 on system (reconnected after losing the bus 1 time(s))" ]]; then
+      pass "dbus restarted: the loss logged once, the name taken again on the new bus in ${d_s}s (STATUS=$(svc StatusText))"
     else
-      fail "dbus restarted: not back on the bus: $(grep -iE 'bus' <<<"$journal_inv" | tail -5 | tr '\n' ' ')"
+      fail "dbus restarted: not back on the bus (STATUS=$(svc StatusText)): $(grep -iE 'bus' <<<"$journal_inv" | tail -5 | tr '\n' ' ')"
     fi
     if out=$(as_user airs-member airsctl status 2>&1) && out2=$(ct airs-demo --bus system /var/tmp/e2e.gguf 2>&1); then
       pass "after the dbus restart: airsctl status as a member, and a new client with a KV session (airs-demo)"

@@ -217,6 +217,9 @@ TEST_F(BusLoss, ClientsMidLoadReadEveryByteAndANewBusAtTheSameAddressReachesTheD
   EXPECT_NE(st["bus"]["last_loss"].get<std::string>().find("processing bus requests"), std::string::npos)
       << st["bus"].dump();
   ASSERT_NE(model_in(st, object), nullptr) << st.dump(1);
+  auto text = run_process({airsctl_path(), "--bus", address(), "status"});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("bus: lost 1 time(s), the last for "), std::string::npos) << text.out;
 
   // The lazy client has exited: only the KV client holds the model now.
   BusClient dbus(address());
