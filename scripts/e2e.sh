@@ -350,7 +350,6 @@ if ct systemctl restart airs-memd.service; then
   loading=$(as_user airs-member airsctl --json status 2>/dev/null |
     python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["models"] if m["state"] == "loading"))' 2>/dev/null || true)
   if [[ $loading == 1 ]] && ct grep -q 'loading in the background' /run/e2e-demo.out; then
-    t_d=$(date +%s.%N)
     ct systemctl restart dbus.service
     ct sh -c 'echo go >/run/e2e-go'
     for _ in $(seq 600); do ct test -s /run/e2e-demo.rc && break; sleep 0.1; done
@@ -375,10 +374,11 @@ if ct systemctl restart airs-memd.service; then
       sleep 0.1
     done
     journal_inv=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null || true)
-    d_s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t_d" | bc)")
+    # The daemon's own measure: from the loss to the name owned again.
+    offline=$(grep -o 'again, after [0-9]* ms without the bus ([0-9]* attempt(s))' <<<"$journal_inv" | head -1 || true)
     if ((reconnected)) && [[ $(grep -c 'lost the bus at system' <<<"$journal_inv") == 1 ]] \
         && [[ $(svc StatusText) == "serving org.aios.Airs1 on system (reconnected after losing the bus 1 time(s))" ]]; then
-      pass "dbus restarted: the loss logged once, the name taken again on the new bus in ${d_s}s (STATUS=$(svc StatusText))"
+      pass "dbus restarted: the loss logged once, the name taken again on the new bus ${offline#again, } (STATUS=$(svc StatusText))"
     else
       fail "dbus restarted: not back on the bus (STATUS=$(svc StatusText)): $(grep -iE 'bus' <<<"$journal_inv" | tail -5 | tr '\n' ' ')"
     fi
