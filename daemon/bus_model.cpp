@@ -87,24 +87,24 @@ void ModelObject::complete_pending() {
   auto waiting = std::move(pending_);
   pending_.clear();
   for (auto& p : waiting) {
-    const dbus::Caller* c = svc_.ids.find(p.caller);
-    if (c == nullptr) continue;  // left the bus meanwhile
-    auto r = open_for(*c, p.proof.get(), false, false);
-    if (!r && r.error().code == EAGAIN) {
-      pending_.push_back(std::move(p));
-      continue;
-    }
-    // Runs on the loop, outside any handler: a reply the bus does not take
-    // (a connection going away) must not leave here. What the caller took
-    // goes when it leaves the bus, as for any caller gone before its reply.
+    // Runs on the loop, outside any handler: neither the bus refusing a
+    // reply (a connection going away) nor building it may leave here. What
+    // the caller took goes when it leaves the bus, as for any caller gone
+    // before its reply.
     try {
+      const dbus::Caller* c = svc_.ids.find(p.caller);
+      if (c == nullptr) continue;  // left the bus meanwhile
+      auto r = open_for(*c, p.proof.get(), false, false);
+      if (!r && r.error().code == EAGAIN) {
+        pending_.push_back(std::move(p));
+        continue;
+      }
       if (r)
         p.reply.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
       else
         p.reply.returnError(bus_error(r.error()));
-    } catch (const sdbus::Error& e) {
-      spdlog::warn("answering a waiting Open on model {} for {}: {}", getObject().getObjectPath(), p.caller,
-                   e.getMessage());
+    } catch (const std::exception& e) {
+      spdlog::warn("answering a waiting Open on model {} for {}: {}", getObject().getObjectPath(), p.caller, e.what());
     }
   }
 }
