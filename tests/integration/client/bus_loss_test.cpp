@@ -229,7 +229,11 @@ TEST_F(BusLoss, ClientsMidLoadReadEveryByteAndANewBusAtTheSameAddressReachesTheD
   auto sessions = dbus.list_sessions();
   ASSERT_EQ(sessions.size(), 1u) << sessions.dump();
   const std::string session = sessions[0]["session"].get<std::string>();
-  EXPECT_EQ(sessions[0]["blocks"], 2) << sessions[0].dump();
+  // Its two blocks, or those the pressure loop evicted meanwhile (background
+  // KV goes first under memory pressure on a busy machine; the client
+  // learns it from its notice page, bus or no bus).
+  EXPECT_EQ(sessions[0]["blocks"].get<uint32_t>() + sessions[0]["evicted_blocks"].get<uint64_t>(), 2u)
+      << sessions[0].dump();
   EXPECT_EQ(sessions[0]["owner"].get<std::string>().rfind("pid " + std::to_string(kv.pid()) + " (", 0), 0u)
       << sessions[0].dump();
   // Kept for its process, which no new connection is.
