@@ -68,10 +68,13 @@ class BusLoss : public ::testing::Test {
   // A paced warm-up (1 MiB/s; a client's faults are not paced) so a load
   // lasts tens of seconds however slowly processes start (sanitizers), and
   // a metrics file written every 100 ms: the one place that speaks while
-  // the bus is away. Pinned: nothing evicts the model under the test.
+  // the bus is away. Pinned: nothing evicts the model under the test; and
+  // the pool is not given back to the kernel under memory pressure (a busy
+  // machine has real PSI events), so the KV client always finds room.
   [[nodiscard]] std::string config(const std::string& extra = "") const {
     return "[pool]\nsize = \"64M\"\ngrow_nr_hugepages = false\n"
            "[models]\nqueue_depth = 1\nwarmup_rate = \"1M\"\npinned = [\"busloss\"]\n"
+           "[pressure]\nresize_pool = false\n"
            "[daemon]\nmetrics_file = \"" +
            metrics_path() + "\"\nmetrics_interval = \"100ms\"\n" + extra;
   }
