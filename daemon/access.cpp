@@ -75,6 +75,15 @@ void FdQuota::returned(const dbus::Caller& caller, uint32_t n) {
   c.second -= std::min(c.second, n);
 }
 
+bool FdQuota::rename_caller(const std::string& from, const std::string& to) {
+  auto n = by_caller_.extract(from);
+  if (!n) return false;
+  const bool holds = n.mapped().second > 0;
+  n.key() = to;
+  by_caller_.insert(std::move(n));
+  return holds;
+}
+
 void FdQuota::caller_left(const std::string& name) {
   auto it = by_caller_.find(name);
   if (it == by_caller_.end()) return;

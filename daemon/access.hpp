@@ -52,6 +52,9 @@ class FdQuota {
   void returned(const dbus::Caller& caller, uint32_t n);
   // `name` left the bus: what it held is no longer counted.
   void caller_left(const std::string& name);
+  // What `from` holds is counted under `to` from now on (its bus is gone,
+  // its process lives). True if it holds any.
+  bool rename_caller(const std::string& from, const std::string& to);
 
  private:
   [[nodiscard]] uint32_t held_by_uid(uid_t uid);

@@ -209,6 +209,21 @@ dbus::Dict to_dict(const PressureStatus& p) {
   return d;
 }
 
+dbus::Dict to_dict(const BusStatus& b) {
+  dbus::Dict d;
+  d["address"] = v(b.address);
+  d["state"] = v(b.state);
+  d["unique_name"] = v(b.unique_name);
+  d["state_for_ms"] = v(b.state_for_ms);
+  d["losses"] = v(b.losses);
+  d["failed_attempts"] = v(b.failed_attempts);
+  d["last_loss"] = v(b.last_loss);
+  d["last_error"] = v(b.last_error);
+  d["last_offline_ms"] = v(b.last_offline_ms);
+  d["lost_owners"] = v(b.lost_owners);
+  return d;
+}
+
 dbus::Dict to_dict(const StatusSnapshot& s) {
   dbus::Dict d;
   d["version"] = v(s.version);
@@ -228,6 +243,7 @@ dbus::Dict to_dict(const StatusSnapshot& s) {
   for (const auto& m : s.models) models.push_back(to_dict(m));
   d["models"] = v(models);
   d["keep_alive_s"] = v(s.keep_alive_s);
+  d["bus"] = v(to_dict(s.bus));
   if (s.kv) d["kv"] = v(to_dict(*s.kv));
   if (s.pressure) d["pressure"] = v(to_dict(*s.pressure));
   return d;

@@ -56,10 +56,16 @@ namespace airs::daemon {
 // {age_ms t, trigger s, kind s, object s, bytes t, reason s}.
 [[nodiscard]] dbus::Dict to_dict(const PressureStatus& p);
 
+// Status "bus": address s, state s ("connected", "waiting", "lost"),
+// unique_name s, state_for_ms t, losses t, failed_attempts t,
+// last_loss s, last_error s, last_offline_ms t, lost_owners u.
+[[nodiscard]] dbus::Dict to_dict(const BusStatus& b);
+
 // GetStatus: version s, profile s, uptime_s t, page_size t, mode s,
 // mode_reason s, advice as, read_error s, capabilities a{sv} (of s),
 // pool a{sv}, mem_available t (when readable), models aa{sv},
-// keep_alive_s t, and with a local pool kv a{sv} and pressure a{sv}.
+// keep_alive_s t, bus a{sv}, and with a local pool kv a{sv} and
+// pressure a{sv}.
 [[nodiscard]] dbus::Dict to_dict(const StatusSnapshot& s);
 
 // ListSessions entry: session o, owner s, uid u, model s, priority s,

@@ -19,8 +19,10 @@ ManagerObject::~ManagerObject() { unregisterAdaptor(); }
 const dbus::Caller& ManagerObject::caller() { return svc_.ids.of(*getObject().getCurrentlyProcessedMessage()); }
 
 dbus::Dict ManagerObject::GetStatus() {
-  (void)caller();
-  return to_dict(svc_.ops.status());
+  return at_bus_edge("GetStatus", [&] {
+    (void)caller();
+    return to_dict(svc_.ops.status());
+  });
 }
 
 void ManagerObject::LoadModel(sdbus::Result<sdbus::ObjectPath>&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) {
@@ -41,57 +43,73 @@ void ManagerObject::LoadModel(sdbus::Result<sdbus::ObjectPath>&& result, sdbus::
         [](std::string path) { return std::tuple{sdbus::ObjectPath(std::move(path))}; });
   } catch (const sdbus::Error& e) {
     result.returnError(e);
+  } catch (const std::exception& e) {
+    result.returnError(edge_error("LoadModel", e));
   }
 }
 
 std::vector<dbus::Dict> ManagerObject::ListModels() {
-  (void)caller();
-  std::vector<dbus::Dict> out;
-  for (const auto& m : svc_.ops.model_statuses()) out.push_back(to_dict(m));
-  return out;
+  return at_bus_edge("ListModels", [&] {
+    (void)caller();
+    std::vector<dbus::Dict> out;
+    for (const auto& m : svc_.ops.model_statuses()) out.push_back(to_dict(m));
+    return out;
+  });
 }
 
 void ManagerObject::Unload(const sdbus::ObjectPath& model, const bool& force) {
-  const auto& c = caller();
-  if (auto a = svc_.access.require_admin(c, "Unload"); !a) dbus::throw_error(a.error());
-  auto r = svc_.ops.unload_model(model, force, fmt::format("uid {} ({})", c.uid, c.name));
-  if (!r) dbus::throw_error(r.error());
+  at_bus_edge("Unload", [&] {
+    const auto& c = caller();
+    if (auto a = svc_.access.require_admin(c, "Unload"); !a) dbus::throw_error(a.error());
+    auto r = svc_.ops.unload_model(model, force, fmt::format("uid {} ({})", c.uid, c.name));
+    if (!r) dbus::throw_error(r.error());
+  });
 }
 
 dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
-  const auto& c = caller();
-  if (auto a = svc_.access.require_admin(c, "Evict"); !a) dbus::throw_error(a.error());
-  auto* p = svc_.pressure;
-  if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
-  auto w = evict_what_from_dict(what);
-  if (!w) dbus::throw_error(w.error());
-  auto r = p->admin_evict(*w, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
-  if (!r) dbus::throw_error(r.error());
-  return to_dict(*r);
+  return at_bus_edge("Evict", [&] {
+    const auto& c = caller();
+    if (auto a = svc_.access.require_admin(c, "Evict"); !a) dbus::throw_error(a.error());
+    auto* p = svc_.pressure;
+    if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
+    auto w = evict_what_from_dict(what);
+    if (!w) dbus::throw_error(w.error());
+    auto r = p->admin_evict(*w, dry_run, fmt::format("uid {} ({})", c.uid, c.name));
+    if (!r) dbus::throw_error(r.error());
+    return to_dict(*r);
+  });
 }
 
 std::tuple<sdbus::ObjectPath, sdbus::UnixFd, sdbus::UnixFd, sdbus::UnixFd, dbus::Dict> ManagerObject::CreateSession(
     const sdbus::ObjectPath& model, const std::string& priority, const dbus::Dict& options) {
-  const auto& c = caller();
-  dbus::check_options(options, {}, "CreateSession");
-  auto s = svc_.ops.create_session(c, model, priority);
-  if (!s) dbus::throw_error(s.error());
-  return {sdbus::ObjectPath(s->path), sdbus::UnixFd(s->arena.release(), sdbus::adopt_fd),
-          sdbus::UnixFd(s->notice.release(), sdbus::adopt_fd), sdbus::UnixFd(s->event.release(), sdbus::adopt_fd),
-          to_dict(s->geometry)};
+  return at_bus_edge("CreateSession", [&] {
+    const auto& c = caller();
+    dbus::check_options(options, {}, "CreateSession");
+    auto s = svc_.ops.create_session(c, model, priority);
+    if (!s) dbus::throw_error(s.error());
+    return std::tuple{sdbus::ObjectPath(s->path), sdbus::UnixFd(s->arena.release(), sdbus::adopt_fd),
+                      sdbus::UnixFd(s->notice.release(), sdbus::adopt_fd),
+                      sdbus::UnixFd(s->event.release(), sdbus::adopt_fd), to_dict(s->geometry)};
+  });
 }
 
 std::vector<dbus::Dict> ManagerObject::ListSessions() {
-  (void)caller();
-  return to_dicts(svc_.ops.list_sessions());
+  return at_bus_edge("ListSessions", [&] {
+    (void)caller();
+    return to_dicts(svc_.ops.list_sessions());
+  });
 }
 
-std::string ManagerObject::Version() { return AIRS_VERSION; }
-std::string ManagerObject::Profile() { return svc_.profile; }
-std::string ManagerObject::Mode() { return svc_.mode; }
+// Properties: the same edge (their getters run inside sd-bus's dispatch too).
+std::string ManagerObject::Version() { return at_bus_edge("Version", [] { return std::string(AIRS_VERSION); }); }
+std::string ManagerObject::Profile() { return at_bus_edge("Profile", [&] { return svc_.profile; }); }
+std::string ManagerObject::Mode() { return at_bus_edge("Mode", [&] { return svc_.mode; }); }
 uint64_t ManagerObject::PoolBytes() { return svc_.pool ? svc_.pool->counts().total_bytes() : 0; }
 uint64_t ManagerObject::PoolFreeBytes() { return svc_.pool ? svc_.pool->counts().free_bytes() : 0; }
 uint64_t ManagerObject::PageSize() { return svc_.page_size; }
-std::string ManagerObject::PressureLevel() { return svc_.pressure ? policy::to_string(svc_.pressure->level()) : "none"; }
+std::string ManagerObject::PressureLevel() {
+  return at_bus_edge("PressureLevel",
+                     [&] { return svc_.pressure ? std::string(policy::to_string(svc_.pressure->level())) : "none"; });
+}
 
 }  // namespace airs::daemon

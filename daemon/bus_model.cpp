@@ -70,9 +70,12 @@ void ModelObject::Open(OpenReply&& result, sdbus::UnixFd gguf_fd, dbus::Dict opt
           dbus::kErrQuotaExceeded, fmt::format("Open on model '{}': {} Opens of this client already wait for it to be "
                                                "resident (at most {} per client, {} in all)",
                                                entry().name, mine, kMaxPendingPerCaller, kMaxPending)));
+    spdlog::debug("Open on model '{}' by {} (uid {}) waits until it is resident", entry().name, c.name, c.uid);
     pending_.push_back(Pending{std::move(result), c.name, take(gguf_fd)});
   } catch (const sdbus::Error& e) {
     result.returnError(e);
+  } catch (const std::exception& e) {
+    result.returnError(edge_error("Open", e));
   }
 }
 
@@ -80,15 +83,24 @@ void ModelObject::complete_pending() {
   auto waiting = std::move(pending_);
   pending_.clear();
   for (auto& p : waiting) {
-    const dbus::Caller* c = svc_.ids.find(p.caller);
-    if (c == nullptr) continue;  // left the bus meanwhile
-    auto r = open_for(*c, p.proof.get(), false, false);
-    if (r) {
-      p.reply.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
-    } else if (r.error().code == EAGAIN) {
-      pending_.push_back(std::move(p));
-    } else {
-      p.reply.returnError(bus_error(r.error()));
+    // Runs on the loop, outside any handler: neither the bus refusing a
+    // reply (a connection going away) nor building it may leave here. What
+    // the caller took goes when it leaves the bus, as for any caller gone
+    // before its reply.
+    try {
+      const dbus::Caller* c = svc_.ids.find(p.caller);
+      if (c == nullptr) continue;  // left the bus meanwhile
+      auto r = open_for(*c, p.proof.get(), false, false);
+      if (!r && r.error().code == EAGAIN) {
+        pending_.push_back(std::move(p));
+        continue;
+      }
+      if (r)
+        p.reply.returnResults(std::get<0>(*r), std::get<1>(*r), std::get<2>(*r), std::get<3>(*r));
+      else
+        p.reply.returnError(bus_error(r.error()));
+    } catch (const std::exception& e) {
+      spdlog::warn("answering a waiting Open on model {} for {}: {}", getObject().getObjectPath(), p.caller, e.what());
     }
   }
 }
@@ -112,66 +124,82 @@ void ModelObject::fail_pending(const std::string& why) {
 std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict> ModelObject::OpenLazy(const sdbus::UnixFd& gguf_fd,
                                                                                     const sdbus::UnixFd& uffd,
                                                                                     const dbus::Dict& options) {
-  const auto& c = caller();
-  dbus::check_options(options, {}, "OpenLazy");
-  auto& m = entry();
-  if (!svc_.access.is_trusted(c))
-    dbus::throw_error(dbus::kErrAccessDenied,
-                      fmt::format("OpenLazy on model '{}': uid {} is not trusted with a writable region (root, "
-                                  "daemon.trusted_group or daemon.admin_group only); use Open, which waits until the "
-                                  "model is resident",
-                                  m.name, c.uid));
-  if (!sys::is_userfaultfd(uffd.get()))
-    dbus::throw_error(dbus::kErrInvalidArgument,
-                      "OpenLazy: the uffd argument is not a userfaultfd; a client that cannot create one uses Open");
-  auto r = open_for(c, gguf_fd.get(), true, false);
-  if (!r) dbus::throw_error(r.error());
-  return std::move(*r);
+  return at_bus_edge("OpenLazy", [&] {
+    const auto& c = caller();
+    dbus::check_options(options, {}, "OpenLazy");
+    auto& m = entry();
+    if (!svc_.access.is_trusted(c))
+      dbus::throw_error(dbus::kErrAccessDenied,
+                        fmt::format("OpenLazy on model '{}': uid {} is not trusted with a writable region (root, "
+                                    "daemon.trusted_group or daemon.admin_group only); use Open, which waits until "
+                                    "the model is resident",
+                                    m.name, c.uid));
+    if (!sys::is_userfaultfd(uffd.get()))
+      dbus::throw_error(dbus::kErrInvalidArgument,
+                        "OpenLazy: the uffd argument is not a userfaultfd; a client that cannot create one uses Open");
+    auto r = open_for(c, gguf_fd.get(), true, false);
+    if (!r) dbus::throw_error(r.error());
+    return std::move(*r);
+  });
 }
 
 void ModelObject::Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uffd, const uint64_t& addr,
                          const uint64_t& length) {
-  const auto& c = caller();
-  auto& m = entry();
-  if (!svc_.access.is_trusted(c))
-    dbus::throw_error(dbus::kErrAccessDenied, fmt::format("Attach on model '{}': uid {} is not trusted", m.name, c.uid));
-  auto s = svc_.models.attach(m, c, take(notify_fd), take(uffd), addr, length);
-  if (!s) dbus::throw_error(s.error());
+  at_bus_edge("Attach", [&] {
+    const auto& c = caller();
+    auto& m = entry();
+    if (!svc_.access.is_trusted(c))
+      dbus::throw_error(dbus::kErrAccessDenied,
+                        fmt::format("Attach on model '{}': uid {} is not trusted", m.name, c.uid));
+    auto s = svc_.models.attach(m, c, take(notify_fd), take(uffd), addr, length);
+    if (!s) dbus::throw_error(s.error());
+  });
 }
 
 void ModelObject::Follow(const sdbus::UnixFd& requests, const sdbus::UnixFd& opened) {
-  const auto& c = caller();
-  auto s = svc_.models.follow(entry(), c, take(requests), take(opened));
-  if (!s) dbus::throw_error(s.error());
+  at_bus_edge("Follow", [&] {
+    const auto& c = caller();
+    auto s = svc_.models.follow(entry(), c, take(requests), take(opened));
+    if (!s) dbus::throw_error(s.error());
+  });
 }
 
 std::map<std::string, sdbus::Variant> ModelObject::Residency() {
-  const auto& c = caller();
-  auto& m = entry();
-  if (!svc_.access.is_admin(c) && !m.readers.contains(c.uid))
-    dbus::throw_error(dbus::kErrAccessDenied,
-                      fmt::format("Residency of model '{}': uid {} has not proven it can read the model's file (LoadModel "
-                                  "or Open with its own fd of it first)",
-                                  m.name, c.uid));
-  auto r = svc_.models.residency(m);
-  if (!r) dbus::throw_error(r.error());
-  return to_dict(*r);
+  return at_bus_edge("Residency", [&] {
+    const auto& c = caller();
+    auto& m = entry();
+    if (!svc_.access.is_admin(c) && !m.readers.contains(c.uid))
+      dbus::throw_error(dbus::kErrAccessDenied,
+                        fmt::format("Residency of model '{}': uid {} has not proven it can read the model's file "
+                                    "(LoadModel or Open with its own fd of it first)",
+                                    m.name, c.uid));
+    auto r = svc_.models.residency(m);
+    if (!r) dbus::throw_error(r.error());
+    return to_dict(*r);
+  });
 }
 
 void ModelObject::Release() {
-  const auto& c = caller();
-  auto s = svc_.models.release(entry(), c.name);
-  if (!s) dbus::throw_error(s.error());
+  at_bus_edge("Release", [&] {
+    const auto& c = caller();
+    auto s = svc_.models.release(entry(), c.name);
+    if (!s) dbus::throw_error(s.error());
+  });
 }
 
-std::string ModelObject::Name() { return entry().name; }
-uint64_t ModelObject::Size() { return entry().file.size; }
+// Properties: the same edge (their getters run inside sd-bus's dispatch too).
+std::string ModelObject::Name() { return at_bus_edge("Name", [&] { return entry().name; }); }
+uint64_t ModelObject::Size() { return at_bus_edge("Size", [&] { return entry().file.size; }); }
 uint64_t ModelObject::ResidentBytes() {
-  auto s = svc_.models.stats(entry());
-  return s ? s->resident_bytes : 0;
+  return at_bus_edge("ResidentBytes", [&] {
+    auto s = svc_.models.stats(entry());
+    return s ? s->resident_bytes : uint64_t{0};
+  });
 }
-std::string ModelObject::State() { return model_state_name(svc_.models.stats(entry())); }
-uint32_t ModelObject::Refcount() { return entry().refcount(); }
-bool ModelObject::Pinned() { return entry().pinned; }
+std::string ModelObject::State() {
+  return at_bus_edge("State", [&] { return model_state_name(svc_.models.stats(entry())); });
+}
+uint32_t ModelObject::Refcount() { return at_bus_edge("Refcount", [&] { return entry().refcount(); }); }
+bool ModelObject::Pinned() { return at_bus_edge("Pinned", [&] { return entry().pinned; }); }
 
 }  // namespace airs::daemon

@@ -34,6 +34,8 @@ void SessionObject::Allocate(sdbus::Result<std::vector<uint32_t>>&& result, uint
         [](std::vector<uint32_t> blocks) { return std::tuple{std::move(blocks)}; });
   } catch (const sdbus::Error& e) {
     result.returnError(e);
+  } catch (const std::exception& e) {
+    result.returnError(edge_error("Allocate", e));
   }
 }
 
@@ -51,50 +53,71 @@ void SessionObject::AllocateAt(sdbus::Result<uint32_t>&& result, uint32_t index)
         [](uint32_t block) { return std::tuple{block}; });
   } catch (const sdbus::Error& e) {
     result.returnError(e);
+  } catch (const std::exception& e) {
+    result.returnError(edge_error("AllocateAt", e));
   }
 }
 
 void SessionObject::Free(const std::vector<uint32_t>& blocks) {
-  if (auto r = svc_.kv.free(mine(), blocks); !r) dbus::throw_error(r.error());
+  at_bus_edge("Free", [&] {
+    if (auto r = svc_.kv.free(mine(), blocks); !r) dbus::throw_error(r.error());
+  });
 }
 
 void SessionObject::Commit(const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& hashes) {
-  if (auto r = svc_.kv.commit(mine(), blocks, hashes); !r) dbus::throw_error(r.error());
+  at_bus_edge("Commit", [&] {
+    if (auto r = svc_.kv.commit(mine(), blocks, hashes); !r) dbus::throw_error(r.error());
+  });
 }
 
 std::vector<uint32_t> SessionObject::MatchPrefix(const std::vector<uint64_t>& hashes) {
-  auto r = svc_.kv.match_prefix(mine(), hashes);
-  if (!r) dbus::throw_error(r.error());
-  return std::move(r).value();
+  return at_bus_edge("MatchPrefix", [&] {
+    auto r = svc_.kv.match_prefix(mine(), hashes);
+    if (!r) dbus::throw_error(r.error());
+    return std::move(r).value();
+  });
 }
 
 uint32_t SessionObject::PrepareWrite(const uint32_t& block) {
-  auto r = svc_.kv.prepare_write(mine(), block);
-  if (!r) dbus::throw_error(r.error());
-  return *r;
+  return at_bus_edge("PrepareWrite", [&] {
+    auto r = svc_.kv.prepare_write(mine(), block);
+    if (!r) dbus::throw_error(r.error());
+    return *r;
+  });
 }
 
 void SessionObject::SetLength(const uint32_t& tokens) {
-  if (auto r = svc_.kv.set_length(mine(), tokens); !r) dbus::throw_error(r.error());
+  at_bus_edge("SetLength", [&] {
+    if (auto r = svc_.kv.set_length(mine(), tokens); !r) dbus::throw_error(r.error());
+  });
 }
 
 void SessionObject::Close() {
   // Deferred: this object is destroyed after the reply.
-  if (auto r = svc_.close(mine()); !r) dbus::throw_error(r.error());
+  at_bus_edge("Close", [&] {
+    if (auto r = svc_.close(mine()); !r) dbus::throw_error(r.error());
+  });
 }
 
-// Properties read the allocator's record of this one session.
+// Properties read the allocator's record of this one session (the same
+// edge: their getters run inside sd-bus's dispatch too).
 std::string SessionObject::Priority() {
-  auto i = svc_.kv.info(path_);
-  return i ? std::string(policy::to_string(i->priority)) : std::string();
+  return at_bus_edge("Priority", [&] {
+    auto i = svc_.kv.info(path_);
+    return i ? std::string(policy::to_string(i->priority)) : std::string();
+  });
 }
 uint32_t SessionObject::Blocks() {
-  auto i = svc_.kv.info(path_);
-  return i ? i->blocks : 0;
+  return at_bus_edge("Blocks", [&] {
+    auto i = svc_.kv.info(path_);
+    return i ? i->blocks : 0U;
+  });
 }
 uint32_t SessionObject::Tokens() {
-  auto i = svc_.kv.info(path_);
-  return i ? i->length : 0;
+  return at_bus_edge("Tokens", [&] {
+    auto i = svc_.kv.info(path_);
+    return i ? i->length : 0U;
+  });
 }
 
 }  // namespace airs::daemon

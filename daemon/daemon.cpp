@@ -65,7 +65,10 @@ Daemon::~Daemon() {
   // Clients outlive us: their mappings keep the pages they map (a clean
   // exit must not hand a resident client zeros; a restart can re-adopt).
   if (pool_) pool_->leave_regions_in_place();
-  // Bus objects first: they refer to the state below.
+  // Bus objects first (the link drops them, then its connection): they
+  // refer to the state below.
+  link_.reset();
+  lost_callers_.reset();
   session_objects_.clear();
   retired_sessions_.clear();
   model_objects_.clear();
@@ -75,10 +78,6 @@ Daemon::~Daemon() {
   models_.reset();
   pager_.reset();
   pool_.reset();
-  if (bus_) {
-    if (loop_ && bus_fd_ >= 0) loop_->remove(bus_fd_);
-    bus_.reset();
-  }
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::create(Options options) {
@@ -255,12 +254,19 @@ Status Daemon::init() {
     });
     if (!hasher) return std::move(hasher).error();
     hasher_ = std::move(hasher).value();
+    // Eviction notices reach the client through its notice page and
+    // eventfd in any case; the signals are for the bus's other listeners.
     kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
                                       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
                                              const std::string& reason) {
-                                        if (auto it = session_objects_.find(s.path); it != session_objects_.end())
-                                          it->second->emitEvicted(blocks, reason);
-                                        if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
+                                        emit("Session.Evicted of " + s.path, [&] {
+                                          if (auto it = session_objects_.find(s.path); it != session_objects_.end())
+                                            it->second->emitEvicted(blocks, reason);
+                                        });
+                                        emit("Manager.Evicted of " + s.path, [&] {
+                                          if (manager_)
+                                            manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
+                                        });
                                       });
     if (!cfg_.daemon.state_dir.empty() && cfg_.kv.spill_limit > 0) {
       // Without the tier the daemon still serves: evicted prefixes are recomputed.
@@ -278,7 +284,9 @@ Status Daemon::init() {
     // --- pressure loop (issue 5) ---
     PressureLoop::Hooks hooks;
     hooks.level_changed = [this](policy::Level level, const PressureChange& details) {
-      if (manager_) manager_->emitPressureChanged(policy::to_string(level), to_dict(details));
+      emit("PressureChanged", [&] {
+        if (manager_) manager_->emitPressureChanged(policy::to_string(level), to_dict(details));
+      });
     };
     auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
     if (!pl) return std::move(pl).error();
@@ -315,12 +323,25 @@ Status Daemon::init() {
     }));
   }
 
-  AIRS_TRY(connect_bus());
-  if (models_) {
-    // Models adopted from the previous daemon get their bus objects now.
-    for (auto* m : models_->all()) add_model_object(*m);
-    preload_models();
-  }
+  // The bus: every model and session gets its object on each connection
+  // (attach_bus), so models adopted above, preloaded below or loaded while
+  // the bus is away are all reachable once it is there.
+  lost_callers_ = std::make_unique<LostCallers>(*loop_, [this](const std::string& key) {
+    caller_gone(key, "exited (its connection had died with a lost bus)");
+  });
+  BusLink::Hooks bh;
+  bh.attach = [this](sdbus::IConnection& bus) { attach_bus(bus); };
+  bh.detach = [this](bool lost) { detach_bus(lost); };
+  bh.fatal = [this](const Error& e) {
+    spdlog::critical("{}", e.message);
+    exit_code_ = 1;
+    loop_->stop();
+  };
+  auto link = BusLink::create(*loop_, bus_address_, std::move(bh));
+  if (!link) return std::move(link).error();
+  link_ = std::move(link).value();
+  AIRS_TRY(link_->start(cfg_.daemon.start_without_bus));
+  if (models_) preload_models();
   return {};
 }
 
@@ -370,11 +391,7 @@ void Daemon::on_model_state(pager::ModelId id, wire::ModelLoadState state) {
                    st->read_mb_per_s, st->direct_io ? " (O_DIRECT)" : "");
     if (it != model_objects_.end()) {
       it->second->complete_pending();
-      try {
-        it->second->emitResident();
-      } catch (const sdbus::Error& e) {
-        spdlog::warn("emitting Resident for '{}': {}", m->name, e.getMessage());
-      }
+      emit("Resident of '" + m->name + "'", [&] { it->second->emitResident(); });
     }
   } else if (state == wire::ModelLoadState::Failed && it != model_objects_.end()) {
     it->second->complete_pending();
@@ -430,14 +447,11 @@ void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::strin
     it->second->fail_pending(fmt::format("model '{}' was unloaded: {}", m.name, reason));
     model_objects_.erase(it);
   }
-  if (manager_) {
-    try {
+  emit("Manager.Evicted of '" + m.name + "'", [&] {
+    if (manager_)
       manager_->emitEvicted(sdbus::ObjectPath(m.object_path), std::vector<uint32_t>{}, m.region_bytes,
                             forced ? "forced unload: " + reason : reason);
-    } catch (const sdbus::Error& e) {
-      spdlog::warn("emitting Evicted for '{}': {}", m.name, e.getMessage());
-    }
-  }
+  });
 }
 
 void Daemon::preload_models() {
@@ -517,9 +531,19 @@ Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, 
 }
 
 void Daemon::add_model_object(const ModelEntry& m) {
+  // Without a bus it gets its object when the bus is there (attach_bus).
+  if (auto* bus = link_ ? link_->connection() : nullptr) add_model_object(m, *bus);
+}
+
+void Daemon::add_model_object(const ModelEntry& m, sdbus::IConnection& bus) {
   if (model_objects_.contains(m.id)) return;
-  model_objects_.emplace(m.id, std::make_unique<ModelObject>(*bus_, ModelServices{ids_, *models_, access_, *fds_, mode_},
-                                                             m.id, m.object_path));
+  try {
+    model_objects_.emplace(m.id, std::make_unique<ModelObject>(
+                                     bus, ModelServices{ids_, *models_, access_, *fds_, mode_}, m.id, m.object_path));
+  } catch (const sdbus::Error& e) {
+    // The model serves its clients anyway; the next connection tries again.
+    link_->call_failed("registering the object of model '" + m.name + "' at " + m.object_path, e);
+  }
 }
 
 Status Daemon::unload_model(const std::string& path, bool force, const std::string& who) {
@@ -553,11 +577,31 @@ Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller
     return std::move(r).error();
   }
   auto& cs = *r;
-  SessionServices services{ids_, *kv_, *drain_waits_, [this](KvSession& s) { return close_session(s); }};
-  session_objects_.emplace(cs.session->path,
-                           std::make_unique<SessionObject>(*bus_, std::move(services), cs.session->path));
+  if (auto st = add_session_object(cs.session->path); !st) {
+    (void)kv_->close(*cs.session);
+    fds_->returned(caller, 3);
+    return std::move(st).error();
+  }
   return NewSession{cs.session->path, std::move(cs.arena_fd), std::move(cs.notice_fd), std::move(cs.event_fd),
                     std::move(cs.geometry)};
+}
+
+void Daemon::make_session_object(const std::string& path, sdbus::IConnection& bus) {
+  if (session_objects_.contains(path)) return;
+  SessionServices services{ids_, *kv_, *drain_waits_, [this](KvSession& s) { return close_session(s); }};
+  session_objects_.emplace(path, std::make_unique<SessionObject>(bus, std::move(services), path));
+}
+
+Status Daemon::add_session_object(const std::string& path) {
+  auto* bus = link_ ? link_->connection() : nullptr;
+  if (bus == nullptr) return make_error(ENOTCONN, "session {}: no bus to put its object on", path);
+  try {
+    make_session_object(path, *bus);
+  } catch (const sdbus::Error& e) {
+    link_->call_failed("registering the object of session " + path, e);
+    return make_error(EIO, "session {}: registering its bus object: {}", path, e.getMessage());
+  }
+  return {};
 }
 
 Status Daemon::close_session(KvSession& s) {
@@ -572,54 +616,96 @@ Status Daemon::close_session(KvSession& s) {
 
 std::vector<SessionStatus> Daemon::list_sessions() const { return kv_ ? kv_->sessions() : std::vector<SessionStatus>{}; }
 
-Status Daemon::connect_bus() {
+template <class F>
+void Daemon::emit(const std::string& what, F&& send) {
+  // No bus: nobody listens (the loss was said once); the clients' notice
+  // pages and eventfds still tell them what they need.
+  if (link_ == nullptr || link_->connection() == nullptr) return;
   try {
-    if (bus_address_ == "system") {
-      bus_ = sdbus::createSystemBusConnection();
-    } else if (bus_address_ == "session") {
-      bus_ = sdbus::createSessionBusConnection();
-    } else {
-      bus_ = sdbus::createSessionBusConnectionWithAddress(bus_address_);
-    }
-    manager_ = std::make_unique<ManagerObject>(
-        *bus_, ManagerServices{*this, ids_, access_, pressure_.get(), drain_waits_.get(), pool_.get(), profile_, mode_, page_size_});
-    bus_->addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
-                   "member='NameOwnerChanged'",
-                   [this](sdbus::Message& m) { on_name_owner_changed(m); },
-                   sdbus::floating_slot);
-    bus_->requestName(dbus::kBusName);
+    send();
   } catch (const sdbus::Error& e) {
-    return make_error(EIO,
-                      "cannot serve {} on the {} bus: {} ({}). Is a D-Bus daemon running, and does its policy let "
-                      "this user own the name (install systemd/org.aios.Airs1.conf)?",
-                      dbus::kBusName, bus_address_, e.getMessage(), e.getName());
+    // A connection going away fails here first; prepare() and dispatch()
+    // notice it and handle the loss.
+    link_->call_failed("emitting " + what, e);
   }
-  auto pd = bus_->getEventLoopPollData();
-  bus_fd_ = pd.fd;
-  AIRS_TRY(loop_->add(bus_fd_, static_cast<uint32_t>(pd.events), [this](uint32_t) { pump_bus(); }));
-  spdlog::info("serving {} on {} as {}", dbus::kBusName, bus_address_, bus_->getUniqueName());
-  return {};
 }
 
-void Daemon::pump_bus() {
-  // Drain everything sd-bus has queued; handlers run here, on the loop thread.
-  try {
-    while (bus_->processPendingRequest()) {
+void Daemon::attach_bus(sdbus::IConnection& bus) {
+  manager_ = std::make_unique<ManagerObject>(
+      bus, ManagerServices{*this, ids_, access_, pressure_.get(), drain_waits_.get(), pool_.get(), profile_, mode_, page_size_});
+  if (models_)
+    for (auto* m : models_->all()) add_model_object(*m, bus);
+  // Sessions kept across a lost bus: their objects again, at the same paths
+  // (only their owners, which no new connection is, may use them).
+  if (kv_)
+    for (const auto& s : kv_->sessions()) make_session_object(s.path, bus);
+  bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
+               "member='NameOwnerChanged'",
+               [this](sdbus::Message& m) { on_name_owner_changed(m); }, sdbus::floating_slot);
+}
+
+void Daemon::detach_bus(bool lost) {
+  // Replies still held refer to the connection: each caller gets its error
+  // now (on a dead bus nobody hears it, and the sending fails quietly).
+  const std::string why = lost ? "airs-memd lost its bus connection" : "airs-memd is leaving the bus";
+  if (drain_waits_) drain_waits_->refuse_bus_calls(why);
+  for (auto& [id, obj] : model_objects_) obj->fail_pending(why);
+  if (lost) keep_for_lost_callers();
+  session_objects_.clear();
+  retired_sessions_.clear();
+  model_objects_.clear();
+  manager_.reset();
+}
+
+void Daemon::keep_for_lost_callers() {
+  const uint64_t loss = link_->status().losses;
+  uint32_t kept = 0;
+  for (const auto& name : ids_.names()) {
+    // Keys of an earlier loss are tracked already.
+    if (name.empty() || name[0] != ':') continue;
+    const dbus::Caller* c = ids_.find(name);
+    const pid_t pid = c != nullptr ? c->pid : 0;
+    const std::string key = LostCallers::key_for(name, pid, loss);
+    bool holds = false;
+    if (kv_ && kv_->rename_caller(name, key)) holds = true;
+    if (models_ && models_->rename_caller(name, key)) holds = true;
+    if (fds_->rename_caller(name, key)) holds = true;
+    ids_.rename(name, key);
+    if (!holds) {
+      caller_gone(key, "held nothing when its connection died with the bus");
+      continue;
     }
-  } catch (const std::exception& e) {
-    spdlog::error("bus: {}", e.what());
+    if (auto st = lost_callers_->track(key, pid); !st) {
+      caller_gone(key, "died with the bus, and so did its process (" + st.error().message + ")");
+      continue;
+    }
+    ++kept;
   }
+  if (kept > 0)
+    spdlog::info("{} client connection(s) of the lost bus keep their KV sessions, model references and mappings "
+                 "until their processes exit",
+                 kept);
 }
 
 void Daemon::on_name_owner_changed(sdbus::Message& sig) {
-  std::string name, old_owner, new_owner;
-  sig >> name >> old_owner >> new_owner;
-  if (!new_owner.empty() || name.empty() || name[0] != ':') return;
-  // A client left the bus (exit or crash): everything it held goes.
+  // A match handler: sdbus-c++ lets its exceptions through sd-bus, so none
+  // may leave here.
+  try {
+    std::string name, old_owner, new_owner;
+    sig >> name >> old_owner >> new_owner;
+    if (!new_owner.empty() || name.empty() || name[0] != ':') return;
+    // A client left the bus (exit or crash): everything it held goes.
+    caller_gone(name, "left the bus");
+  } catch (const std::exception& e) {
+    spdlog::warn("bus: NameOwnerChanged: {}", e.what());
+  }
+}
+
+void Daemon::caller_gone(const std::string& name, const std::string& why) {
   if (kv_) {
     for (auto& path : kv_->drop_caller(name)) {
       session_objects_.erase(path);
-      spdlog::info("session {} released: its client {} left the bus", path, name);
+      spdlog::info("session {} released: its client {} {}", path, name, why);
     }
   }
   if (models_) models_->drop_caller(name);
@@ -641,26 +727,19 @@ void Daemon::on_signal() {
 }
 
 int Daemon::run() {
-  sys::notify("READY=1\nSTATUS=serving " + std::string(dbus::kBusName));
   while (!loop_->stopping()) {
-    // sd-bus may want POLLOUT or have a timeout pending; refresh before waiting.
-    auto pd = bus_->getEventLoopPollData();
-    (void)loop_->modify(bus_fd_, static_cast<uint32_t>(pd.events));
-    int timeout_ms = pd.getPollTimeout();
+    const int timeout_ms = link_->prepare();
     auto r = loop_->run_once(std::chrono::milliseconds(timeout_ms));
     if (!r) {
       spdlog::critical("event loop: {}", r.error().message);
       return 1;
     }
-    pump_bus();
+    link_->dispatch();
   }
+  if (exit_code_ != 0) return exit_code_;
   sys::notify("STOPPING=1");
   if (kv_) (void)kv_->spill_all(std::chrono::steady_clock::now() + cfg_.kv.spill_stop_timeout);
-  try {
-    bus_->releaseName(dbus::kBusName);
-  } catch (const sdbus::Error&) {
-    // The bus may be gone already; nothing to release then.
-  }
+  link_->stop();
   spdlog::info("stopped");
   return 0;
 }
@@ -694,6 +773,8 @@ StatusSnapshot Daemon::status() {
   s.keep_alive_s = static_cast<uint64_t>(cfg_.models.keep_alive.count());
   if (kv_) s.kv = kv_->status();
   if (pressure_) s.pressure = pressure_->status();
+  if (link_) s.bus = link_->status();
+  s.bus.lost_owners = lost_callers_ ? static_cast<uint32_t>(lost_callers_->size()) : 0;
   return s;
 }
 

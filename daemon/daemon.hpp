@@ -1,7 +1,9 @@
 // airs-memd's state and its one event loop. The Daemon owns every subsystem
 // (pool, pager, KV, pressure) and the bus objects that expose them; bus
 // handlers, fault events, io completions, timers and signals all run on the
-// loop thread, so no state here needs a lock.
+// loop thread, so no state here needs a lock. The bus may come and go
+// (BusLink): the bus objects exist only while it is there, everything else
+// lives on.
 #pragma once
 
 #include <chrono>
@@ -14,7 +16,9 @@
 
 #include "config/config.hpp"
 #include "daemon/access.hpp"
+#include "daemon/bus_link.hpp"
 #include "daemon/bus_manager.hpp"
+#include "daemon/lost_callers.hpp"
 #include "daemon/models.hpp"
 #include "daemon/status.hpp"
 #include "pager/pager.hpp"
@@ -45,14 +49,16 @@ struct Options {
 // the model and session objects get the few services they use.
 class Daemon final : public ManagerOps {
  public:
-  // Start-up: probes the machine, builds the pool and connects to the bus.
-  // Errors say what is missing and how to fix it.
+  // Start-up: probes the machine, builds the pool and connects to the bus
+  // (or starts waiting for it: daemon.start_without_bus). Errors say what
+  // is missing and how to fix it.
   static Result<std::unique_ptr<Daemon>> create(Options options);
   ~Daemon() override;
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Runs until SIGTERM/SIGINT. Returns the process exit code.
+  // Runs until SIGTERM/SIGINT (or a bus that refuses the name at start).
+  // Returns the process exit code.
   int run();
 
   // --- ManagerOps: the manager's calls (loop thread) ---
@@ -69,9 +75,21 @@ class Daemon final : public ManagerOps {
  private:
   explicit Daemon(Options options);
   Status init();
-  Status connect_bus();
-  void pump_bus();
+  // BusLink's hooks: the bus objects made on a new connection (manager,
+  // every model's and session's object, the NameOwnerChanged match), and
+  // dropped before it goes; on a lost bus, what its callers held moves to
+  // LostCallers.
+  void attach_bus(sdbus::IConnection& bus);
+  void detach_bus(bool lost);
+  void keep_for_lost_callers();
   void on_name_owner_changed(sdbus::Message& sig);
+  // `name` (a bus unique name or a LostCallers key) is gone (`why`, for the
+  // log): everything it held goes.
+  void caller_gone(const std::string& name, const std::string& why);
+  // Emits a signal at the bus edge: nothing while there is no bus; a
+  // failure is logged naming `what` and never reaches the caller.
+  template <class F>
+  void emit(const std::string& what, F&& send);
   void on_signal();
   void housekeeping();
   void on_model_state(pager::ModelId id, wire::ModelLoadState state);
@@ -80,8 +98,14 @@ class Daemon final : public ManagerOps {
   // One models.preload entry; false while its room is on its way back.
   bool preload(const std::string& path, int gguf_fd);
   [[nodiscard]] ModelStatus model_status(const ModelEntry& m) const;
-  // The bus object of a model just loaded or adopted (once per model).
+  // The bus object of a model just loaded or adopted (once per model and
+  // connection; none while there is no bus).
   void add_model_object(const ModelEntry& m);
+  void add_model_object(const ModelEntry& m, sdbus::IConnection& bus);
+  // A new session's bus object. Errors: no bus, registration refused.
+  Status add_session_object(const std::string& path);
+  // Throws sdbus::Error when the bus refuses the object.
+  void make_session_object(const std::string& path, sdbus::IConnection& bus);
   Status close_session(KvSession& s);
 
   config::Config cfg_;
@@ -94,8 +118,9 @@ class Daemon final : public ManagerOps {
   std::unique_ptr<sys::EventLoop> loop_;
   std::optional<sys::SignalSource> signals_;
   std::optional<sys::PeriodicTimer> watchdog_;
-  std::unique_ptr<sdbus::IConnection> bus_;
-  int bus_fd_ = -1;
+  std::unique_ptr<BusLink> link_;
+  std::unique_ptr<LostCallers> lost_callers_;
+  int exit_code_ = 0;
   dbus::IdentityCache ids_;
   Access access_;
   std::unique_ptr<FdQuota> fds_;

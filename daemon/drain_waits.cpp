@@ -59,6 +59,19 @@ void DrainWaits::refuse_all(const std::string& why) {
   for (auto& p : waiting) p.call.refuse(make_error(ECANCELED, "{}: {}", p.call.what, why));
 }
 
+void DrainWaits::refuse_bus_calls(const std::string& why) {
+  std::vector<Parked> refused;
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (!it->call.caller.empty()) {
+      refused.push_back(std::move(*it));
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& p : refused) p.call.refuse(make_error(ECANCELED, "{}: {}", p.call.what, why));
+}
+
 void DrainWaits::on_timer() {
   const auto now = Clock::now();
   std::vector<Parked> late;

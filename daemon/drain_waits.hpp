@@ -46,6 +46,9 @@ class DrainWaits {
   void caller_left(const std::string& name);
   // Every parked call is refused with `why` (ECANCELED).
   void refuse_all(const std::string& why);
+  // Every parked bus call (not the daemon's own) is refused with `why`
+  // (ECANCELED): the connection they came on is going.
+  void refuse_bus_calls(const std::string& why);
   [[nodiscard]] size_t size() const { return parked_.size(); }
   [[nodiscard]] std::chrono::milliseconds limit() const { return limit_; }
 

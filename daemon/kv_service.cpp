@@ -375,6 +375,16 @@ std::vector<std::string> KvService::drop_caller(const std::string& caller) {
   return closed;
 }
 
+bool KvService::rename_caller(const std::string& from, const std::string& to) {
+  bool any = false;
+  for (auto& [id, s] : sessions_)
+    if (s->owner == from) {
+      s->owner = to;
+      any = true;
+    }
+  return any;
+}
+
 uint32_t KvService::sessions_on(uint64_t model) const {
   uint32_t n = 0;
   for (auto& [id, s] : sessions_)

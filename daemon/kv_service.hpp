@@ -91,6 +91,10 @@ class KvService final : public kv::ChunkOps {
   Status close(KvSession& s);
   // Every session of a connection that left the bus.
   std::vector<std::string> drop_caller(const std::string& caller);
+  // The sessions of `from` belong to `to` from now on (its bus is gone, its
+  // process lives: only `to` may use them, and no bus name is `to`). True
+  // if it has any.
+  bool rename_caller(const std::string& from, const std::string& to);
   // KV sessions open on a model (they use it: it is not idle).
   [[nodiscard]] uint32_t sessions_on(uint64_t model) const;
   // The model is gone: its sessions are closed (their clients are told every

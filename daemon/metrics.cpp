@@ -30,6 +30,14 @@ std::string format_metrics(const StatusSnapshot& s) {
     out += fmt::format("airs_pool_kind_bytes{{kind=\"{}\"}} {}\n", k, v);
   gauge(out, "airs_pool_page_bytes", "Huge page size of the pool", static_cast<double>(pool.page_size));
   gauge(out, "airs_mem_available_bytes", "MemAvailable seen by the daemon", static_cast<double>(s.mem_available.value_or(0)));
+  // Written while the bus is away too: the one place that says so then.
+  gauge(out, "airs_bus_connected", "1 while the daemon owns its name on its bus, 0 while it waits for the bus",
+        s.bus.state == "connected" ? 1.0 : 0.0);
+  out += fmt::format("# HELP airs_bus_losses_total Times the daemon lost its bus connection\n"
+                     "# TYPE airs_bus_losses_total counter\nairs_bus_losses_total {}\n",
+                     s.bus.losses);
+  gauge(out, "airs_bus_lost_owners", "Connections of a lost bus whose holdings are kept while their processes live",
+        static_cast<double>(s.bus.lost_owners));
 
   // Models the pager knows (with stats).
   std::vector<const ModelStatus*> models;

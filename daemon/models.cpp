@@ -394,6 +394,23 @@ void Models::drop_caller(const std::string& caller) {
   }
 }
 
+bool Models::rename_caller(const std::string& from, const std::string& to) {
+  bool any = false;
+  for (auto& [id, m] : models_) {
+    if (auto n = m->refs.extract(from)) {
+      n.key() = to;
+      m->refs.insert(std::move(n));
+      any = true;
+    }
+    if (auto n = m->clients.extract(from)) {
+      n.key() = to;
+      m->clients.insert(std::move(n));
+      any = true;
+    }
+  }
+  return any;
+}
+
 Status Models::unload(ModelEntry& m, bool force, bool in_use, const std::string& reason) {
   if (!force) {
     if (m.pinned) return make_error(EBUSY, "model '{}' is pinned in the configuration (models.pinned)", m.name);

@@ -166,6 +166,9 @@ class Models {
   Status release(ModelEntry& m, const std::string& caller);
   // Everything `caller` held (it left the bus).
   void drop_caller(const std::string& caller);
+  // What `from` holds (references, attached mappings) is held by `to` from
+  // now on (its bus is gone, its process lives). True if it holds any.
+  bool rename_caller(const std::string& from, const std::string& to);
 
   // Drops the model: the entry is destroyed (`m` dangles after) and its
   // region truncated (every mapping SIGBUS on next access) at once; the

@@ -174,6 +174,23 @@ struct EvictWhat {
   std::optional<uint64_t> bytes;       // 0 if of another type (refused, as 0 is)
 };
 
+// The daemon's connection to its bus, which it keeps across the bus going
+// away (daemon/bus_link.hpp).
+struct BusStatus {
+  std::string address;            // as configured: "system", "session" or a D-Bus address
+  std::string state;              // "connected"; "waiting": not connected yet since start; "lost"
+  std::string unique_name;        // while connected
+  uint64_t state_for_ms = 0;      // since the state last changed
+  uint64_t losses = 0;            // connections lost since start
+  uint64_t failed_attempts = 0;   // attempts that failed since the last connection
+  std::string last_loss;          // why the connection was last lost; empty: never
+  std::string last_error;         // why the last attempt to connect failed; empty: none
+  uint64_t last_offline_ms = 0;   // how long the last loss lasted, once reconnected (0: none yet)
+  // Connections of a lost bus whose sessions and model references are kept
+  // while their processes live (their unique names died with that bus).
+  uint32_t lost_owners = 0;
+};
+
 // GetStatus; the metrics file is made from the same snapshot.
 struct StatusSnapshot {
   std::string version;
@@ -191,6 +208,7 @@ struct StatusSnapshot {
   uint64_t keep_alive_s = 0;
   std::optional<KvStatus> kv;               // none without a local pool
   std::optional<PressureStatus> pressure;   // none without a local pool
+  BusStatus bus;
 };
 
 }  // namespace airs::daemon

@@ -11,6 +11,8 @@
 #     policy (AccessDenied) for a non-member; admin methods are root's only;
 #   - a client loads a model lazily and opens a KV session (when the client
 #     tools exist; otherwise reported as not yet available, never faked);
+#   - `systemctl restart dbus` while a client is mid-load: the daemon lives
+#     on, the client's bytes are right, the daemon is back on the new bus;
 #   - `systemctl stop` is clean; `systemctl kill -s KILL` gets it restarted
 #     (Restart=on-failure) and clients reconnect; a hung daemon (SIGSTOP) is
 #     restarted by the watchdog;
@@ -325,6 +327,77 @@ else
   grep -q "$dropin" <<<"$(svc DropInPaths)" && fail "generator: $dropin written on a kernel without transparent huge pages" \
     || pass "generator: no huge-folio tmpfs on a kernel without transparent huge pages"
 fi
+
+# ---- the system bus restarted under the daemon ----------------------------------
+# `systemctl restart dbus` (what a dbus upgrade does) while a client is
+# mid-load: the daemon keeps serving the client's faults without the bus
+# (same process, no restart, no core dump), takes its name again on the new
+# bus, and the client reads the file's bytes. The fill is paced (a drop-in,
+# warmup_rate 1 MiB/s: 16 s for the model) so the load is under way when the
+# bus goes; the client maps the model lazily and waits (airs-demo --wait-go)
+# until the bus was restarted, then reads every tensor.
+ct sh -c "printf '[models]\nwarmup_rate = \"1M\"\n' >/etc/airs/airs-memd.conf.d/70-e2e-paced.conf"
+ct airs-mkmodel --out /var/tmp/e2e-paced.gguf --size 16M --seed 8 >/dev/null 2>&1 && ct chmod 0644 /var/tmp/e2e-paced.gguf || true
+if ct systemctl restart airs-memd.service; then
+  inv=$(svc InvocationID); pid=$(svc MainPID); restarts=$(svc NRestarts)
+  ct rm -f /run/e2e-go /run/e2e-demo.out /run/e2e-demo.rc
+  ct mkfifo /run/e2e-go
+  # The shell holds the fifo open read-write: neither side blocks in open().
+  ct sh -c 'exec 3<>/run/e2e-go; airs-demo --bus system --wait-go --no-session /var/tmp/e2e-paced.gguf <&3 \
+            >/run/e2e-demo.out 2>&1; echo $? >/run/e2e-demo.rc' &
+  demo_job=$!
+  for _ in $(seq 300); do ct grep -q 'waiting for a line' /run/e2e-demo.out 2>/dev/null && break; sleep 0.1; done
+  loading=$(as_user airs-member airsctl --json status 2>/dev/null |
+    python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["models"] if m["state"] == "loading"))' 2>/dev/null || true)
+  if [[ $loading == 1 ]] && ct grep -q 'loading in the background' /run/e2e-demo.out; then
+    ct systemctl restart dbus.service
+    ct sh -c 'echo go >/run/e2e-go'
+    for _ in $(seq 600); do ct test -s /run/e2e-demo.rc && break; sleep 0.1; done
+    wait "$demo_job" 2>/dev/null || true
+    journal_inv=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null || true)
+    out=$(ct cat /run/e2e-demo.out 2>/dev/null || true)
+    if [[ $(ct cat /run/e2e-demo.rc 2>/dev/null) == 0 ]] && grep -q 'match the file byte for byte.*served by airs-memd' <<<"$out"; then
+      pass "dbus restarted mid-load: the client read every byte, served by airs-memd ($(grep -o '[0-9.]* MiB' <<<"$out" | head -1))"
+    else
+      fail "dbus restarted mid-load: the client: rc $(ct cat /run/e2e-demo.rc 2>/dev/null || echo none): $out"
+    fi
+    if [[ $(svc MainPID) == "$pid" && $(svc NRestarts) == "$restarts" && $(svc ActiveState) == active ]] \
+        && ! grep -qiE 'dumped core|terminate called' <<<"$journal_inv$(ct journalctl --no-pager -o cat -u airs-memd.service 2>/dev/null | tail -50)"; then
+      pass "dbus restarted: airs-memd lived on (same MainPID $pid, no restart, no core dump)"
+    else
+      fail "dbus restarted: MainPID $pid -> $(svc MainPID), NRestarts $restarts -> $(svc NRestarts), $(svc ActiveState)"
+    fi
+    reconnected=0
+    for _ in $(seq 150); do
+      ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null | grep -q 'serving org.aios.Airs1 on system as .* again' \
+        && { reconnected=1; break; }
+      sleep 0.1
+    done
+    journal_inv=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null || true)
+    # The daemon's own measure: from the loss to the name owned again.
+    offline=$(grep -o 'again, after [0-9]* ms without the bus ([0-9]* attempt(s))' <<<"$journal_inv" | head -1 || true)
+    if ((reconnected)) && [[ $(grep -c 'lost the bus at system' <<<"$journal_inv") == 1 ]] \
+        && [[ $(svc StatusText) == "serving org.aios.Airs1 on system (reconnected after losing the bus 1 time(s))" ]]; then
+      pass "dbus restarted: the loss logged once, the name taken again on the new bus ${offline#again, } (STATUS=$(svc StatusText))"
+    else
+      fail "dbus restarted: not back on the bus (STATUS=$(svc StatusText)): $(grep -iE 'bus' <<<"$journal_inv" | tail -5 | tr '\n' ' ')"
+    fi
+    if out=$(as_user airs-member airsctl status 2>&1) && out2=$(ct airs-demo --bus system /var/tmp/e2e.gguf 2>&1); then
+      pass "after the dbus restart: airsctl status as a member, and a new client with a KV session (airs-demo)"
+    else
+      fail "after the dbus restart: $out ${out2:-}"
+    fi
+  else
+    fail "dbus restart test: the client was not mid-load (models loading: '${loading}'; $(ct cat /run/e2e-demo.out 2>/dev/null))"
+    ct sh -c 'echo go >/run/e2e-go' || true
+    wait "$demo_job" 2>/dev/null || true
+  fi
+else
+  fail "restart with a paced warm-up failed"; ct journalctl -u airs-memd --no-pager | tail -20
+fi
+ct rm -f /etc/airs/airs-memd.conf.d/70-e2e-paced.conf /run/e2e-go
+ct systemctl restart airs-memd.service || fail "restart without the paced warm-up failed"
+ct systemctl reset-failed airs-memd.service
 
 # ---- stop, kill, watchdog --------------------------------------------------------
 t_stop=$(date +%s.%N)

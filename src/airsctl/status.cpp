@@ -28,6 +28,15 @@ void print_human(const dbus::Dict& s) {
                                 : "no UFFDIO_POISON (Linux < 6.6): the client process gets SIGBUS through its pidfd");
   if (auto adv = dbus::get<std::vector<std::string>>(s, "advice"))
     for (auto& a : *adv) fmt::print("  to enable more: {}\n", a);
+  // Said only once the bus was lost (this call reached the daemon: it is
+  // on its bus now).
+  if (auto bus = dbus::get<dbus::Dict>(s, "bus"); bus && val<uint64_t>(*bus, "losses") > 0) {
+    fmt::print("  bus: lost {} time(s), the last for {} ms ({})\n", val<uint64_t>(*bus, "losses"),
+               val<uint64_t>(*bus, "last_offline_ms"), val<std::string>(*bus, "last_loss"));
+    if (const auto kept = val<uint32_t>(*bus, "lost_owners"); kept > 0)
+      fmt::print("  bus: {} connection(s) of a lost bus keep their sessions and models until their processes exit\n",
+                 kept);
+  }
   auto pool = val<dbus::Dict>(s, "pool");
   const uint64_t page = val<uint64_t>(s, "page_size");
   fmt::print("\nPOOL  {} pages of {}  ({})\n", val<uint64_t>(pool, "total_pages"), bytes(page),

@@ -2,6 +2,10 @@
 // libairs — open a model lazily through airs-memd, walk it layer by layer
 // (comparing every tensor's bytes with the file), then open a KV session,
 // allocate blocks, write and read them back.
+// --wait-go stops after the model is mapped (before any byte is read) until
+// a line arrives on stdin, so a test can act while the load is under way
+// (e.g. restart the bus); --no-session leaves out the KV part (it needs the
+// bus connection the demo opened with).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -23,12 +27,16 @@ int main(int argc, char** argv) {
   std::string bus = "system";
   std::string path;
   int hold_s = 0;
+  bool wait_go = false;
+  bool session_too = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--bus" && i + 1 < argc) bus = argv[++i];
     else if (a == "--hold" && i + 1 < argc) hold_s = std::atoi(argv[++i]);
+    else if (a == "--wait-go") wait_go = true;
+    else if (a == "--no-session") session_too = false;
     else if (a == "-h" || a == "--help") {
-      std::puts("usage: airs-demo MODEL.gguf [--bus system|session|ADDRESS] [--hold SECONDS]");
+      std::puts("usage: airs-demo MODEL.gguf [--bus system|session|ADDRESS] [--hold SECONDS] [--wait-go] [--no-session]");
       return 0;
     } else path = a;
   }
@@ -48,6 +56,14 @@ int main(int argc, char** argv) {
     auto t1 = std::chrono::steady_clock::now();
     std::printf("demo: model mapped lazily in %.1f ms (%s)\n", std::chrono::duration<double, std::milli>(t1 - t0).count(),
                 model.resident() ? "already resident" : "loading in the background");
+    if (wait_go) {
+      std::puts("demo: waiting for a line on stdin before reading");
+      char line[64];
+      if (std::fgets(line, sizeof line, stdin) == nullptr) {
+        std::fputs("demo: stdin closed before the go line\n", stderr);
+        return 1;
+      }
+    }
     // Walk the tensors in load order like a forward pass, checking bytes.
     std::vector<std::byte> want;
     uint64_t checked = 0;
@@ -62,9 +78,12 @@ int main(int argc, char** argv) {
       checked += t.nbytes;
     }
     auto t2 = std::chrono::steady_clock::now();
-    std::printf("demo: %zu tensors (%.1f MiB) read through the pool match the file byte for byte (%.1f ms)\n",
+    std::printf("demo: %zu tensors (%.1f MiB) read through the pool match the file byte for byte (%.1f ms, %s)\n",
                 file->tensors.size(), static_cast<double>(checked) / 1048576.0,
-                std::chrono::duration<double, std::milli>(t2 - t1).count());
+                std::chrono::duration<double, std::milli>(t2 - t1).count(),
+                airs_model_in_fallback(model.get()) != 0 ? "read from the file by this process: airs-memd was gone"
+                                                         : "served by airs-memd");
+    if (!session_too) return 0;
 
     airs::Session session(client, model, AIRS_PRIORITY_INTERACTIVE);
     auto g = session.geometry();

@@ -43,6 +43,7 @@ AIRS_CONFIG_WORDS(DirectIo, {DirectIo::Auto, "auto"}, {DirectIo::On, "on"}, {Dir
 AIRS_CONFIG_WORDS(KvType, {KvType::F16, "f16"}, {KvType::Q8_0, "q8_0"})
 AIRS_CONFIG_WORDS(PressureSource, {PressureSource::Auto, "auto"}, {PressureSource::Psi, "psi"},
                   {PressureSource::Poll, "poll"})
+AIRS_CONFIG_WORDS(NoBus, {NoBus::Wait, "wait"}, {NoBus::Fail, "fail"})
 #undef AIRS_CONFIG_WORDS
 
 template <typename E>
@@ -61,6 +62,7 @@ const char* to_string(ModeChoice v) { return word_of(v); }
 const char* to_string(DirectIo v) { return word_of(v); }
 const char* to_string(KvType v) { return word_of(v); }
 const char* to_string(PressureSource v) { return word_of(v); }
+const char* to_string(NoBus v) { return word_of(v); }
 
 template <typename E>
 std::optional<E> parse_enum(std::string_view word) {
@@ -86,6 +88,7 @@ AIRS_CONFIG_INSTANTIATE(ModeChoice)
 AIRS_CONFIG_INSTANTIATE(DirectIo)
 AIRS_CONFIG_INSTANTIATE(KvType)
 AIRS_CONFIG_INSTANTIATE(PressureSource)
+AIRS_CONFIG_INSTANTIATE(NoBus)
 #undef AIRS_CONFIG_INSTANTIATE
 
 uint64_t PoolShare::resolve(uint64_t pool_bytes) const {
@@ -311,6 +314,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
   {
     Section s(root["daemon"].as_table(), "daemon", origin);
     AIRS_TRY(s.get("bus", c.daemon.bus));
+    AIRS_TRY(s.get("start_without_bus", c.daemon.start_without_bus));
     AIRS_TRY(s.get("log_level", c.daemon.log_level));
     AIRS_TRY(s.get("metrics_file", c.daemon.metrics_file));
     AIRS_TRY(s.get_duration("metrics_interval", c.daemon.metrics_interval));
@@ -582,9 +586,9 @@ std::string to_toml(const Config& c) {
   };
   std::string out;
   out += fmt::format(
-      "[daemon]\nbus = \"{}\"\nlog_level = \"{}\"\nmetrics_file = \"{}\"\nmetrics_interval = {}\nadmin_group = \"{}\"\n"
+      "[daemon]\nbus = \"{}\"\nstart_without_bus = \"{}\"\nlog_level = \"{}\"\nmetrics_file = \"{}\"\nmetrics_interval = {}\nadmin_group = \"{}\"\n"
       "trusted_group = \"{}\"\nstate_dir = {}\n\n",
-      c.daemon.bus, c.daemon.log_level, c.daemon.metrics_file, us(c.daemon.metrics_interval), c.daemon.admin_group,
+      c.daemon.bus, to_string(c.daemon.start_without_bus), c.daemon.log_level, c.daemon.metrics_file, us(c.daemon.metrics_interval), c.daemon.admin_group,
       c.daemon.trusted_group, quote(c.daemon.state_dir));
   std::string nodes = "[";
   for (size_t i = 0; i < c.pool.numa_nodes.size(); ++i) nodes += fmt::format("{}{}", i ? ", " : "", c.pool.numa_nodes[i]);

@@ -28,6 +28,7 @@ enum class ModeChoice : uint8_t { Auto, Full, SmallPages, Cooperative };  // aut
 enum class DirectIo : uint8_t { Auto, On, Off };                     // auto | on | off
 enum class KvType : uint8_t { F16, Q8_0 };                           // f16 | q8_0
 enum class PressureSource : uint8_t { Auto, Psi, Poll };             // auto | psi | poll
+enum class NoBus : uint8_t { Wait, Fail };                           // wait | fail
 
 [[nodiscard]] const char* to_string(ProfileChoice v);
 [[nodiscard]] const char* to_string(Backend v);
@@ -36,9 +37,10 @@ enum class PressureSource : uint8_t { Auto, Psi, Poll };             // auto | p
 [[nodiscard]] const char* to_string(DirectIo v);
 [[nodiscard]] const char* to_string(KvType v);
 [[nodiscard]] const char* to_string(PressureSource v);
+[[nodiscard]] const char* to_string(NoBus v);
 
 // The word back to the enum (exact spelling, as to_string gives it);
-// nullopt for any other word. Defined for the seven enums above.
+// nullopt for any other word. Defined for the eight enums above.
 template <typename E>
 [[nodiscard]] std::optional<E> parse_enum(std::string_view word);
 // The accepted words of E, comma separated ("auto, hugetlbfs, shmem").
@@ -59,6 +61,9 @@ struct PoolShare {
 
 struct DaemonConfig {
   std::string bus = "system";  // "system", "session", or a D-Bus address ("unix:path=...")
+  // No bus at start: wait for one (reconnecting with backoff, as after
+  // losing it), or fail at once naming the address.
+  NoBus start_without_bus = NoBus::Wait;
   std::string log_level = "info";
   std::string metrics_file;    // Prometheus textfile; empty = off
   std::chrono::milliseconds metrics_interval{5000};

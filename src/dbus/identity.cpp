@@ -26,6 +26,21 @@ const Caller& IdentityCache::of(const sdbus::Message& msg) {
   return cache_.emplace(sender, std::move(c)).first->second;
 }
 
+std::vector<std::string> IdentityCache::names() const {
+  std::vector<std::string> out;
+  out.reserve(cache_.size());
+  for (const auto& [name, c] : cache_) out.push_back(name);
+  return out;
+}
+
+void IdentityCache::rename(const std::string& from, const std::string& to) {
+  auto n = cache_.extract(from);
+  if (!n) return;
+  n.key() = to;
+  n.mapped().name = to;
+  cache_.insert(std::move(n));
+}
+
 void throw_error(const char* name, const std::string& message) { throw sdbus::Error(name, message); }
 
 void throw_error(const Error& e) {

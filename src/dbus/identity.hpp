@@ -38,6 +38,11 @@ class IdentityCache {
   }
   // Drops a unique name (call on NameOwnerChanged to "").
   void forget(const std::string& unique_name) { cache_.erase(unique_name); }
+  // Every cached unique name (the bus is gone: each is renamed or forgotten).
+  [[nodiscard]] std::vector<std::string> names() const;
+  // The entry of `from` is kept under `to` (Caller::name becomes `to`); a
+  // no-op for an unknown `from`.
+  void rename(const std::string& from, const std::string& to);
   [[nodiscard]] size_t size() const { return cache_.size(); }
 
  private:

@@ -189,14 +189,19 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::mil
   return r;
 }
 
-PrivateBus::PrivateBus() {
+PrivateBus::PrivateBus() : PrivateBus(std::string()) {}
+
+PrivateBus::PrivateBus(const std::string& socket_path) {
+  std::vector<std::string> argv = {"/usr/bin/dbus-daemon",
+                                   "--config-file=" + source_dir() + "/tests/support/test-bus.conf",
+                                   "--print-address=3", "--nofork", "--nopidfile"};
+  if (!socket_path.empty()) argv.push_back("--address=unix:path=" + socket_path);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
   pid_ = ::fork();
   if (pid_ == 0) {
     ::dup2(p[1], 3);  // dup2 clears CLOEXEC on the new fd
-    exec_argv({"/usr/bin/dbus-daemon", "--config-file=" + source_dir() + "/tests/support/test-bus.conf",
-               "--print-address=3", "--nofork", "--nopidfile"});
+    exec_argv(argv);
   }
   ::close(p[1]);
   std::string addr;
@@ -221,7 +226,7 @@ PrivateBus::~PrivateBus() {
 }
 
 DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& config_toml,
-                             std::vector<std::string> extra_args) {
+                             std::vector<std::string> extra_args, const std::string& ready_line) {
   char tmpl[] = "/tmp/airs-test-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
@@ -239,7 +244,7 @@ DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& 
     ::dup2(fd, 1);
     exec_argv(argv);
   }
-  // Ready when it logs that it serves the name; gone if it exited.
+  // Ready when it logs `ready_line` (that it serves the name); gone if it exited.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     int st = 0;
@@ -247,7 +252,7 @@ DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& 
       pid_ = -1;
       return;
     }
-    if (log().find("serving org.aios.Airs1") != std::string::npos) {
+    if (log().find(ready_line) != std::string::npos) {
       started_ = true;
       return;
     }

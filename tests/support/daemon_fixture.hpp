@@ -25,7 +25,10 @@ ProcessResult run_process(const std::vector<std::string>& argv,
 class PrivateBus {
  public:
   PrivateBus();  // starts dbus-daemon; aborts the test on failure
-  ~PrivateBus();
+  // Listens on the unix socket `socket_path` (a bus started again at the
+  // same path is "the same address" to clients).
+  explicit PrivateBus(const std::string& socket_path);
+  ~PrivateBus();  // SIGTERM, and waits until it exited
   PrivateBus(const PrivateBus&) = delete;
   PrivateBus& operator=(const PrivateBus&) = delete;
   [[nodiscard]] const std::string& address() const { return address_; }
@@ -38,10 +41,11 @@ class PrivateBus {
 class DaemonProcess {
  public:
   // Writes `config_toml` to a temp file and starts airs-memd on `bus`.
-  // Waits until it owns its name (or exited: then started() is false and
-  // log() says why).
+  // Waits until its log says `ready_line` (by default: it owns its name),
+  // or it exited: then started() is false and log() says why.
   DaemonProcess(const std::string& bus_address, const std::string& config_toml,
-                std::vector<std::string> extra_args = {});
+                std::vector<std::string> extra_args = {},
+                const std::string& ready_line = "serving org.aios.Airs1");
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;

@@ -110,6 +110,8 @@ StatusSnapshot full_snapshot() {
   pr.counters.reserve_bytes = 77;
   pr.last_evictions.push_back({10, "pressure full", "model", "/org/aios/Airs1/model/2", 2 << 20, "unused"});
   s.pressure = pr;
+  s.bus = BusStatus{"unix:path=/run/test-bus", "lost", "", 1500, 2, 3, "processing bus requests: reset",
+                    "cannot connect: No such file or directory", 800, 1};
   return s;
 }
 
@@ -119,8 +121,17 @@ TEST(BusDicts, StatusHasEveryKeyWithItsSignature) {
                                        {"page_size", "t"},    {"mode", "s"},         {"mode_reason", "s"},
                                        {"advice", "as"},      {"read_error", "s"},   {"capabilities", "a{sv}"},
                                        {"pool", "a{sv}"},     {"mem_available", "t"}, {"models", "aa{sv}"},
-                                       {"keep_alive_s", "t"}, {"kv", "a{sv}"},       {"pressure", "a{sv}"}}));
+                                       {"keep_alive_s", "t"}, {"kv", "a{sv}"},       {"pressure", "a{sv}"},
+                                       {"bus", "a{sv}"}}));
   EXPECT_EQ(signatures(sub(d, "capabilities")), (Signatures{{"psi", "s"}, {"uffd", "s"}}));
+  EXPECT_EQ(signatures(sub(d, "bus")),
+            (Signatures{{"address", "s"}, {"state", "s"}, {"unique_name", "s"}, {"state_for_ms", "t"},
+                        {"losses", "t"}, {"failed_attempts", "t"}, {"last_loss", "s"}, {"last_error", "s"},
+                        {"last_offline_ms", "t"},
+                        {"lost_owners", "u"}}));
+  EXPECT_EQ(sub(d, "bus").at("state").get<std::string>(), "lost");
+  EXPECT_EQ(sub(d, "bus").at("losses").get<uint64_t>(), 2u);
+  EXPECT_EQ(sub(d, "bus").at("lost_owners").get<uint32_t>(), 1u);
   EXPECT_EQ(sub(d, "capabilities").at("psi").get<std::string>(), "triggers");
   EXPECT_EQ(d.at("mem_available").get<uint64_t>(), 123456u);
   EXPECT_EQ(d.at("keep_alive_s").get<uint64_t>(), 300u);
@@ -309,7 +320,7 @@ TEST(BusDicts, WithoutALocalPoolStatusHasNoKvNorPressure) {
   EXPECT_EQ(signatures(d), (Signatures{{"version", "s"}, {"profile", "s"}, {"uptime_s", "t"}, {"page_size", "t"},
                                        {"mode", "s"}, {"mode_reason", "s"}, {"advice", "as"}, {"read_error", "s"},
                                        {"capabilities", "a{sv}"}, {"pool", "a{sv}"}, {"models", "aa{sv}"},
-                                       {"keep_alive_s", "t"}}));
+                                       {"keep_alive_s", "t"}, {"bus", "a{sv}"}}));
   EXPECT_EQ(signatures(sub(d, "pool")), (Signatures{{"target_bytes", "t"}}));
 }
 

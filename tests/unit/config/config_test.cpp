@@ -18,6 +18,7 @@ TEST(Config, ParsesEverySection) {
   auto c = config::parse(R"(
 [daemon]
 bus = "unix:path=/tmp/x"
+start_without_bus = "fail"
 log_level = "debug"
 [pool]
 size = "512M"
@@ -41,6 +42,7 @@ poll_interval = 250
                          "test.conf");
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->daemon.bus, "unix:path=/tmp/x");
+  EXPECT_EQ(c->daemon.start_without_bus, config::NoBus::Fail);
   EXPECT_EQ(c->pool.size, 512 * kMiB);
   EXPECT_EQ(c->pool.page_size, 2 * kMiB);
   EXPECT_EQ(c->models.prefetch_window, 3u);
@@ -132,6 +134,8 @@ source = "poll"
     EXPECT_STREQ(config::to_string(*config::parse_enum<config::ModeChoice>(w)), w);
   EXPECT_FALSE(config::parse_enum<config::Backend>("Shmem"));
   EXPECT_EQ(config::accepted_words<config::PressureSource>(), "auto, psi, poll");
+  EXPECT_EQ(config::accepted_words<config::NoBus>(), "wait, fail");
+  EXPECT_EQ(config::Config{}.daemon.start_without_bus, config::NoBus::Wait);
 }
 
 TEST(Config, UnknownWordNamesKeyAndAcceptedWords) {
@@ -150,6 +154,10 @@ TEST(Config, UnknownWordNamesKeyAndAcceptedWords) {
            Case{"[kv]\nkv_type = \"q4_0\"\n", "[kv] kv_type: 'q4_0' is not one of: f16, q8_0"},
            Case{"[pressure]\nsource = \"dbus\"\n", "[pressure] source: 'dbus' is not one of: auto, psi, poll"},
            Case{"[pressure]\nsource = 1\n", "[pressure] source: expected a string, one of: auto, psi, poll"},
+           Case{"[daemon]\nstart_without_bus = \"retry\"\n",
+                "[daemon] start_without_bus: 'retry' is not one of: wait, fail"},
+           Case{"[daemon]\nstart_without_bus = false\n",
+                "[daemon] start_without_bus: expected a string, one of: wait, fail"},
        }) {
     auto c = config::parse(text, "x.conf");
     ASSERT_FALSE(c) << text;
@@ -413,6 +421,7 @@ TEST(Config, EffectiveConfigRoundTrips) {
   c.pool.numa_policy = config::NumaPolicy::Interleave;
   c.models.mode = config::ModeChoice::Cooperative;
   c.pressure.source = config::PressureSource::Psi;
+  c.daemon.start_without_bus = config::NoBus::Fail;
   // Finer than a millisecond: printed in µs, not rounded to "150ms" or "0ms".
   c.pressure.some_threshold = std::chrono::microseconds(150500);
   c.pressure.full_threshold = std::chrono::microseconds(150);
