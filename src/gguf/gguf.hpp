@@ -173,6 +173,8 @@ struct File {
   // Index into `tensors`, nullopt if absent. O(1).
   [[nodiscard]] std::optional<uint32_t> find_tensor(std::string_view name) const;
   [[nodiscard]] const MetaValue* find(std::string_view key) const;
+  // The key's value as an unsigned integer; nullopt when absent or not an integer.
+  [[nodiscard]] std::optional<uint64_t> find_uint(std::string_view key) const;
   // End of the last tensor's bytes (data_offset when there are none).
   [[nodiscard]] uint64_t data_end() const noexcept;
 

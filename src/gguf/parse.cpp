@@ -109,6 +109,11 @@ const MetaValue* File::find(std::string_view key) const {
   return it == metadata.end() ? nullptr : &it->second;
 }
 
+std::optional<uint64_t> File::find_uint(std::string_view key) const {
+  const auto* v = find(key);
+  return v ? v->as_uint() : std::nullopt;
+}
+
 uint64_t File::data_end() const noexcept {
   uint64_t end = data_offset;
   for (const auto& t : tensors) end = std::max(end, t.offset + t.nbytes);

@@ -18,11 +18,6 @@ bool rope_style_for(std::string_view a, RopeStyle* out) noexcept {
 
 namespace {
 
-std::optional<uint64_t> meta_uint(const gguf::File& f, const std::string& key) {
-  const auto* v = f.find(key);
-  return v ? v->as_uint() : std::nullopt;
-}
-
 std::optional<float> meta_float(const gguf::File& f, const std::string& key) {
   const auto* v = f.find(key);
   if (!v || v->type == gguf::ValueType::kArray) return std::nullopt;
@@ -123,11 +118,11 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   c.n_head_kv = static_cast<uint32_t>(g.head_count_kv);
   c.head_dim = static_cast<uint32_t>(g.key_length);
   c.context_length = static_cast<uint32_t>(std::min<uint64_t>(g.context_length, uint64_t{1} << 24));
-  const auto ff = meta_uint(f, a + ".feed_forward_length");
+  const auto ff = f.find_uint(a + ".feed_forward_length");
   if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
   AIRS_TRY(check_u32("feed_forward_length", *ff));
   c.n_ff = static_cast<uint32_t>(*ff);
-  c.n_rot = static_cast<uint32_t>(meta_uint(f, a + ".rope.dimension_count").value_or(c.head_dim));
+  c.n_rot = static_cast<uint32_t>(f.find_uint(a + ".rope.dimension_count").value_or(c.head_dim));
   if (c.n_rot == 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
     return make_error(EINVAL, "model: rope.dimension_count {} must be even and at most key_length {}", c.n_rot,
                       c.head_dim);

@@ -25,11 +25,6 @@ Result<std::vector<gguf::Scalar>> array_items(const gguf::File& f, std::span<con
   return gguf::load_array(src, v->array);
 }
 
-std::optional<uint64_t> meta_uint(const gguf::File& f, std::string_view key) {
-  const auto* v = f.find(key);
-  return v ? v->as_uint() : std::nullopt;
-}
-
 bool meta_bool(const gguf::File& f, std::string_view key, bool dflt) {
   const auto* v = f.find(key);
   if (!v) return dflt;
@@ -99,8 +94,8 @@ Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& f, std::span<const std:
     }
   }
   const auto n = t.pieces_.size();
-  t.bos_ = static_cast<int32_t>(meta_uint(f, "tokenizer.ggml.bos_token_id").value_or(1));
-  t.eos_ = static_cast<int32_t>(meta_uint(f, "tokenizer.ggml.eos_token_id").value_or(2));
+  t.bos_ = static_cast<int32_t>(f.find_uint("tokenizer.ggml.bos_token_id").value_or(1));
+  t.eos_ = static_cast<int32_t>(f.find_uint("tokenizer.ggml.eos_token_id").value_or(2));
   if (static_cast<size_t>(t.bos_) >= n || static_cast<size_t>(t.eos_) >= n) {
     return make_error(EINVAL, "tokenizer: bos {} or eos {} is past the vocabulary ({} tokens)", t.bos_, t.eos_, n);
   }
