@@ -124,6 +124,7 @@ dbus::Dict to_dict(const KvStatus& k) {
   d["free_bytes"] = v(t.free_bytes);
   d["waste_bytes"] = v(t.waste_bytes());
   d["shared_blocks"] = v(t.shared_blocks);
+  d["arena_repairs"] = v(k.arena_repairs);
   d["waste_ratio"] = v(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes)
                                          : 0.0);
   dbus::Dict sp;

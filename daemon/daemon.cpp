@@ -356,6 +356,7 @@ void Daemon::write_metrics() {
 void Daemon::housekeeping() {
   // Session objects whose Close() replied are destroyed here, outside the handler.
   retired_sessions_.clear();
+  if (kv_) kv_->restore_arenas();
   if (!models_ || cfg_.models.keep_alive.count() == 0) return;
   // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
   const auto now = Clock::now();
@@ -757,6 +758,8 @@ StatusSnapshot Daemon::status() {
   s.read_error = read_error_;
   s.capabilities = capabilities_;
   s.pool.target_bytes = pool_target_;
+  // What clients added to their arenas is given back before it is counted.
+  if (kv_) kv_->restore_arenas();
   if (pool_) {
     LocalPoolStatus& p = s.pool.local.emplace();
     p.backend = pool_->backend().name();

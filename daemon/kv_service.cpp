@@ -61,7 +61,31 @@ void KvService::release_chunk(kv::ArenaId arena, uint32_t chunk) {
 
 void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) {
   auto& a = arenas_.at(arena);
-  std::memcpy(a.map.bytes() + a.geo.block_offset(dst), a.map.bytes() + a.geo.block_offset(src), a.geo.block_bytes);
+  // The arena's clients can cut its file under this mapping: a checked
+  // copy fails where a memcpy would take the daemon down with SIGBUS.
+  if (auto st = sys::copy_checked(a.map.bytes() + a.geo.block_offset(dst), a.map.bytes() + a.geo.block_offset(src),
+                                  a.geo.block_bytes);
+      !st) {
+    spdlog::warn("KV arena {} (uid {}): copy of block {} to {}: {}", arena, a.uid, src, dst, st.error().message);
+    restore(arena, a);
+  }
+}
+
+void KvService::restore(kv::ArenaId id, Arena& a) {
+  auto r = pool_.restore_kv_region(*a.region);
+  if (!r) {
+    spdlog::error("KV arena {} (uid {}): {}", id, a.uid, r.error().message);
+    return;
+  }
+  if (!r->any(a.region->size())) return;
+  ++arena_repairs_;
+  spdlog::warn("KV arena {} (uid {}) was changed by a client: {} bytes long (the arena is {}), {} in pages the pool "
+               "never gave; put back (that uid's blocks past the cut are zeros now)",
+               id, a.uid, r->found_size, a.region->size(), format_bytes(r->stray_bytes));
+}
+
+void KvService::restore_arenas() {
+  for (auto& [id, a] : arenas_) restore(id, a);
 }
 
 std::optional<SpillKey> KvService::spill_key(Arena& a) {
@@ -357,6 +381,7 @@ Status KvService::close(KvSession& s) {
   AIRS_TRY(alloc_.close(s.id, Clock::now()));
   by_path_.erase(s.path);
   sessions_.erase(s.id);
+  restore_arenas();
   return {};
 }
 
@@ -372,6 +397,7 @@ std::vector<std::string> KvService::drop_caller(const std::string& caller) {
       ++it;
     }
   }
+  if (!closed.empty()) restore_arenas();
   return closed;
 }
 
@@ -468,6 +494,7 @@ KvStatus KvService::status() const {
   KvStatus k;
   k.totals = alloc_.total_stats();
   if (spill_) k.spill = SpillTierStatus{spill_->dir(), spill_->stats()};
+  k.arena_repairs = arena_repairs_;
   return k;
 }
 

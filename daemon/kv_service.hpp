@@ -131,6 +131,13 @@ class KvService final : public kv::ChunkOps {
   // Returns how many blocks were kept.
   uint64_t spill_all(std::chrono::steady_clock::time_point deadline);
 
+  // Puts every arena back as the pool made it (Pool::restore_kv_region):
+  // a client holds its arena O_RDWR and may have resized it or filled its
+  // holes. Runs from housekeeping, before status is taken and when a
+  // session ends, so what a client added is never held for long, and never
+  // uncounted in what status reports.
+  void restore_arenas();
+
   // kv::ChunkOps
   Status commit_chunk(kv::ArenaId arena, uint32_t chunk) override;
   void release_chunk(kv::ArenaId arena, uint32_t chunk) override;
@@ -138,6 +145,8 @@ class KvService final : public kv::ChunkOps {
   bool spill_block(kv::ArenaId arena, kv::BlockId block, uint64_t hash) override;
 
  private:
+  struct Arena;
+  void restore(kv::ArenaId id, Arena& a);
   struct Arena {
     std::unique_ptr<pool::Region> region;
     sys::Mapping map;  // the daemon's view, for COW copies (MAP_NORESERVE: touches only committed chunks)
@@ -170,6 +179,7 @@ class KvService final : public kv::ChunkOps {
   std::map<std::string, kv::SessionId> by_path_;
   // Committed chunk bytes of each uid's arenas, against its pool share.
   std::map<uid_t, uint64_t> committed_by_uid_;
+  uint64_t arena_repairs_ = 0;
   // Set by commit_chunk when a uid's share refused a chunk (the allocator
   // sees only "the pool refused"): allocate() then says so and evicts
   // nothing across the pool for it.

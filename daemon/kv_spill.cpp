@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "sys/proc_handles.hpp"
 #include "util/units.hpp"
 
 namespace airs::daemon {
@@ -276,18 +277,23 @@ SpillStore::Put SpillStore::put(const SpillKey& k, const void* bytes) {
     remove(lru_.begin()->second, "least recently used, over the limit");
   if (stats_.used_bytes + stats_.inflight_bytes + size > limit_) return Put::Busy;  // the rest is in flight
 
-  const uint64_t id = next_id_++;
   Pending p;
   p.key = k;
+  p.buf.resize(size);
+  // The block lives in a file its client can truncate under us: a checked
+  // copy, never a SIGBUS.
+  if (auto st = sys::copy_checked(p.buf.data() + kHeaderBytes, bytes, k.block_bytes); !st) {
+    spdlog::warn("KV spill tier: block not kept: {}", st.error().message);
+    return Put::Refused;
+  }
+  const uint64_t id = next_id_++;
   p.tmp = fmt::format("{}/.{}.{}.tmp", uid_dir(k.uid), k.file_name(), id);
   p.fd.reset(::open(p.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!p.fd) {
     spdlog::warn("KV spill tier: {}: {}", p.tmp, std::strerror(errno));
     return Put::Refused;
   }
-  p.buf.resize(size);
   FileHeader h = header_for(k);
-  std::memcpy(p.buf.data() + kHeaderBytes, bytes, k.block_bytes);
   h.checksum = checksum_of(h, p.buf.data() + kHeaderBytes, k.block_bytes);
   std::memcpy(p.buf.data(), &h, sizeof h);
   // Both slots were checked free above.

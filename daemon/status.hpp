@@ -65,6 +65,7 @@ struct SpillTierStatus {
 struct KvStatus {
   kv::KvStats totals;
   std::optional<SpillTierStatus> spill;  // none: the tier is off
+  uint64_t arena_repairs = 0;  // arenas a client had resized or filled beyond its pages, put back
 };
 
 // One KV session (ListSessions).

@@ -98,6 +98,11 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
                       m.name, key, addr, length, m.region_size, format_bytes(m.mapping_page));
   if (!sys::is_userfaultfd(uffd.get()))
     return make_error(EBADF, "model '{}': client {} sent an fd that is not a userfaultfd", m.name, key);
+  if (sys::uffd_without_api(uffd.get()))
+    return make_error(EINVAL,
+                      "model '{}': client {} sent a userfaultfd that never had its UFFDIO_API handshake; create it "
+                      "with the features OpenLazy named, register the region, then Attach",
+                      m.name, key);
   AIRS_TRY(sys::set_nonblocking(uffd.get()));
   auto pidfd = sys::pidfd_open(pid);
   if (!pidfd)

@@ -397,6 +397,47 @@ Status Pool::alloc_pages(Region& r, PageRange range) {
   return {};
 }
 
+Result<Pool::KvRepair> Pool::restore_kv_region(Region& r) {
+  if (r.kind_ != PageKind::Kv) return make_error(EINVAL, "'{}' is not a KV arena", r.name_);
+  const uint64_t ps = counts_.page_size;
+  const std::string what = "KV arena '" + r.name_ + "'";
+  auto st = sys::stat_of(r.fd(), what);
+  if (!st) return std::move(st).error();
+  KvRepair out;
+  out.found_size = static_cast<uint64_t>(st->st_size);
+  const uint64_t have = static_cast<uint64_t>(st->st_blocks) * 512;
+  const uint64_t held = r.charged_ * ps;
+  out.stray_bytes = have > held ? have - held : 0;
+  if (!out.any(r.size_)) return out;
+  Status first;
+  const auto keep = [&first](Status s) {
+    if (!s && first) first = std::move(s);
+  };
+  // Each run of pages in state `held`, from page `from` on.
+  const auto runs = [&r](uint64_t from, bool held_state, const auto& fn) {
+    for (uint64_t i = from; i < r.pages_;) {
+      if (r.held_[i] != held_state) {
+        ++i;
+        continue;
+      }
+      uint64_t n = 1;
+      while (i + n < r.pages_ && r.held_[i + n] == held_state) ++n;
+      fn(i, n);
+      i += n;
+    }
+  };
+  if (out.found_size != r.size_) {
+    AIRS_TRY(sys::resize_file(r.fd(), r.size_, what));
+    // The pages the pool held past the cut are gone: allocate them again.
+    if (out.found_size < r.size_)
+      runs(out.found_size / ps, true,
+           [&](uint64_t i, uint64_t n) { keep(backend_->populate(r.fd(), i * ps, n * ps, what)); });
+  }
+  runs(0, false, [&](uint64_t i, uint64_t n) { keep(backend_->release(r.fd(), i * ps, n * ps, what)); });
+  if (!first) return std::move(first).error();
+  return out;
+}
+
 Status Pool::free_pages(Region& r, PageRange range) {
   if (r.kind_ != PageKind::Kv || range.first + range.count > r.pages_)
     return make_error(EINVAL, "KV arena '{}': bad page range [{}, +{})", r.name_, range.first, range.count);

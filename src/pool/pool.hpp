@@ -147,6 +147,19 @@ class Pool {
   // outside the file or already in the requested state.
   [[nodiscard]] Status alloc_pages(Region& r, PageRange range);
   [[nodiscard]] Status free_pages(Region& r, PageRange range);
+  // A KV arena goes to its clients O_RDWR (they map it writable), so one
+  // may resize it or fill its holes with pages the pool never gave. This
+  // puts it back as the pool made it: its own size (the pages it held are
+  // allocated again: a client that shrank its arena lost its own uid's KV,
+  // nobody else's) and pages only where the pool allocated them (the rest
+  // punched). Cheap when there is nothing to do: one fstat. Errors: the
+  // resize, punch or allocation that failed (the rest is still done).
+  struct KvRepair {
+    uint64_t found_size = 0;    // the file's size before (the arena's size when untouched)
+    uint64_t stray_bytes = 0;   // pages the file held that the pool never gave
+    [[nodiscard]] bool any(uint64_t size) const { return found_size != size || stray_bytes != 0; }
+  };
+  [[nodiscard]] Result<KvRepair> restore_kv_region(Region& r);
 
   // The kernel's numbers plus the pages our files really hold.
   [[nodiscard]] Result<KernelView> kernel_view();

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -109,6 +110,22 @@ Result<int> poll_fds(pollfd* fds, size_t n, int timeout_ms) {
   const int r = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
   if (r < 0) return make_error(errno, "poll: {}", std::strerror(errno));
   return r;
+}
+
+Status copy_checked(void* dst, const void* src, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    iovec local{static_cast<char*>(dst) + done, n - done};
+    iovec remote{const_cast<char*>(static_cast<const char*>(src)) + done, n - done};
+    const ssize_t r = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return make_error(r < 0 ? errno : EFAULT, "copying {} bytes at {}: {} (the file under the mapping was cut)", n - done,
+                        static_cast<const void*>(static_cast<const char*>(src) + done),
+                        std::strerror(r < 0 ? errno : EFAULT));
+    done += static_cast<size_t>(r);
+  }
+  return {};
 }
 
 Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size) {

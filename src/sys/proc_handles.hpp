@@ -50,6 +50,13 @@ struct MessageRead {
 // have events; EINTR comes back as an error like any other.
 [[nodiscard]] Result<int> poll_fds(pollfd* fds, size_t n, int timeout_ms);
 
+// Copies `n` bytes from `src` to `dst`, both in this process, through the
+// kernel (process_vm_readv on our own pid): a page of either that cannot be
+// had (a shared file that another process truncated under the mapping)
+// comes back as EFAULT instead of SIGBUS. For memory that clients can
+// resize: KV arenas.
+[[nodiscard]] Status copy_checked(void* dst, const void* src, size_t n);
+
 // A memfd (MFD_CLOEXEC|MFD_ALLOW_SEALING) of `size` bytes.
 [[nodiscard]] Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size);
 // Seals against shrink and grow (the size is fixed; writes stay allowed).

@@ -55,6 +55,12 @@ Result<uint64_t> uffd_api(int uffd, uint64_t features) {
   return static_cast<uint64_t>(api.features);
 }
 
+bool uffd_without_api(int fd) {
+  uffdio_api api{};
+  api.api = UFFD_API;
+  return ::ioctl(fd, UFFDIO_API, &api) == 0;
+}
+
 Result<uint64_t> uffd_register(int uffd, uint64_t addr, uint64_t len, uint64_t mode) {
   uffdio_register reg{};
   reg.range.start = addr;

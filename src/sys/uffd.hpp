@@ -120,6 +120,11 @@ enum class PoisonHow { Poisoned, Signalled };
 // True if `fd` is a userfaultfd (its /proc/self/fd link names one). The
 // daemon checks fds clients send before reading from them.
 [[nodiscard]] bool is_userfaultfd(int fd);
+// True when userfaultfd `fd` never had its UFFDIO_API handshake (its reads
+// fail with EINVAL and it polls EPOLLERR for ever). Asks the kernel with a
+// handshake of its own, which fails (EINVAL) on a descriptor that had one;
+// one that had none is left initialised with no features, and is refused.
+[[nodiscard]] bool uffd_without_api(int fd);
 // Sets O_NONBLOCK on the (shared) open file description: a blocking uffd in
 // the daemon's event loop would stall it.
 [[nodiscard]] Status set_nonblocking(int fd);

@@ -1,0 +1,336 @@
+// What a client can do to the descriptors the daemon hands it, and to the
+// files it proves, must never crash the daemon, make it hold memory that
+// status does not count, spin its loop, or serve bytes the file does not
+// have. Every test runs with a watcher on the loop: GetStatus every 100 ms
+// from its own connection, and any answer slower than a second fails.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <sdbus-c++/sdbus-c++.h>
+
+#include "daemon_fixture.hpp"
+#include "gguf/writer.hpp"
+
+using namespace airs::test;
+namespace fs = std::filesystem;
+using Dict = std::map<std::string, sdbus::Variant>;
+
+namespace {
+
+constexpr const char* kManager = "org.aios.Airs1.Manager";
+constexpr const char* kSession = "org.aios.Airs1.Session";
+
+// GetStatus every 100 ms on its own connection while the test runs, and
+// once more when it stops; the slowest answer is kept (a call that fails
+// counts as an hour).
+class LoopWatcher {
+ public:
+  explicit LoopWatcher(const std::string& address) : thread_([this, address] { run(address); }) {}
+  ~LoopWatcher() { stop(); }
+  std::chrono::milliseconds stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+    return std::chrono::milliseconds(slowest_ms_.load());
+  }
+
+ private:
+  void run(const std::string& address) {
+    auto conn = sdbus::createSessionBusConnectionWithAddress(address);
+    auto mgr = sdbus::createProxy(*conn, "org.aios.Airs1", "/org/aios/Airs1");
+    // At least one call, after whatever the test did last.
+    do {
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t ms = 3'600'000;
+      try {
+        Dict st;
+        mgr->callMethod("GetStatus").onInterface(kManager).withTimeout(std::chrono::seconds(5)).storeResultsTo(st);
+        ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+      } catch (const sdbus::Error&) {
+      }
+      if (ms > slowest_ms_) slowest_ms_ = ms;
+      if (!done_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (!done_);
+  }
+  std::atomic<bool> done_{false};
+  std::atomic<int64_t> slowest_ms_{0};
+  std::thread thread_;
+};
+
+// CPU seconds (user + system) process `pid` has used.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = s.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(s.substr(close + 2));
+  std::string field;
+  unsigned long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoul(field);
+    if (i == 15) stime = std::stoul(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+class Holes : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("airs-holes-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    airs::gguf::ModelSpec spec;
+    spec.name = "victim";
+    auto plan = airs::gguf::plan_model(spec);
+    ASSERT_TRUE(plan);
+    model_ = (dir_ / "m.gguf").string();
+    ASSERT_TRUE(airs::gguf::write_model_file(*plan, model_));
+    bus_ = std::make_unique<PrivateBus>();
+    daemon_ = std::make_unique<DaemonProcess>(bus_->address(),
+                                              "[pool]\nsize = \"64M\"\nbackend = \"" + GetParam() + "\"\n");
+    ASSERT_TRUE(daemon_->started()) << daemon_->log();
+    conn_ = sdbus::createSessionBusConnectionWithAddress(bus_->address());
+    mgr_ = sdbus::createProxy(*conn_, "org.aios.Airs1", "/org/aios/Airs1");
+    watcher_ = std::make_unique<LoopWatcher>(bus_->address());
+  }
+  void TearDown() override {
+    if (watcher_) {
+      const auto slowest = watcher_->stop();
+      EXPECT_LT(slowest.count(), 1000) << "GetStatus took " << slowest.count() << " ms while the attack ran";
+    }
+    mgr_.reset();
+    conn_.reset();
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not survive: " << daemon_->log();
+    }
+    daemon_.reset();
+    bus_.reset();
+    fs::remove_all(dir_);
+  }
+  sdbus::ObjectPath load() {
+    sdbus::ObjectPath p;
+    mgr_->callMethod("LoadModel")
+        .onInterface(kManager)
+        .withArguments(sdbus::UnixFd(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+        .storeResultsTo(p);
+    return p;
+  }
+  struct Session {
+    std::unique_ptr<sdbus::IProxy> proxy;
+    sdbus::UnixFd arena;
+    uint64_t arena_bytes = 0;
+    uint64_t chunk_bytes = 0;
+    uint32_t block_bytes = 0;
+    uint32_t tokens_per_block = 0;
+  };
+  Session create(const sdbus::ObjectPath& model) {
+    Session s;
+    sdbus::ObjectPath path;
+    sdbus::UnixFd notice, event;
+    Dict geo;
+    mgr_->callMethod("CreateSession")
+        .onInterface(kManager)
+        .withArguments(model, std::string("interactive"), Dict{})
+        .storeResultsTo(path, s.arena, notice, event, geo);
+    s.arena_bytes = geo.at("arena_bytes").get<uint64_t>();
+    s.chunk_bytes = geo.at("chunk_bytes").get<uint64_t>();
+    s.block_bytes = geo.at("block_bytes").get<uint32_t>();
+    s.tokens_per_block = geo.at("tokens_per_block").get<uint32_t>();
+    s.proxy = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
+    return s;
+  }
+  Dict kv_status() {
+    Dict st;
+    mgr_->callMethod("GetStatus").onInterface(kManager).storeResultsTo(st);
+    return st.at("kv").get<Dict>();
+  }
+  Dict pool_status() {
+    Dict st;
+    mgr_->callMethod("GetStatus").onInterface(kManager).storeResultsTo(st);
+    return st.at("pool").get<Dict>();
+  }
+
+  fs::path dir_;
+  std::string model_;
+  std::unique_ptr<PrivateBus> bus_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<sdbus::IConnection> conn_;
+  std::unique_ptr<sdbus::IProxy> mgr_;
+  std::unique_ptr<LoopWatcher> watcher_;
+};
+
+uint64_t allocated_bytes(int fd) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+}  // namespace
+
+// A client cuts its arena to nothing, then asks for a copy-on-write of a
+// block it shares: the daemon's copy reads the cut file. It must answer,
+// put the arena back to its size, and go on serving.
+TEST_P(Holes, AnArenaCutByItsClientCannotCrashTheDaemon) {
+  const auto model = load();
+  auto a = create(model);
+  std::vector<uint32_t> blocks;
+  a.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}).storeResultsTo(blocks);
+  ASSERT_EQ(blocks.size(), 1u);
+  a.proxy->callMethod("SetLength").onInterface(kSession).withArguments(a.tokens_per_block);
+  a.proxy->callMethod("Commit").onInterface(kSession).withArguments(blocks, std::vector<uint64_t>{42});
+  auto b = create(model);
+  std::vector<uint32_t> shared;
+  b.proxy->callMethod("MatchPrefix").onInterface(kSession).withArguments(std::vector<uint64_t>{42}).storeResultsTo(shared);
+  ASSERT_EQ(shared, blocks);
+
+  ASSERT_EQ(::ftruncate(b.arena.get(), 0), 0);
+  uint32_t written = 0;
+  try {
+    b.proxy->callMethod("PrepareWrite").onInterface(kSession).withArguments(uint32_t{0}).storeResultsTo(written);
+  } catch (const sdbus::Error& e) {
+    ADD_FAILURE() << "PrepareWrite: " << e.getName() << ": " << e.getMessage();
+  }
+  EXPECT_NE(written, blocks[0]) << "a shared block is copied before it is written";
+  const auto kv = kv_status();
+  EXPECT_GE(kv.at("arena_repairs").get<uint64_t>(), 1u);
+  struct stat st {};
+  ASSERT_EQ(::fstat(b.arena.get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), b.arena_bytes) << "the arena is back to its size";
+  // The blocks the pool holds are pages again: writing one from the
+  // mapping works (no SIGBUS in the client either).
+  void* m = ::mmap(nullptr, b.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, b.arena.get(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  static_cast<volatile char*>(m)[0] = 1;
+  ::munmap(m, b.arena_bytes);
+  auto c = create(model);  // the daemon goes on serving sessions
+  EXPECT_NE(c.arena_bytes, 0u);
+}
+
+// A client grows its arena, fills its holes with fallocate and with
+// writes, then leaves. None of that memory stays held, and status never
+// counted less than the file held.
+TEST_P(Holes, WhatAClientAddsToItsArenaIsGivenBack) {
+  const auto model = load();
+  auto s = create(model);
+  std::vector<uint32_t> blocks;
+  s.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}).storeResultsTo(blocks);
+  const uint64_t held = allocated_bytes(s.arena.get());
+  EXPECT_EQ(held, s.chunk_bytes) << "one chunk backs the first block";
+  // Growing: refused or undone; it must not stay.
+  const int grew = ::ftruncate(s.arena.get(), static_cast<off_t>(s.arena_bytes + (uint64_t{1} << 30)));
+  // Filling holes past the committed chunk: fallocate, then plain writes.
+  const uint64_t hole = s.arena_bytes - s.chunk_bytes;
+  EXPECT_EQ(::fallocate(s.arena.get(), 0, static_cast<off_t>(s.chunk_bytes), static_cast<off_t>(hole / 2)), 0)
+      << std::strerror(errno);
+  void* m = ::mmap(nullptr, s.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s.arena.get(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (uint64_t off = s.chunk_bytes + hole / 2; off < s.arena_bytes; off += page) static_cast<volatile char*>(m)[off] = 7;
+  ::munmap(m, s.arena_bytes);
+
+  // Status is taken after the arena is put back (housekeeping may have
+  // done it already): it counts what is held.
+  const auto kv = kv_status();
+  EXPECT_GE(kv.at("arena_repairs").get<uint64_t>(), 1u);
+  EXPECT_EQ(allocated_bytes(s.arena.get()), held) << "only the pool's pages stay in the arena";
+  struct stat st {};
+  ASSERT_EQ(::fstat(s.arena.get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.arena_bytes) << (grew == 0 ? "grown, then put back" : "not grown");
+
+  // Again, and the client leaves (closes its session): given back at once.
+  ASSERT_EQ(::fallocate(s.arena.get(), 0, static_cast<off_t>(s.chunk_bytes), static_cast<off_t>(hole)), 0);
+  s.proxy->callMethod("Close").onInterface(kSession);
+  EXPECT_LE(allocated_bytes(s.arena.get()), held);
+}
+
+// Expects `call` to fail with `name` and a message containing `part`.
+template <typename F>
+void expect_error(F&& call, const std::string& name, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "expected " << name;
+  } catch (const sdbus::Error& e) {
+    EXPECT_EQ(e.getName(), name) << e.getMessage();
+    EXPECT_NE(e.getMessage().find(part), std::string::npos) << e.getMessage();
+  }
+}
+
+// A userfaultfd that never had UFFDIO_API fails every read and polls
+// EPOLLERR for ever: Attach refuses it, and the loop does not spin on it.
+TEST_P(Holes, AttachWithAUserfaultfdThatHadNoHandshakeIsRefused) {
+  const auto path = load();
+  auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
+  sdbus::UnixFd region, status;
+  uint64_t size = 0;
+  Dict info;
+  sdbus::UnixFd proof(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+  sdbus::UnixFd ready(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)), sdbus::adopt_fd);
+  model->callMethod("OpenLazy").onInterface("org.aios.Airs1.Model")
+      .withArguments(proof, ready, Dict{})
+      .storeResultsTo(region, size, status, info);
+  const double cpu0 = cpu_seconds(daemon_->pid());
+  for (int i = 0; i < 20; ++i) {
+    sdbus::UnixFd raw(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)), sdbus::adopt_fd);
+    ASSERT_GE(raw.get(), 0);
+    sdbus::UnixFd notify(::eventfd(0, EFD_CLOEXEC), sdbus::adopt_fd);
+    expect_error([&] {
+      model->callMethod("Attach").onInterface("org.aios.Airs1.Model")
+          .withArguments(notify, raw, uint64_t{0x7f0000000000}, size);
+    }, "org.aios.Airs1.Error.InvalidArgument", "UFFDIO_API");
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // A spinning loop burns most of a core; an idle one a few milliseconds.
+  EXPECT_LT(cpu_seconds(daemon_->pid()) - cpu0, 0.5) << "the daemon's loop spins";
+  EXPECT_LT(daemon_->log().size(), size_t{1} << 20) << "the log floods";
+}
+
+// Follow's request socket must be one end of a connected pair: a socket
+// never connected, or a listening one, reports EPOLLHUP for ever.
+TEST_P(Holes, FollowWithASocketThatIsNotConnectedIsRefused) {
+  const auto path = load();
+  auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
+  sdbus::UnixFd region, status;
+  uint64_t size = 0;
+  Dict info;
+  sdbus::UnixFd proof(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
+  model->callMethod("Open").onInterface("org.aios.Airs1.Model")
+      .withArguments(proof, Dict{{"wait", sdbus::Variant(false)}})
+      .storeResultsTo(region, size, status, info);
+  const int opened = ::memfd_create("opened", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(opened, 0);
+  ASSERT_EQ(::ftruncate(opened, 1 << 20), 0);
+  ASSERT_EQ(::fcntl(opened, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  const int lone = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const int listening = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lone, 0);
+  ASSERT_GE(listening, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_EQ(::bind(listening, reinterpret_cast<sockaddr*>(&addr), sizeof(sa_family_t)), 0);  // autobind
+  ASSERT_EQ(::listen(listening, 1), 0);
+  const double cpu0 = cpu_seconds(daemon_->pid());
+  const auto follow = [&](int requests) {
+    model->callMethod("Follow").onInterface("org.aios.Airs1.Model")
+        .withArguments(sdbus::UnixFd(requests), sdbus::UnixFd(opened));
+  };
+  expect_error([&] { follow(lone); }, "org.aios.Airs1.Error.InvalidArgument", "not connected");
+  expect_error([&] { follow(listening); }, "org.aios.Airs1.Error.InvalidArgument", "listening");
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(cpu_seconds(daemon_->pid()) - cpu0, 0.5) << "the daemon's loop spins";
+  for (int fd : {opened, lone, listening}) ::close(fd);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Holes, ::testing::Values("hugetlbfs", "shmem"),
+                         [](const auto& p) { return p.param; });
