@@ -96,6 +96,16 @@ std::vector<KeptModel> KeptModels::collect() {
       if (*hashed != k.content_id)
         throw std::runtime_error("the region's bytes are not the file's (content " + hashed->hex() + ", file " +
                                  k.content_id.hex() + ")");
+      // Stat cannot prove content: a write through a shared mapping of a
+      // tmpfs file moves neither time. A file that only root can write is
+      // taken on its identity; any other is read and hashed again.
+      if ((st->st_uid != 0 || (st->st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+        auto now = gguf::content_id_of_fd(k.gguf.get(), static_cast<uint64_t>(st->st_size));
+        if (!now) throw std::runtime_error("reading the file: " + now.error().message);
+        if (*now != k.content_id)
+          throw std::runtime_error("the file's bytes changed since its region was filled (uid " +
+                                   std::to_string(st->st_uid) + " can write it; content now " + now->hex() + ")");
+      }
     } catch (const std::exception& e) {
       why = e.what();
     }

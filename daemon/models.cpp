@@ -64,6 +64,14 @@ Charge Models::charged_to(uid_t uid) const {
   return c;
 }
 
+bool Models::may_share(const ModelEntry& m, const sys::FileId& now, uid_t uid) {
+  // The bytes in the pool are the file's as the loader read them. Another
+  // uid may use them only if nobody but root and itself could have
+  // changed the file since: stat cannot tell a rewrite through a shared
+  // mapping from no change at all.
+  return m.owner_uid == uid || !now.writable_by_others_than(uid);
+}
+
 uint64_t Models::share_left(const LoadRequest& req) const {
   if (req.exempt) return UINT64_MAX;
   const uint64_t limit = max_pool_share_.resolve(pool_.counts().total_bytes());
@@ -92,13 +100,21 @@ Status Models::check_quota(const LoadRequest& req, uint64_t region_bytes) const 
 Result<ModelEntry*> Models::load(const LoadRequest& req) {
   auto id = sys::readable_file_identity(req.gguf_fd, "LoadModel: gguf_fd");
   if (!id) return std::move(id).error();
+  bool unshared = false;
   for (auto& [mid, m] : models_) {
-    if (m->file.same_inode(*id) && m->file.size == id->size && m->file.mtime_ns == id->mtime_ns) {
-      m->last_used = Clock::now();
-      m->readers.insert(req.uid);
-      return m.get();
+    if (!m->file.same_version(*id)) continue;
+    if (!may_share(*m, *id, req.uid)) {
+      unshared = true;
+      continue;
     }
+    m->last_used = Clock::now();
+    m->readers.insert(req.uid);
+    return m.get();
   }
+  if (unshared)
+    spdlog::info("LoadModel by uid {}: its file can be changed in place by uid {} or through its write bits ({:o}): "
+                 "uid {} gets a copy it loaded itself (a file only root can write is shared by all)",
+                 req.uid, id->owner, id->mode & 07777, req.uid);
   const uint64_t region = round_up(id->size, pool_.page_size()).value_or(UINT64_MAX);
   // A model bigger than the pool, or than what the caller's share leaves,
   // is streamed: it gets a budget of pool pages and its units move in and
@@ -307,6 +323,14 @@ Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int p
     return make_error(EACCES, "Open on model '{}': the passed fd is not this model's GGUF file; pass an fd of the file "
                               "itself, opened for reading",
                       m.name);
+  if (!id->same_version(m.file))
+    return make_error(ENOENT, "Open on model '{}': the file changed since the model was loaded from it; LoadModel "
+                              "loads the file as it is now",
+                      m.name);
+  if (!may_share(m, *id, caller.uid))
+    return make_error(EACCES, "Open on model '{}': uid {} can change its file in place, so uid {} gets only a copy it "
+                              "loaded itself: LoadModel with the fd loads one",
+                      m.name, id->owner, caller.uid);
   m.readers.insert(caller.uid);  // proven, whether or not the open succeeds now
   auto st = pager_.stats(m.pager_id);
   if (!st) return std::move(st).error();

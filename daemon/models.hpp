@@ -212,6 +212,8 @@ class Models {
   Status check_quota(const LoadRequest& req, uint64_t region_bytes) const;
   // Pool bytes the caller's share still allows (no limit for the exempt).
   [[nodiscard]] uint64_t share_left(const LoadRequest& req) const;
+  // Whether uid `uid` may use the pool's copy `m` of the file now `now`.
+  static bool may_share(const ModelEntry& m, const sys::FileId& now, uid_t uid);
   std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta, const LoadRequest& req);
   void store_order(const ModelEntry& m, const std::vector<uint32_t>& order);
   pool::Pool& pool_;

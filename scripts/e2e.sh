@@ -440,10 +440,41 @@ if as_user airs-member airsctl load --name e2e /var/tmp/e2e.gguf >/dev/null 2>&1
 fi
 [[ -n $kept_id ]] && pass "a resident model's region is kept in the fd store (content id $kept_id)" \
   || fail "the loaded model was never kept: $(ct journalctl -u airs-memd --no-pager -o cat | tail -5)"
+# A model whose file its owner can write: kept too, then changed through a
+# shared mapping of the tmpfs file (neither mtime nor ctime moves). The
+# restarted daemon must not adopt the old bytes: it hashes such a file
+# again, drops the region, and the owner's client reads the file as it is.
+owned=/dev/shm/e2e-owned.gguf
+owned_kept=0
+# (8 MiB: the member's share of the 64 MiB pool holds it beside e2e's 18.)
+if as_user airs-member airs-mkmodel --out "$owned" --size 8M --seed 9 >/dev/null 2>&1 &&
+   as_user airs-member airsctl load --name owned "$owned" >/dev/null 2>&1; then
+  for _ in $(seq 100); do
+    [[ $(ct journalctl -u airs-memd --no-pager -o cat 2>/dev/null | grep -c "region kept by the service manager") -ge 2 ]] &&
+      { owned_kept=1; break; }
+    sleep 0.1
+  done
+fi
+if ((owned_kept)) && as_user airs-member python3 -c '
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR); size = os.fstat(fd).st_size
+m = mmap.mmap(fd, size, mmap.MAP_SHARED); m[size - 4096:size] = bytes(b ^ 0x5a for b in m[size - 4096:size]); m.close()' "$owned"; then
+  pass "an owner-writable model was kept, then changed through a shared mapping (no time moved)"
+else
+  fail "the owner-writable model was not kept or not changed: $(ct journalctl -u airs-memd --no-pager -o cat | tail -3)"
+fi
 pid=$(svc MainPID); restarts=$(svc NRestarts)
 t_k=$(date +%s.%N)
 ct systemctl kill -s KILL airs-memd.service
 if wait_restarted "$pid" 15; then
+  if ((owned_kept)); then
+    if ct journalctl -u airs-memd --no-pager -o cat 2>/dev/null | grep -q "dropped, not served: the file's bytes changed" &&
+       out=$(as_user airs-member airs-demo --bus system "$owned" 2>&1); then
+      pass "the changed owner-writable model was not adopted; its owner reads the file's new bytes (airs-demo)"
+    else
+      fail "the changed owner-writable model: ${out:-} $(ct journalctl -u airs-memd --no-pager -o cat | grep -i kept | tail -3)"
+    fi
+  fi
   m=$(model_json)
   if [[ -n $kept_id && $(field adopted "$m") == True && $(field state "$m") == resident && $(field content_id "$m") == "$kept_id" \
         && $(field bytes_read "$m") == 0 ]]; then

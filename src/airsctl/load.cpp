@@ -72,7 +72,10 @@ void add_load(CLI::App& app, Globals& g) {
                      secs > 0 ? static_cast<double>(res) / 1e6 / secs : 0.0);
           std::fflush(stdout);
         }
-        if (a->no_wait || state == "resident" || state == "failed") break;
+        // A streamed model (bigger than its share of the pool) is never
+        // resident: it is ready once loaded.
+        const bool streamed = dbus::get<bool>(*m, "streamed").value_or(false);
+        if (a->no_wait || streamed || state == "resident" || state == "failed") break;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       if (tty) std::puts("");
@@ -81,9 +84,12 @@ void add_load(CLI::App& app, Globals& g) {
         j["schema"] = kJsonSchema;
         std::puts(j.dump().c_str());
       } else {
-        fmt::print("{} {} ({}) as {}\n", dbus::get<std::string>(*m, "state").value_or("?"),
+        const bool streamed = dbus::get<bool>(*m, "streamed").value_or(false);
+        fmt::print("{} {} ({}) as {}{}\n", streamed ? std::string("streamed") : dbus::get<std::string>(*m, "state").value_or("?"),
                    printable_name(dbus::get<std::string>(*m, "name").value_or("?")), bytes(dbus::get<uint64_t>(*m, "size").value_or(0)),
-                   std::string(path));
+                   std::string(path),
+                   streamed ? fmt::format(", through {} of the pool", bytes(dbus::get<uint64_t>(*m, "budget_bytes").value_or(0)))
+                            : std::string());
       }
       if (dbus::get<std::string>(*m, "state").value_or("") == "failed") throw CLI::RuntimeError(1);
     } catch (const sdbus::Error& e) {

@@ -68,7 +68,7 @@ struct DaemonConfig {
   std::string metrics_file;    // Prometheus textfile; empty = off
   std::chrono::milliseconds metrics_interval{5000};
   std::string admin_group;     // members may call admin methods besides root; empty = root only
-  std::string trusted_group = "airs";  // members (and root) may attach lazily (writable region fd); empty = root only
+  std::string trusted_group;  // members (and root) may attach lazily (a writable region fd); empty = root only
   // What outlives the process (model content ids, spilled KV, recorded
   // access orders): an absolute directory, mode 0700; empty = keep nothing.
   std::string state_dir = "/var/lib/airs";

@@ -27,6 +27,9 @@ Result<FileId> readable_file_identity(int fd, const std::string& what) {
   id.ino = st.st_ino;
   id.size = static_cast<uint64_t>(st.st_size);
   id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  id.owner = st.st_uid;
+  id.mode = st.st_mode;
   return id;
 }
 

@@ -24,7 +24,24 @@ struct FileId {
   ino_t ino = 0;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  // No call can set ctime back: a rewrite whose mtime was restored
+  // (utimensat) still moves it.
+  int64_t ctime_ns = 0;
+  uid_t owner = 0;
+  mode_t mode = 0;
   [[nodiscard]] bool same_inode(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+  // The same file, unchanged as far as stat can tell.
+  [[nodiscard]] bool same_version(const FileId& o) const {
+    return same_inode(o) && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+  // Whether a uid other than root and `uid` may change the bytes in place:
+  // it owns the file (and may chmod it), or the group or others may write
+  // it. Stat cannot prove content: a write through a shared mapping moves
+  // neither time on tmpfs. (ACLs are not read; a write ACL for another user
+  // shows in the group bits, which then hold the ACL mask.)
+  [[nodiscard]] bool writable_by_others_than(uid_t uid) const {
+    return (owner != 0 && owner != uid) || (mode & (S_IWGRP | S_IWOTH)) != 0;
+  }
 };
 
 // The identity of `fd`, which must be a regular file opened for reading:

@@ -31,6 +31,10 @@ size_t printable_char(std::string_view s, size_t i) {
   static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
   if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;  // overlong, surrogate
   if (cp >= 0x80 && cp <= 0x9f) return 0;                                       // C1 controls (CSI)
+  // Bidirectional formatting (LRM/RLM, embeddings and overrides, isolates):
+  // they reorder what follows on a terminal or a dashboard, so a name could
+  // show as another.
+  if (cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) return 0;
   return n;
 }
 

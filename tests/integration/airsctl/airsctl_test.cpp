@@ -57,11 +57,12 @@ size_t count(const std::string& hay, const std::string& needle) {
 // A model file in a fresh directory, removed with the fixture.
 class ModelDir {
  public:
-  explicit ModelDir(const std::string& name) {
+  explicit ModelDir(const std::string& name, uint64_t n_layers = 4) {
     dir_ = fs::temp_directory_path() / ("airsctl-test-" + std::to_string(::getpid()) + "-" + name);
     fs::create_directories(dir_);
     airs::gguf::ModelSpec spec;
     spec.name = name;
+    spec.n_layers = n_layers;
     auto plan = airs::gguf::plan_model(spec);
     ok_ = plan && airs::gguf::write_model_file(*plan, path());
     if (plan && !plan->tensors.empty()) tensor_ = plan->tensors.front().name;
@@ -269,5 +270,23 @@ TEST(Airsctl, LoadShowsAProgressBarOnATerminalOnly) {
   EXPECT_EQ(pipe.out.find('\r'), std::string::npos) << pipe.out;
   EXPECT_EQ(pipe.out.find('#'), std::string::npos) << pipe.out;
   EXPECT_EQ(pipe.out.rfind("resident bar-model", 0), 0U) << pipe.out;
+  EXPECT_EQ(d.stop(), 0) << d.log();
+}
+
+// A model bigger than the pool streams: it is never resident, so load
+// returns once it is loaded (it used to wait for residency for ever), and
+// says it streams and through how much of the pool.
+TEST(Airsctl, LoadOfAModelBiggerThanThePoolReturnsSayingItStreams) {
+  ModelDir model("big-model", 24);
+  ASSERT_TRUE(model.ok());
+  ASSERT_GT(fs::file_size(model.path()), uint64_t{16} << 20);
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), "[pool]\nsize = \"16M\"\n");
+  ASSERT_TRUE(d.started()) << d.log();
+  auto r = run_process({airsctl_path(), "--bus", bus.address(), "load", "--name", "big-model", model.path()},
+                       std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << d.log();
+  EXPECT_EQ(r.out.rfind("streamed big-model", 0), 0U) << r.out;
+  EXPECT_NE(r.out.find("of the pool"), std::string::npos) << r.out;
   EXPECT_EQ(d.stop(), 0) << d.log();
 }

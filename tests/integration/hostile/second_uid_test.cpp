@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <condition_variable>
 #include <mutex>
@@ -576,3 +577,74 @@ TEST_F(Hostile2, HostileOptionsAndNamesAreRefusedNamingTheKey) {
 }
 
 }  // namespace
+
+// ---- 6. the bytes served are the file's, whatever its owner does to it ----
+
+// The owner loads its file, then changes it through a shared mapping: on
+// tmpfs neither mtime nor ctime moves, so stat says "the same file". Root
+// asking for the file must get the file's bytes: a copy of its own, never
+// the owner's, which it may not open either.
+TEST_F(Hostile2, AFileItsOwnerCanChangeIsNeverServedStaleToAnotherUid) {
+  if (!start(64)) return;
+  auto src = model("owned.gguf", "owned", 8 * kMiB);
+  const std::string path = "/dev/shm/airs-owned-" + std::to_string(::getpid()) + ".gguf";
+  struct Unlink {
+    std::string p;
+    ~Unlink() { ::unlink(p.c_str()); }
+  } unlink_at_end{path};
+  {
+    std::ifstream in(src.path, std::ios::binary);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << in.rdbuf();
+  }
+  ASSERT_EQ(::chown(path.c_str(), kNobody, kNobody), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  const std::string theirs = as_user(kNobody, [&] { return load_model(*connect(), path); });
+  ASSERT_EQ(theirs.rfind("/org/aios/Airs1/", 0), 0u) << theirs;
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), theirs).value("state", "") == "resident"; }, 20000ms));
+
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  const std::string wrote = as_user(kNobody, [&] {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    const auto size = static_cast<size_t>(before.st_size);
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return std::string("mmap: ") + std::strerror(errno);
+    auto* b = static_cast<unsigned char*>(m);
+    for (size_t i = size - 4096; i < size; ++i) b[i] = static_cast<unsigned char>(b[i] ^ 0x5a);
+    ::munmap(m, size);
+    ::close(fd);
+    return std::string("written");
+  });
+  ASSERT_EQ(wrote, "written");
+  struct stat after {};
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec) << "the premise: on tmpfs a mapped write moves no time";
+
+  const std::string mine = load_model(*connect(), path);
+  EXPECT_NE(mine, theirs) << "root was handed the owner's copy of a file the owner can change";
+  auto opened = [&](const std::string& obj) -> std::string {
+    try {
+      (void)open_model(*connect(), obj, path);
+      return "opened";
+    } catch (const sdbus::Error& e) {
+      return e.getName() + ": " + e.getMessage();
+    }
+  };
+  const std::string r = opened(theirs);
+  EXPECT_EQ(r.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << r;
+  EXPECT_NE(r.find("can change its file in place"), std::string::npos) << r;
+
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), mine).value("state", "") == "resident"; }, 20000ms));
+  Opened o = open_model(*connect(), mine, path);
+  const auto size = static_cast<size_t>(after.st_size);
+  ASSERT_GE(o.size, size);
+  void* region = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, o.region.get(), 0);
+  ASSERT_NE(region, MAP_FAILED);
+  std::string file(size, '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_EQ(::pread(fd, file.data(), size, 0), static_cast<ssize_t>(size));
+  ::close(fd);
+  EXPECT_EQ(std::memcmp(region, file.data(), size), 0) << "root's copy is not the file's bytes";
+  ::munmap(region, size);
+}

@@ -267,7 +267,7 @@ TEST(Config, MachineCheckNamesAMissingPreloadFile) {
 
 TEST(Config, NewKeysParseWithDefaults) {
   config::Config d;
-  EXPECT_EQ(d.daemon.trusted_group, "airs");
+  EXPECT_EQ(d.daemon.trusted_group, "") << "by default no client holds a writable region others read";
   EXPECT_EQ(d.daemon.state_dir, "/var/lib/airs");
   EXPECT_EQ(d.models.max_models_per_uid, 8u);
   EXPECT_EQ(d.models.max_pool_bytes_per_uid, (config::PoolShare{0, 50}));
@@ -275,7 +275,7 @@ TEST(Config, NewKeysParseWithDefaults) {
   EXPECT_TRUE(d.models.preload.empty());
   auto c = config::parse(R"(
 [daemon]
-trusted_group = ""
+trusted_group = "airs"
 state_dir = ""
 [models]
 max_models_per_uid = 0
@@ -285,7 +285,7 @@ preload = ["/srv/models/phi-2.gguf"]
 )",
                          "x.conf");
   ASSERT_TRUE(c) << c.error().message;
-  EXPECT_EQ(c->daemon.trusted_group, "");
+  EXPECT_EQ(c->daemon.trusted_group, "airs");
   EXPECT_EQ(c->daemon.state_dir, "");
   EXPECT_EQ(c->models.max_models_per_uid, 0u);
   EXPECT_EQ(c->models.max_pool_bytes_per_uid, (config::PoolShare{kGiB, 0}));

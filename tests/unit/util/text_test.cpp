@@ -22,6 +22,15 @@ TEST(Names, ControlCharactersEscapesAndBadUtf8AreRefused) {
     EXPECT_FALSE(is_valid_name(bad)) << bad;
 }
 
+// A right-to-left override (U+202E) makes "evil\u202Efdp.gguf" show as
+// "evilfugg.pdf"; embeddings, isolates and marks reorder text the same way.
+TEST(Names, BidirectionalFormattingIsRefusedAndReplaced) {
+  for (const char* bad : {"evil\u202Efdp", "a\u202Ab", "a\u2066b\u2069", "x\u200Fy", "x\u200Ey"})
+    EXPECT_FALSE(is_valid_name(bad)) << bad;
+  EXPECT_EQ(printable_name("evil\u202Egnp"), "evil???gnp");
+  EXPECT_TRUE(is_valid_name("\u05E9\u05DC\u05D5\u05DD"));  // right-to-left letters themselves are fine
+}
+
 TEST(Names, PrintableReplacesWhatIsRefusedAndKeepsTheRest) {
   EXPECT_EQ(printable_name("bad\x1b[2Jname\n"), "bad?[2Jname?");
   EXPECT_EQ(printable_name("ok-é"), "ok-é");
