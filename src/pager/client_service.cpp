@@ -92,6 +92,12 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
   // Units are counted from the client's base address; the kernel aligns a
   // hugetlbfs mapping to its page, a shmem one only to the base page (and
   // CONTINUE needs no more).
+  // Below the top of the user address space, whole: a range that wraps
+  // would make every later fault look inside it.
+  constexpr uint64_t kUserTop = uint64_t{1} << 56;
+  if (addr >= kUserTop || length > kUserTop - addr)
+    return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), which is not a user address range",
+                      m.name, key, addr, length);
   if (length != m.region_size || addr % m.mapping_page != 0)
     return make_error(EINVAL, "model '{}': client {} registered [{:#x}, +{}), expected the whole {}-byte region at a "
                               "{}-aligned address",

@@ -290,6 +290,12 @@ TEST_P(Holes, AttachWithAUserfaultfdThatHadNoHandshakeIsRefused) {
           .withArguments(notify, raw, uint64_t{0x7f0000000000}, size);
     }, "org.aios.Airs1.Error.InvalidArgument", "UFFDIO_API");
   }
+  // A range that wraps the address space is not one.
+  sdbus::UnixFd notify(::eventfd(0, EFD_CLOEXEC), sdbus::adopt_fd);
+  expect_error([&] {
+    model->callMethod("Attach").onInterface("org.aios.Airs1.Model")
+        .withArguments(notify, ready, UINT64_MAX - size / 2 + 1, size);
+  }, "org.aios.Airs1.Error.InvalidArgument", "not a user address range");
   std::this_thread::sleep_for(std::chrono::seconds(1));
   // A spinning loop burns most of a core; an idle one a few milliseconds.
   EXPECT_LT(cpu_seconds(daemon_->pid()) - cpu0, 0.5) << "the daemon's loop spins";
