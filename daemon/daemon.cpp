@@ -281,7 +281,7 @@ Status Daemon::init() {
     pc.target_full_bytes = cfg_.pressure.target_full_bytes;
     evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
     kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
-    // --- pressure loop (issue 5) ---
+    // --- pressure loop ---
     PressureLoop::Hooks hooks;
     hooks.level_changed = [this](policy::Level level, const PressureChange& details) {
       emit("PressureChanged", [&] {

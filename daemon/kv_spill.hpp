@@ -1,4 +1,4 @@
-// The KV spill tier (issue 17): published KV blocks (full blocks carrying a
+// The KV spill tier: published KV blocks (full blocks carrying a
 // prefix hash) that eviction frees are kept on disk under
 // `<daemon.state_dir>/kv/`, so a later MatchPrefix — by another process,
 // after the model was unloaded and loaded again, after a restart or a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/kv/bench_spill.sh: the KV spill tier (issue 17) in one run, side by
+# bench/kv/bench_spill.sh: the KV spill tier in one run, side by
 # side: time to first token of airs-generate for a ~2K-token system prompt
 #   1. computed from scratch (nothing cached),
 #   2. matched in memory (a second process, the daemon still holds the blocks),

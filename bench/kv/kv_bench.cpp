@@ -1,5 +1,5 @@
 // KV allocator, in process: block operations per second next to a bare
-// vector free list (the floor any allocator pays), waste on the seed's
+// vector free list (the floor any allocator pays), waste on the design's
 // scenario next to contiguous pre-allocation, and prefix-sharing savings.
 // Ratios from one run; no assertions.
 #include <chrono>

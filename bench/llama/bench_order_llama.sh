@@ -2,7 +2,7 @@
 # bench/llama: the real llama.cpp (prebuilt from npm, llama-gen, 1 thread,
 # --no-repack so it computes from the mapped weights) through
 # libairs-preload.so, cold, with the recorded access order against the
-# static layer order (issue 17). The model has a large vocabulary and an
+# static layer order. The model has a large vocabulary and an
 # untied output.weight: the first token needs a few rows of token_embd (the
 # first quarter of the file), every layer and output.weight, so the static
 # order (all of token_embd first) is wrong.

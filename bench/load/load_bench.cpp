@@ -1,4 +1,4 @@
-// Cold-cache model load, side by side in one run (issue 3 item 8):
+// Cold-cache model load, side by side in one run:
 //   (a) read everything into anonymous memory, then run (llama.cpp --no-mmap)
 //   (b) mmap MAP_SHARED|MAP_POPULATE (llama.cpp's default)
 //   (c) plain mmap, demand paging

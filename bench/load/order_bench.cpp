@@ -1,4 +1,4 @@
-// Recorded access order against the static layer order (issue 17): cold time
+// Recorded access order against the static layer order: cold time
 // to first token and time to resident of a synthetic client that touches
 // what a first token needs, in the order it needs it, on the in-process
 // Pool + Pager (the daemon's engine, on its own loop thread), one run:

@@ -1,4 +1,4 @@
-// Which pool.numa_policy to pick (issue 7 part 4): for each policy — local,
+// Which pool.numa_policy to pick: for each policy — local,
 // interleave over every node with memory, bind to each node — and each pool
 // backend (hugetlbfs, shmem), a model region of --mib MiB is made through
 // the real backend, filled from a thread on the first CPU node, and read

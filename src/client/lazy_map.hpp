@@ -117,7 +117,7 @@ class FallbackServer {
   uint64_t units_filled_ = 0;
 };
 
-// Cooperative mode (no userfaultfd on this kernel, DESIGN §2.7): the daemon
+// Cooperative mode (no userfaultfd on this kernel): the daemon
 // fills the region in rank order in the background and publishes readiness on
 // the status page; the client maps the region read-only and waits before it
 // touches what is not ready yet. Touching a unit before it is ready reads

@@ -182,7 +182,7 @@ inline constexpr uint64_t kMinMemoryLeft = 512ull << 20;
 // The effective configuration as TOML (for --check-config).
 [[nodiscard]] std::string to_toml(const Config& c);
 
-// Device profile from MemTotal, following the seed's budget: about 2 GB → no
+// Device profile from MemTotal, following the design's budget: about 2 GB → no
 // local pool (cloud only), about 4 GB → 2 GiB pool, 8 GB and more → 4 GiB.
 struct Profile {
   std::string name;

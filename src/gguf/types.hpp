@@ -1,5 +1,5 @@
 // ggml tensor types as GGUF files name them (ids, block geometry), from
-// ggml.h via /work/shared/gguf-types.tsv. Ids 4/5 are deprecated and 31–33,
+// ggml.h (the table is in docs/gguf-types.tsv). Ids 4/5 are deprecated and 31–33,
 // 36–38 were removed from ggml: a file using them cannot be loaded by any
 // current runtime, so the reader rejects them.
 #pragma once

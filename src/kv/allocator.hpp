@@ -1,4 +1,4 @@
-// The paged KV-cache allocator (PagedAttention, seed §6.3, DESIGN §2.3).
+// The paged KV-cache allocator (PagedAttention).
 // Pure bookkeeping: the daemon owns the memory (one arena file per (model,
 // uid) on the huge-page pool) and carries out what this class decides
 // through ChunkOps (commit = fallocate, release = punch hole, copy = memcpy

@@ -6,7 +6,7 @@
 // arena and across arenas), model loading, the pressure loop and admin
 // eviction all plan with plan_eviction(); only the Request differs.
 //
-// The order (seed §6.3/§6.4, DESIGN §2.3/§2.4), first evicted first:
+// The order, first evicted first:
 //   0. cached prefix blocks nobody references (least recently used first)
 //   1. background KV
 //   2. system KV
@@ -29,7 +29,14 @@
 //     sessions never evict each other), never its own session, then idle
 //     models (the daemon allows that last step for admins' sessions only: a
 //     user's KV never pushes out models other users loaded). The same rule
-//     holds inside an arena and across arenas.
+//     holds inside an arena and across arenas, and an allocation goes
+//     through them in that order: first its own arena (the same model and
+//     uid: the uid's cached prefixes, then its lower-priority KV), and only
+//     when that cannot cover it, across arenas. So one arena's background
+//     KV can go before another arena's cached prefixes: a uid pays for its
+//     own allocations with its own KV before it touches anyone else's.
+//     (kv::Allocator::obtain plans inside the arena; KvService makes room
+//     across arenas.)
 //   - A model load takes cached prefix blocks, then idle models; never the
 //     KV of a live session (a session is a user at work; a load is not more
 //     important than it). Non-admin loads are bounded by the caller's quota

@@ -1,5 +1,5 @@
 // The pool's seam to the kernel memory it is made of. Two implementations are
-// planned behind one interface and one accounting (DESIGN §2.7, issue 7):
+// planned behind one interface and one accounting:
 //   - hugetlbfs (HugetlbfsBackend): huge pages, pinned by construction;
 //   - shmem (ShmemBackend): memfd base pages grouped in units, pinned with
 //     mlock, for kernels without hugetlbfs.

@@ -1,6 +1,6 @@
 // PoolBackend over shmem: files of base pages or transparent huge pages,
 // grouped in units (the pool's page: a multiple of the base page, 2 MiB by
-// default) and pinned with mlock, for kernels without hugetlbfs (DESIGN §2.7:
+// default) and pinned with mlock, for kernels without hugetlbfs (the
 // small-pages and cooperative modes).
 //
 // Huge folios (docs/shmem-huge-folios.md): where the kernel has transparent

@@ -1,6 +1,6 @@
 // shmem files (memfds without MFD_HUGETLB, or files on a private tmpfs
 // mounted huge=within_size) and page pinning with mlock: the pool's memory on
-// kernels without hugetlbfs (DESIGN §2.7, small-pages and cooperative modes).
+// kernels without hugetlbfs (the small-pages and cooperative modes).
 #pragma once
 
 #include <sys/types.h>

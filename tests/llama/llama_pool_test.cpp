@@ -295,7 +295,7 @@ TEST_F(LlamaPool, FullyResidentModelNeedsNoUserfaultfd) {
   EXPECT_EQ(h.finish(), 0);
 }
 
-// ---- every mode (issue 15): full, small-pages and cooperative, forced ----
+// ---- every mode: full, small-pages and cooperative, forced ----
 
 std::string mode_toml(const std::string& mode, const std::string& extra = "") {
   return "[models]\nmode = \"" + mode + "\"\n" + extra;

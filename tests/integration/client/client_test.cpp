@@ -473,7 +473,7 @@ TEST_F(ClientIntegration, CooperativeClientsOutliveTheDaemonMidLoad) {
     EXPECT_NE(c->err().find("from the GGUF file in this process"), std::string::npos) << c->err();
 }
 
-// Cooperative mode, wait_on_touch (issue 15): open returns at once with the
+// Cooperative mode, wait_on_touch: open returns at once with the
 // fill barely started; the client reads every tensor with no wait of its own
 // (each touch of a unit not filled yet waits in libairs' SIGSEGV handler) and
 // gets the file's bytes. A "runtime" SIGSEGV handler installed before the

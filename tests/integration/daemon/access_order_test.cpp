@@ -1,4 +1,4 @@
-// The recorded access order (issue 17): recorded from a real lazy client the
+// The recorded access order: recorded from a real lazy client the
 // first time a model is used, stored under its content id in
 // <state_dir>/order/, replayed as the warm-up's order by a restarted daemon
 // (shown by the daemon's "first reads" debug line: the units in the order

@@ -1,6 +1,6 @@
 // `airs-memd --check-config` on configurations that only the host, or the
 // file's kind, makes wrong: the exit status is 2 and stderr names the
-// problem (issue 13 item 6). Runs the built binary; needs no bus.
+// problem. Runs the built binary; needs no bus.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

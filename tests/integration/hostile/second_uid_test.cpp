@@ -1,4 +1,4 @@
-// The hostile-client suite (issue 13): a second uid, a flood, an impossible
+// The hostile-client suite: a second uid, a flood, an impossible
 // load, a forced unload under every kind of holder, bad fds and hostile
 // options, against a real airs-memd on a private bus. Root is the daemon's
 // admin and trusted user; uid 65534 (nobody) is the other user. Every check

@@ -497,7 +497,7 @@ long long oom_kills(const std::string& cg) {
 // background airs-generate hold KV sessions while a memory hog in a small
 // memory cgroup refaults its working set (it stalls in reclaim: PSI "some"
 // and "full" rise, and it is never OOM-killed). The daemon's PSI loop gives
-// memory back in the seed's order: the background session's blocks go and
+// memory back in the design's order: the background session's blocks go and
 // it recomputes them; the interactive session (active: idle threshold
 // 10 min) keeps every block. Both outputs equal the private runs'. No
 // timing is asserted: every wait is bounded generously, and the times are

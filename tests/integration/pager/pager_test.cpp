@@ -651,7 +651,7 @@ TEST_P(PagerModeTest, FourConcurrentClientsFaultDriven) {
   run_clients(o, {"random:1", "random:2", "seq", "random:3"});
 }
 
-// Recording (issue 17): every first touch is seen, also of units the
+// Recording: every first touch is seen, also of units the
 // warm-up read before the client got there (they are not mapped ahead while
 // recording), in the client's own order.
 TEST_P(PagerModeTest, RecordsTheOrderAClientFirstTouchesUnits) {
