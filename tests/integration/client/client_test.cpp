@@ -833,8 +833,11 @@ TEST_F(ClientIntegration, AWaitingLoadIsDroppedWithItsCallerOrRefusedAfterItsLim
 // even through the whole pool (its largest layer and the read-ahead do not
 // fit) is refused, naming both.
 TEST_F(ClientIntegration, PoolTooSmallIsAClearErrorAndNothingIsHalfMade) {
-  auto m = make_model(dir_, "m.gguf", "toolarge", 40 * kMiB);
-  if (!start(std::max<uint64_t>(4, huge_page_size() / kMiB * 2))) return;
+  // Two units of pool; the model three times that, at least 40 MiB (with
+  // 32 MiB units its largest layer and the read-ahead are three units).
+  const uint64_t pool_mib = std::max<uint64_t>(4, huge_page_size() / kMiB * 2);
+  auto m = make_model(dir_, "m.gguf", "toolarge", std::max<uint64_t>(40, 3 * pool_mib) * kMiB);
+  if (!start(pool_mib)) return;
   auto before = dbus_->status();
   auto e = dbus_->load_model(m.path);
   EXPECT_EQ(e.name, "org.aios.Airs1.Error.PoolExhausted") << e.message;
