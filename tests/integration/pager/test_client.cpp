@@ -236,8 +236,16 @@ int run_cooperative(const std::string& mode, int sock, int region_fd, const airs
     // unit is checked once its rank is complete.
     std::vector<bool> checked(units, false);
     uint32_t waited_for_something = 0;
+    bool said_waiting = false;
     for (const auto& r : ranks) {
       const bool before = status.rank_ready(r.rank);
+      // Says so (one byte on the socket) before it first waits: the test
+      // holds the fill until then.
+      if (!before && !said_waiting) {
+        const char b = 'w';
+        if (::send(sock, &b, 1, MSG_NOSIGNAL) != 1) return 58;
+        said_waiting = true;
+      }
       auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30));
       if (!st) {
         std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
