@@ -37,6 +37,14 @@ BusLink::~BusLink() {
 
 Status BusLink::start(config::NoBus no_bus) {
   if (no_bus == config::NoBus::Fail) {
+    // No socket, or a refused one, fails here: sdbus-c++ leaks its half-made
+    // sd_bus when its own connect fails, so it is asked only once the
+    // connection can at least start.
+    if (auto p = dbus::BusProbe::start(address_); !p)
+      return make_error(p.error().code,
+                        "cannot serve {} on the bus at {}: {}. Is a D-Bus daemon running there? "
+                        "(daemon.start_without_bus = \"fail\": not waiting for it)",
+                        dbus::kBusName, address_, p.error().message);
     if (auto st = open(true); !st)
       return make_error(st.error().code, "{} (daemon.start_without_bus = \"fail\": not waiting for it)",
                         st.error().message);
