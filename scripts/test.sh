@@ -180,4 +180,4 @@ echo
 echo "==> done (at $(elapsed)); stage times:"
 for i in "${!stage_names[@]}"; do printf '  %-60s %4dm%02ds\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60)); done
 echo
-scripts/tally.py "$results"
+python3 scripts/tally.py "$results"
