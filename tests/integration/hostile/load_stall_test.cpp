@@ -132,6 +132,38 @@ class StatusWatcher {
   std::thread thread_;
 };
 
+// `fn` running in a child process (no threads: a child of this
+// multi-threaded process must start none under TSan); finish() returns
+// what it returned.
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+};
+Child spawn(const std::function<std::string()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    const std::string out = fn();
+    (void)!::write(p[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  return {pid, p[0]};
+}
+std::string finish(Child c) {
+  if (c.pid < 0) return "fork failed";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(c.out, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(c.out);
+  int st = 0;
+  ::waitpid(c.pid, &st, 0);
+  return out;
+}
+
 // Runs `fn` in a child process as uid/gid `uid`; returns what it returned.
 std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
   int p[2];
@@ -373,15 +405,14 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
   const std::string address = bus_->address();
   const std::string file = fuse->file();
   auto out = as_user(kNobody, [&] {
-    std::string s1, s2;
-    std::thread x([&] { s1 = load_on_new_connection(address, file); });
-    std::thread y([&] { s2 = load_on_new_connection(address, file); });
+    Child x = spawn([&] { return load_on_new_connection(address, file); });
+    Child y = spawn([&] { return load_on_new_connection(address, file); });
     std::this_thread::sleep_for(1s);
     const auto t = Clock::now();
     std::string s3 = load_on_new_connection(address, file);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-    x.join();
-    y.join();
+    const std::string s1 = finish(x);
+    const std::string s2 = finish(y);
     return fmt::format("{}\n{}\n{} ({} ms)", s1, s2, s3, ms);
   });
   watcher.stop();
