@@ -26,6 +26,8 @@ dbus::Dict ManagerObject::GetStatus() {
 }
 
 void ManagerObject::LoadModel(sdbus::Result<sdbus::ObjectPath>&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) {
+  // Held from here: the reply is sent once the header is read, off the loop.
+  auto held = std::make_shared<sdbus::Result<sdbus::ObjectPath>>(std::move(result));
   try {
     const dbus::Caller c = caller();
     dbus::check_options(options, {{"name", "s"}}, "LoadModel");
@@ -37,14 +39,23 @@ void ManagerObject::LoadModel(sdbus::Result<sdbus::ObjectPath>&& result, sdbus::
                                     kMaxNameBytes, printable_name(name)));
     // The caller's fd, kept while the call may wait (each run uses it).
     auto fd = std::make_shared<sys::UniqueFd>(take(gguf_fd));
-    answer_when_room(
-        svc_.drains, std::move(result), c.name, fmt::format("LoadModel by uid {} ({})", c.uid, c.name),
-        [&ops = svc_.ops, c, fd, name] { return ops.load_model(c, fd->get(), name); },
-        [](std::string path) { return std::tuple{sdbus::ObjectPath(std::move(path))}; });
+    std::string what = fmt::format("LoadModel by uid {} ({})", c.uid, c.name);
+    // Captures nothing of this object: it may be gone (the bus lost) when
+    // the header is read; the Daemon and its DrainWaits outlive the read.
+    auto loaded = [&ops = svc_.ops, drains = svc_.drains, c, fd, name, held,
+                   what](Result<std::shared_ptr<const Header>> header) mutable {
+      if (!header) return answer_error(*held, header.error(), what);
+      answer_when_room(
+          drains, std::move(*held), c.name, what,
+          [&ops, c, fd, name, h = std::move(header).value()] { return ops.load_model(c, fd->get(), name, *h); },
+          [](std::string path) { return std::tuple{sdbus::ObjectPath(std::move(path))}; });
+    };
+    if (auto st = svc_.ops.read_header(c, fd->get(), "LoadModel", std::move(loaded)); !st)
+      answer_error(*held, st.error(), what);
   } catch (const sdbus::Error& e) {
-    result.returnError(e);
+    held->returnError(e);
   } catch (const std::exception& e) {
-    result.returnError(edge_error("LoadModel", e));
+    held->returnError(edge_error("LoadModel", e));
   }
 }
 

@@ -2,10 +2,13 @@
 // daemon operations and airs::Error into named D-Bus errors.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "daemon/header_reader.hpp"
 #include "daemon/status.hpp"
 #include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
@@ -36,8 +39,16 @@ class ManagerOps {
   virtual StatusSnapshot status() = 0;
   [[nodiscard]] virtual std::vector<ModelStatus> model_statuses() const = 0;
   [[nodiscard]] virtual std::vector<SessionStatus> list_sessions() const = 0;
-  // LoadModel on behalf of `caller`: the model's object path.
-  virtual Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) = 0;
+  using HeaderDone = std::function<void(Result<std::shared_ptr<const Header>>)>;
+  // A LoadModel's first half: reads the GGUF header of `gguf_fd` off the
+  // loop (HeaderReader) and runs `done` on the loop with it, or with the
+  // file's error or the stall. Errors at once (and `done` never runs): the
+  // caller's or the daemon's bound of header reads, no local pool. `what`
+  // starts every error.
+  virtual Status read_header(const dbus::Caller& caller, int gguf_fd, const std::string& what, HeaderDone done) = 0;
+  // Its second half, on the loop: the model's object path.
+  virtual Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name,
+                                         const Header& header) = 0;
   virtual Status unload_model(const std::string& path, bool force, const std::string& who) = 0;
   virtual Result<NewSession> create_session(const dbus::Caller& caller, const std::string& model_path,
                                             const std::string& priority) = 0;
@@ -68,7 +79,8 @@ class ManagerObject final
 
  private:
   dbus::Dict GetStatus() override;
-  // Answered at once, or once the pages its room is in are back (DrainWaits).
+  // Answered once its header is read off the loop (HeaderReader), then at
+  // once or once the pages its room is in are back (DrainWaits).
   void LoadModel(sdbus::Result<sdbus::ObjectPath>&& result, sdbus::UnixFd gguf_fd, dbus::Dict options) override;
   std::vector<dbus::Dict> ListModels() override;
   void Unload(const sdbus::ObjectPath& model, const bool& force) override;

@@ -61,6 +61,17 @@ inline sys::UniqueFd take(const sdbus::UnixFd& fd) {
   return r ? std::move(r).value() : sys::UniqueFd();
 }
 
+// Answers `reply` with `e` as its named D-Bus error; a reply the bus does
+// not take (the caller gone) is only logged, naming `what`.
+template <class... Out>
+void answer_error(sdbus::Result<Out...>& reply, const Error& e, const std::string& what) {
+  try {
+    reply.returnError(bus_error(e));
+  } catch (const sdbus::Error& be) {
+    spdlog::debug("answering {}: {}", what, be.getMessage());
+  }
+}
+
 // Runs `op` (a copyable callable returning Result<T>) and answers `reply`
 // with to_bus(T) (a tuple of the method's outputs) or the error. When it
 // says EINPROGRESS the call is parked in `waits` and runs again at each

@@ -54,7 +54,9 @@ Daemon::Daemon(Options options)
 }
 
 Daemon::~Daemon() {
-  // Calls still waiting for pages are refused while the bus is there.
+  // Calls still waiting for pages or a header are refused while the bus is there.
+  if (header_reader_) header_reader_->refuse_bus_calls("the daemon is shutting down");
+  header_reader_.reset();
   drain_waits_.reset();
   // The pager may still finish reads while it drains: nothing above it may
   // hear about them any more.
@@ -245,6 +247,9 @@ Status Daemon::init() {
     auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
     if (!waits) return std::move(waits).error();
     drain_waits_ = std::move(waits).value();
+    auto reader = HeaderReader::create(*loop_, cfg_.models.header_timeout);
+    if (!reader) return std::move(reader).error();
+    header_reader_ = std::move(reader).value();
     if (!cfg_.daemon.state_dir.empty()) {
       models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
       models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
@@ -413,7 +418,13 @@ void Daemon::adopt_kept(std::vector<KeptModel> kept) {
     req.load.exempt = k.owner_exempt;
     req.region = std::move(region).value();
     req.content_id = k.content_id;
-    auto m = models_->adopt(std::move(req));
+    // At start, before the loop serves: waited for, at most the stall limit.
+    auto header = header_reader_->read_now(k.gguf.get(), "kept model '" + k.name + "'");
+    if (!header) {
+      kept_->drop(k.key, header.error().message);
+      continue;
+    }
+    auto m = models_->adopt(std::move(req), std::move(header).value());
     if (!m) {
       kept_->drop(k.key, m.error().message);
       continue;
@@ -462,8 +473,15 @@ void Daemon::preload_models() {
       spdlog::error("models.preload: {}", fd.error().message);
       continue;
     }
+    // At start, before the loop serves: waited for, at most the stall limit.
+    auto header = header_reader_->read_now(fd->get(), "models.preload: " + path);
+    if (!header) {
+      spdlog::error("{}", header.error().message);
+      continue;
+    }
     auto held = std::make_shared<sys::UniqueFd>(std::move(fd).value());
-    auto run = [this, path, held] { return preload(path, held->get()); };
+    auto h = std::make_shared<const Header>(std::move(header).value());
+    auto run = [this, path, held, h] { return preload(path, held->get(), *h); };
     if (!run())
       drain_waits_->park(DrainWaits::Call{"", "models.preload of " + path, run, [path](const Error& e) {
                                             spdlog::error("models.preload: {}: {}", path, e.message);
@@ -471,12 +489,12 @@ void Daemon::preload_models() {
   }
 }
 
-bool Daemon::preload(const std::string& path, int gguf_fd) {
+bool Daemon::preload(const std::string& path, int gguf_fd, const Header& header) {
   LoadRequest req;
   req.gguf_fd = gguf_fd;
   req.uid = 0;
   req.exempt = true;
-  auto m = models_->load(req);
+  auto m = models_->load(req, header);
   if (!m && m.error().code == EINPROGRESS) return false;
   if (!m) {
     spdlog::error("models.preload: {}: {}", path, m.error().message);
@@ -515,7 +533,14 @@ std::vector<ModelStatus> Daemon::model_statuses() const {
   return out;
 }
 
-Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) {
+Status Daemon::read_header(const dbus::Caller& caller, int gguf_fd, const std::string& what, HeaderDone done) {
+  if (!header_reader_)
+    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
+  return header_reader_->read({caller.uid, access_.is_admin(caller), caller.name, what}, gguf_fd, std::move(done));
+}
+
+Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name,
+                                       const Header& header) {
   if (!models_)
     return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
   LoadRequest req;
@@ -523,7 +548,7 @@ Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, 
   req.name = name;
   req.uid = caller.uid;
   req.exempt = access_.is_admin(caller);
-  auto m = models_->load(req);
+  auto m = models_->load(req, header);
   if (!m) return std::move(m).error();
   if ((*m)->pinned && pressure_) pressure_->raise_floor((*m)->region_bytes);
   add_model_object(**m);
@@ -650,6 +675,7 @@ void Daemon::detach_bus(bool lost) {
   // now (on a dead bus nobody hears it, and the sending fails quietly).
   const std::string why = lost ? "airs-memd lost its bus connection" : "airs-memd is leaving the bus";
   if (drain_waits_) drain_waits_->refuse_bus_calls(why);
+  if (header_reader_) header_reader_->refuse_bus_calls(why);
   for (auto& [id, obj] : model_objects_) obj->fail_pending(why);
   if (lost) keep_for_lost_callers();
   session_objects_.clear();
@@ -712,6 +738,7 @@ void Daemon::caller_gone(const std::string& name, const std::string& why) {
   if (models_) models_->drop_caller(name);
   for (auto& [id, obj] : model_objects_) obj->forget_caller(name);
   if (drain_waits_) drain_waits_->caller_left(name);
+  if (header_reader_) header_reader_->caller_left(name);
   fds_->caller_left(name);
   ids_.forget(name);
 }

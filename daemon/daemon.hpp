@@ -66,7 +66,9 @@ class Daemon final : public ManagerOps {
   StatusSnapshot status() override;
   [[nodiscard]] std::vector<ModelStatus> model_statuses() const override;
   [[nodiscard]] std::vector<SessionStatus> list_sessions() const override;
-  Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name) override;
+  Status read_header(const dbus::Caller& caller, int gguf_fd, const std::string& what, HeaderDone done) override;
+  Result<std::string> load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name,
+                                 const Header& header) override;
   Status unload_model(const std::string& path, bool force, const std::string& who) override;
   // The session object is registered on the bus.
   Result<NewSession> create_session(const dbus::Caller& caller, const std::string& model_path,
@@ -96,7 +98,7 @@ class Daemon final : public ManagerOps {
   void on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason);
   void preload_models();
   // One models.preload entry; false while its room is on its way back.
-  bool preload(const std::string& path, int gguf_fd);
+  bool preload(const std::string& path, int gguf_fd, const Header& header);
   [[nodiscard]] ModelStatus model_status(const ModelEntry& m) const;
   // The bus object of a model just loaded or adopted (once per model and
   // connection; none while there is no bus).
@@ -141,6 +143,9 @@ class Daemon final : public ManagerOps {
   // Calls waiting for pages on their way back to the pool (LoadModel, KV
   // Allocate, models.preload): answered from the drain event.
   std::unique_ptr<DrainWaits> drain_waits_;
+  // GGUF headers being read off the loop (LoadModel, models.preload, kept
+  // models): the loop never waits for a file.
+  std::unique_ptr<HeaderReader> header_reader_;
   std::unique_ptr<ContentHasher> hasher_;
   std::unique_ptr<KeptModels> kept_;
   void adopt_kept(std::vector<struct KeptModel> kept);

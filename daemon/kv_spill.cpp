@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "sys/files.hpp"
 #include "sys/proc_handles.hpp"
 #include "util/units.hpp"
 
@@ -199,8 +200,11 @@ Status SpillStore::scan() {
         why = fmt::format("{} bytes, expected {} (torn?)", fst.st_size, kHeaderBytes + uint64_t{key->block_bytes});
       } else {
         FileHeader h{};
-        sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-        if (!fd || ::pread(fd.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) why = "unreadable header";
+        // Opened as a regular file only: a FIFO put here after the lstat
+        // above would block the open, and the loop with it.
+        auto fd = sys::open_regular(path, O_RDONLY);
+        if (!fd) why = fd.error().message;
+        else if (::pread(fd->get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) why = "unreadable header";
         else why = header_mismatch(h, *key);
       }
       if (!why.empty()) {
@@ -374,12 +378,13 @@ void SpillStore::stamp(int fd, const std::string& path) {
 Status SpillStore::get(const SpillKey& k, void* dst) {
   if (!index_.contains(k)) return make_error(ENOENT, "no spilled block");
   const std::string path = uid_dir(k.uid) + "/" + k.file_name();
-  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) {
-    const int e = errno;
-    reject(k, fmt::format("open: {}", std::strerror(e)));
+  // A regular file only: opening a FIFO planted here would block the loop.
+  auto opened = sys::open_regular(path, O_RDONLY);
+  if (!opened) {
+    reject(k, opened.error().message);
     return make_error(EBADMSG, "spilled block unreadable");
   }
+  const sys::UniqueFd fd = std::move(opened).value();
   FileHeader h{};
   iovec iov[2] = {{&h, sizeof h}, {dst, k.block_bytes}};
   const uint64_t want = kHeaderBytes + uint64_t{k.block_bytes};

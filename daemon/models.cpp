@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include "dbus/names.hpp"
-#include "gguf/file_io.hpp"
 #include "sys/proc_handles.hpp"
 #include "util/text.hpp"
 #include "util/units.hpp"
@@ -97,9 +96,8 @@ Status Models::check_quota(const LoadRequest& req, uint64_t region_bytes) const 
   return {};
 }
 
-Result<ModelEntry*> Models::load(const LoadRequest& req) {
-  auto id = sys::readable_file_identity(req.gguf_fd, "LoadModel: gguf_fd");
-  if (!id) return std::move(id).error();
+Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
+  const sys::FileId* id = &header.id;
   bool unshared = false;
   for (auto& [mid, m] : models_) {
     if (!m->file.same_version(*id)) continue;
@@ -129,14 +127,8 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
 
   auto dup = sys::dup_cloexec(req.gguf_fd);
   if (!dup) return std::move(dup).error();
-  auto parse_fd = sys::dup_cloexec(req.gguf_fd);
-  if (!parse_fd) return std::move(parse_fd).error();
-  auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the passed GGUF");
-  if (!src) return std::move(src).error();
-  auto parsed = gguf::parse(*src);
-  if (!parsed) return make_error(parsed.error().code, "LoadModel: {}", parsed.error().message);
-
-  auto e = new_entry(*id, req.gguf_fd, std::move(parsed).value(), req);
+  // A copy: a load that waits for room (EINPROGRESS) runs again with the same header.
+  auto e = new_entry(header.id, header.st, header.file, req);
   e->content_id = content_ids_.lookup(e->file_stat);
 
   pager::ModelSpec spec;
@@ -204,12 +196,12 @@ Result<ModelEntry*> Models::load(const LoadRequest& req) {
   return raw;
 }
 
-std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta,
+std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, const struct stat& st, gguf::File meta,
                                               const LoadRequest& req) {
   auto e = std::make_unique<ModelEntry>();
   e->id = next_id_++;
   e->file = file;
-  if (auto st = sys::stat_of(gguf_fd, "gguf_fd")) e->file_stat = *st;
+  e->file_stat = st;
   e->region_bytes = round_up(file.size, pool_.page_size()).value_or(UINT64_MAX);
   e->meta = std::move(meta);
   e->owner_uid = req.uid;
@@ -233,18 +225,11 @@ std::unique_ptr<ModelEntry> Models::new_entry(const sys::FileId& file, int gguf_
   return e;
 }
 
-Result<ModelEntry*> Models::adopt(AdoptRequest req) {
-  auto id = sys::readable_file_identity(req.load.gguf_fd, "kept model's file");
-  if (!id) return std::move(id).error();
-  auto parse_fd = sys::dup_cloexec(req.load.gguf_fd);
-  if (!parse_fd) return std::move(parse_fd).error();
-  auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the kept model's GGUF");
-  if (!src) return std::move(src).error();
-  auto parsed = gguf::parse(*src);
-  if (!parsed) return std::move(parsed).error();
+Result<ModelEntry*> Models::adopt(AdoptRequest req, Header header) {
+  const sys::FileId* id = &header.id;
   auto dup = sys::dup_cloexec(req.load.gguf_fd);
   if (!dup) return std::move(dup).error();
-  auto e = new_entry(*id, req.load.gguf_fd, std::move(parsed).value(), req.load);
+  auto e = new_entry(header.id, header.st, std::move(header.file), req.load);
   e->content_id = req.content_id;
   pager::ModelSpec spec;
   spec.name = e->name;

@@ -30,6 +30,7 @@
 
 #include "config/config.hpp"
 #include "daemon/access_orders.hpp"
+#include "daemon/header_reader.hpp"
 #include "dbus/identity.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/gguf.hpp"
@@ -135,18 +136,18 @@ class Models {
   // stored under its content id, or kept until the id is found.
   void access_order_done(ModelEntry& m);
 
-  // Returns the model already loaded from the same file, or parses the GGUF
-  // and reserves a new region. For a caller that is not exempt, the uid's
+  // Returns the model already loaded from the same file, or reserves a new
+  // region for the GGUF whose `header` (its identity, stat and parsed
+  // header: read_header, off the loop) was read from req.gguf_fd. For a caller that is not exempt, the uid's
   // quota (models.max_models_per_uid, max_pool_bytes_per_uid) is checked
-  // before anything is evicted. Errors: EINVAL bad fd, EBADMSG/ENOTSUP
-  // malformed file, EDQUOT quota, ENOMEM/ENOSPC the pool cannot hold it
+  // before anything is evicted. Errors: EDQUOT quota, ENOMEM/ENOSPC the pool cannot hold it
   // (nothing was evicted for it then); EINPROGRESS its room is in pages on
   // their way back (Hooks::make_room): nothing is loaded or reserved, and
   // the same load once they are back (a drain event) finds them.
-  Result<ModelEntry*> load(const LoadRequest& req);
-  // The model of a kept region, Resident at once (nothing is read). Errors:
-  // the file's (EINVAL, EBADMSG...) or the pager's.
-  Result<ModelEntry*> adopt(AdoptRequest req);
+  Result<ModelEntry*> load(const LoadRequest& req, const Header& header);
+  // The model of a kept region, Resident at once (nothing is read), with
+  // the header read from req.load.gguf_fd. Errors: the pager's.
+  Result<ModelEntry*> adopt(AdoptRequest req, Header header);
 
   // Takes a reference for `caller` after checking `proof_fd` is the model's
   // file opened for reading. `lazy`: a writable region fd for a userfaultfd
@@ -214,7 +215,8 @@ class Models {
   [[nodiscard]] uint64_t share_left(const LoadRequest& req) const;
   // Whether uid `uid` may use the pool's copy `m` of the file now `now`.
   static bool may_share(const ModelEntry& m, const sys::FileId& now, uid_t uid);
-  std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, int gguf_fd, gguf::File meta, const LoadRequest& req);
+  std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, const struct stat& st, gguf::File meta,
+                                        const LoadRequest& req);
   void store_order(const ModelEntry& m, const std::vector<uint32_t>& order);
   pool::Pool& pool_;
   pager::Pager& pager_;

@@ -100,6 +100,7 @@ struct ModelsConfig {
   uint32_t max_models_per_uid = 8;         // models a non-admin uid may have loaded at once; 0 = unlimited
   PoolShare max_pool_bytes_per_uid{0, 50}; // pool bytes of the models a non-admin uid loaded
   std::chrono::seconds keep_alive{0};      // unload an unreferenced model idle this long; 0 = never
+  std::chrono::seconds header_timeout{30}; // a GGUF header read still running this long is answered as stalled
   std::vector<std::string> preload;        // absolute GGUF paths loaded at start
 };
 

@@ -77,10 +77,11 @@ std::string ContentIdCache::entry_path(const struct stat& st) const {
 
 std::optional<ContentId> ContentIdCache::lookup(const struct stat& st) const {
   if (dir_.empty()) return std::nullopt;
-  sys::UniqueFd fd(::open(entry_path(st).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // A regular file only: a FIFO here would block the open (and the loop).
+  auto fd = sys::open_regular(entry_path(st), O_RDONLY);
   if (!fd) return std::nullopt;
   char buf[40];
-  const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  const ssize_t n = ::read(fd->get(), buf, sizeof buf);
   // "<32 hex>\n", nothing else.
   if (n != 33 || buf[32] != '\n') return std::nullopt;
   return ContentId::from_hex(std::string_view(buf, 32));

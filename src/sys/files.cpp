@@ -51,6 +51,17 @@ Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode) {
   return fd;
 }
 
+Result<UniqueFd> open_regular(const std::string& path, int flags) {
+  UniqueFd fd(::open(path.c_str(), flags | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+  if (!fd) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return make_error(errno, "{}: fstat: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{}: not a regular file", path);
+  if ((flags & O_NONBLOCK) == 0 && ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
+    return make_error(errno, "{}: clearing O_NONBLOCK: {}", path, std::strerror(errno));
+  return fd;
+}
+
 Result<Mapping> map_anonymous(size_t len, const std::string& what) {
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return make_error(errno, "no {} of anonymous memory for {}: {}", len, what, std::strerror(errno));
@@ -127,11 +138,11 @@ Status write_file_atomic(const std::string& path, std::string_view data, mode_t 
 }
 
 Result<std::vector<uint8_t>> read_small_file(const std::string& path, uint64_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  auto opened = open_regular(path, O_RDONLY);
+  if (!opened) return std::move(opened).error();
+  const UniqueFd fd = std::move(opened).value();
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{}: not a regular file", path);
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
     return make_error(EFBIG, "{}: {} bytes, more than the {} allowed", path, st.st_size, max_bytes);
   std::vector<uint8_t> out(static_cast<size_t>(st.st_size));

@@ -60,6 +60,14 @@ struct FileId {
 // open(path, flags | O_CLOEXEC, mode). Errors: "<path>: <strerror>".
 [[nodiscard]] Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode = 0);
 
+// open(path, flags) of a regular file only, never following a symlink and
+// never blocking: it opens with O_NONBLOCK | O_NOFOLLOW | O_NOCTTY (a FIFO
+// without a writer would block open() itself, and a planted device must not
+// be touched), checks with fstat, then clears O_NONBLOCK. Errors name the
+// path: a FIFO, socket, device or directory is EINVAL "not a regular file",
+// a symlink ELOOP, others open's errno.
+[[nodiscard]] Result<UniqueFd> open_regular(const std::string& path, int flags);
+
 // A new descriptor of the same open file, O_CLOEXEC and never 0-2 (a
 // received fd kept past the message that carried it). Errors: "dup: <why>".
 [[nodiscard]] Result<UniqueFd> dup_cloexec(int fd);

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -68,6 +70,12 @@ uint64_t eventfd_drain(int efd) {
   uint64_t v = 0;
   if (::read(efd, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) return 0;
   return v;
+}
+
+void become_background_thread(const char* name) {
+  ::pthread_setname_np(::pthread_self(), name);
+  // Linux: a thread's nice value is its own (PRIO_PROCESS with its tid).
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
 }
 
 Result<std::pair<UniqueFd, UniqueFd>> message_channel() {

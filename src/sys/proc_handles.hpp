@@ -29,6 +29,11 @@ namespace airs::sys {
 // Reads and returns the counter (0 if nothing was pending).
 uint64_t eventfd_drain(int efd);
 
+// Names the calling thread (`name`: 15 characters at most) and lowers its
+// scheduling priority to nice 10, so the work it does (parsing a hostile
+// GGUF header) takes no CPU the event loop's thread wants. Best effort.
+void become_background_thread(const char* name);
+
 // A SOCK_SEQPACKET socket pair (O_CLOEXEC) for messages both ways (one
 // record per send, boundaries kept). Errors: "socketpair: <why>".
 [[nodiscard]] Result<std::pair<UniqueFd, UniqueFd>> message_channel();

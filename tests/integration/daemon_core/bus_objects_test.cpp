@@ -35,7 +35,10 @@ class FakeOps final : public ManagerOps {
   }
   [[nodiscard]] std::vector<ModelStatus> model_statuses() const override { return {}; }
   [[nodiscard]] std::vector<SessionStatus> list_sessions() const override { return {}; }
-  Result<std::string> load_model(const dbus::Caller&, int, const std::string&) override {
+  Status read_header(const dbus::Caller&, int, const std::string&, HeaderDone) override {
+    return make_error(ENOTSUP, "fake");
+  }
+  Result<std::string> load_model(const dbus::Caller&, int, const std::string&, const Header&) override {
     return make_error(ENOTSUP, "fake");
   }
   Status unload_model(const std::string& path, bool force, const std::string& who) override {

@@ -91,7 +91,10 @@ class Core : public ::testing::Test {
     LoadRequest req;
     req.gguf_fd = fd.get();
     req.exempt = true;
-    auto m = models_->load(req);
+    auto header = read_header(fd.get(), "LoadModel");
+    EXPECT_TRUE(header) << header.error().message;
+    if (!header) return nullptr;
+    auto m = models_->load(req, *header);
     last_error_ = m ? std::string() : m.error().message;
     last_code_ = m ? 0 : m.error().code;
     return m ? *m : nullptr;

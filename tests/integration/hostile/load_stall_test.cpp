@@ -1,0 +1,510 @@
+// A LoadModel whose header is slow to parse or never arrives does not stall
+// the daemon's event loop: a header of a million tensors (the last one past
+// the end of the file) from two connections at once, and a file on a FUSE
+// mount whose READ is never answered (a real FUSE server on /dev/fuse, here,
+// speaking the kernel's protocol). Every GetStatus meanwhile answers within
+// a second, each load gets its own error naming the defect or the stall, a
+// uid gets no more than its bound of header reads, and the daemon exits
+// cleanly with a read still stuck. Also: FIFOs planted in the state
+// directory where the daemon reads do not hang it.
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sdbus-c++/sdbus-c++.h>
+
+#include "daemon_fixture.hpp"
+#include "gguf/content_id.hpp"
+#include "gguf/file_io.hpp"
+#include "gguf/gguf.hpp"
+#include "gguf/writer.hpp"
+#include "harness.hpp"
+
+using namespace airs::test;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// A namespace of its own: the suite is one unity build, and the other files'
+// anonymous namespaces have helpers of the same names.
+namespace airs::test::load_stall {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Dict = std::map<std::string, sdbus::Variant>;
+const char* kManagerIf = "org.aios.Airs1.Manager";
+constexpr uid_t kNobody = 65534;
+
+// ---- a GGUF header of `n` tensors, the last one past the end of the file ----
+
+void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
+void put_u64(std::string& b, uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); }
+
+// n tensors of 8 F32 each, packed at offsets i * 32; the data section holds
+// all but the last (a sparse tail), so the parser reads the whole table
+// before it finds the defect.
+void write_many_tensors(const std::string& path, uint64_t n) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::string b;
+  put_u32(b, airs::gguf::kMagic);
+  put_u32(b, 3);
+  put_u64(b, n);
+  put_u64(b, 0);
+  uint64_t pos = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::string name = fmt::format("blk.{}.a_tensor_name_long_enough_to_fill", i);
+    put_u64(b, name.size());
+    b += name;
+    put_u32(b, 1);
+    put_u64(b, 8);
+    put_u32(b, 0);  // F32
+    put_u64(b, i * 32);
+    if (b.size() > (8u << 20)) {
+      out.write(b.data(), static_cast<std::streamsize>(b.size()));
+      pos += b.size();
+      b.clear();
+    }
+  }
+  pos += b.size();
+  const uint64_t data_offset = (pos + 31) / 32 * 32;
+  b.append(data_offset - pos, '\0');
+  out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  out.close();
+  fs::resize_file(path, data_offset + (n - 1) * 32);
+}
+
+// ---- GetStatus every 100 ms on a connection of its own ----
+
+class StatusWatcher {
+ public:
+  explicit StatusWatcher(const std::string& address) : thread_([this, address] { run(address); }) {}
+  ~StatusWatcher() { stop(); }
+  void stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // After stop().
+  [[nodiscard]] std::chrono::milliseconds slowest() const { return slowest_; }
+  [[nodiscard]] int answered() const { return answered_; }
+  [[nodiscard]] const std::string& failure() const { return failure_; }
+
+ private:
+  void run(const std::string& address) {
+    auto c = sdbus::createSessionBusConnectionWithAddress(address);
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    while (!done_) {
+      const auto t0 = Clock::now();
+      try {
+        Dict st;
+        p->callMethod("GetStatus").onInterface(kManagerIf).withTimeout(5s).storeResultsTo(st);
+        ++answered_;
+      } catch (const sdbus::Error& e) {
+        failure_ = e.getName() + ": " + e.getMessage();
+      }
+      slowest_ = std::max(slowest_, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  std::atomic<bool> done_{false};
+  std::chrono::milliseconds slowest_{0};
+  int answered_ = 0;
+  std::string failure_;
+  std::thread thread_;
+};
+
+// `fn` running in a child process (no threads: a child of this
+// multi-threaded process must start none under TSan); finish() returns
+// what it returned.
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+};
+Child spawn(const std::function<std::string()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    const std::string out = fn();
+    (void)!::write(p[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  return {pid, p[0]};
+}
+std::string finish(Child c) {
+  if (c.pid < 0) return "fork failed";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(c.out, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(c.out);
+  int st = 0;
+  ::waitpid(c.pid, &st, 0);
+  return out;
+}
+
+// Runs `fn` in a child process as uid/gid `uid`; returns what it returned.
+std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    std::string out;
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
+      out = std::string("setuid: ") + std::strerror(errno);
+    else
+      out = fn();
+    (void)!::write(p[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return out;
+}
+
+// LoadModel of `path` on a new connection: "ok <object>" or "<error name>: <message>".
+std::string load_on_new_connection(const std::string& address, const std::string& path,
+                                   std::chrono::seconds timeout = 60s) {
+  try {
+    auto c = sdbus::createSessionBusConnectionWithAddress(address);
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    sdbus::ObjectPath obj;
+    p->callMethod("LoadModel").onInterface(kManagerIf).withTimeout(timeout)
+        .withArguments(sdbus::UnixFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd), Dict{})
+        .storeResultsTo(obj);
+    return "ok " + std::string(obj);
+  } catch (const sdbus::Error& e) {
+    return e.getName() + ": " + e.getMessage();
+  }
+}
+
+// ---- a FUSE file system of one file whose READ is never answered ----
+
+class StalledFuse {
+ public:
+  static constexpr uint64_t kFileNode = 2;
+  StalledFuse(const std::string& dir, uint64_t size) : dir_(dir), size_(size) {
+    if (::access("/dev/fuse", F_OK) != 0) {
+      why_not_ = "/dev/fuse is missing (no FUSE on this machine)";
+      return;
+    }
+    fd_ = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) {
+      why_not_ = std::string("opening /dev/fuse: ") + std::strerror(errno);
+      return;
+    }
+    fs::create_directories(dir_);
+    ::chmod(dir_.c_str(), 0755);
+    const std::string opts = fmt::format("fd={},rootmode=40000,user_id=0,group_id=0,allow_other", fd_);
+    if (::mount("airs-stall", dir_.c_str(), "fuse.airs-stall", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+      why_not_ = std::string("mounting a FUSE file system: ") + std::strerror(errno);
+      return;
+    }
+    mounted_ = true;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~StalledFuse() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] const std::optional<std::string>& why_not() const { return why_not_; }
+  [[nodiscard]] std::string file() const { return dir_ + "/stalled.gguf"; }
+  [[nodiscard]] int reads_held() const { return reads_held_; }
+
+ private:
+  void reply(const fuse_in_header& in, int error, const void* body = nullptr, size_t len = 0) {
+    fuse_out_header out{};
+    out.len = static_cast<uint32_t>(sizeof out + len);
+    out.error = -error;
+    out.unique = in.unique;
+    iovec iov[2] = {{&out, sizeof out}, {const_cast<void*>(body), len}};
+    (void)!::writev(fd_, iov, len > 0 ? 2 : 1);
+  }
+  fuse_attr attr_of(uint64_t node) const {
+    fuse_attr a{};
+    a.ino = node;
+    a.mode = node == kFileNode ? (S_IFREG | 0644) : (S_IFDIR | 0755);
+    a.size = node == kFileNode ? size_ : 0;
+    a.nlink = node == kFileNode ? 1 : 2;
+    a.blksize = 4096;
+    return a;
+  }
+  void handle(const fuse_in_header& in, const char* arg) {
+    switch (in.opcode) {
+      case FUSE_INIT: {
+        const auto* i = reinterpret_cast<const fuse_init_in*>(arg);
+        fuse_init_out o{};
+        o.major = FUSE_KERNEL_VERSION;
+        o.minor = FUSE_KERNEL_MINOR_VERSION;
+        o.max_readahead = i->max_readahead;
+        o.max_write = 65536;
+        return reply(in, 0, &o, sizeof o);
+      }
+      case FUSE_LOOKUP: {
+        if (std::string(arg) != "stalled.gguf") return reply(in, ENOENT);
+        fuse_entry_out e{};
+        e.nodeid = kFileNode;
+        e.generation = 1;
+        e.entry_valid = e.attr_valid = 3600;
+        e.attr = attr_of(kFileNode);
+        return reply(in, 0, &e, sizeof e);
+      }
+      case FUSE_GETATTR: {
+        fuse_attr_out a{};
+        a.attr_valid = 3600;
+        a.attr = attr_of(in.nodeid);
+        return reply(in, 0, &a, sizeof a);
+      }
+      case FUSE_OPEN:
+      case FUSE_OPENDIR: {
+        // Direct I/O: no page cache, so each read of the file is a READ of
+        // its own, and a second open does not wait on a page the first
+        // stalled read holds locked.
+        fuse_open_out o{};
+        o.fh = 1;
+        o.open_flags = in.opcode == FUSE_OPEN ? FOPEN_DIRECT_IO : 0;
+        return reply(in, 0, &o, sizeof o);
+      }
+      case FUSE_READ:
+        ++reads_held_;  // never answered: the reader waits until the connection goes
+        return;
+      case FUSE_FLUSH:
+      case FUSE_RELEASE:
+      case FUSE_RELEASEDIR:
+      case FUSE_ACCESS:
+        return reply(in, 0);
+      case FUSE_INTERRUPT:
+      case FUSE_FORGET:
+      case FUSE_BATCH_FORGET:
+        return;
+      default:
+        return reply(in, ENOSYS);
+    }
+  }
+  void serve() {
+    std::vector<char> buf(FUSE_MIN_READ_BUFFER + (1u << 20));
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::read(fd_, buf.data(), buf.size());
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == ENOENT)) continue;
+      if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return;  // unmounted (ENODEV)
+      const auto* in = reinterpret_cast<const fuse_in_header*>(buf.data());
+      handle(*in, buf.data() + sizeof *in);
+    }
+  }
+
+  std::string dir_;
+  uint64_t size_;
+  int fd_ = -1;
+  bool mounted_ = false;
+  std::optional<std::string> why_not_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> reads_held_{0};
+  std::thread thread_;
+};
+
+class LoadStall : public ::testing::Test {
+ protected:
+  // `daemon`: more keys of [daemon]; `toml`: more sections.
+  void start(const std::string& toml, const std::string& daemon = "") {
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+    bus_ = std::make_unique<PrivateBus>();
+    daemon_ = std::make_unique<DaemonProcess>(
+        bus_->address(), "[daemon]\ntrusted_group = \"\"\n" + daemon + "[pool]\nsize = \"64M\"\n" + toml);
+    ASSERT_TRUE(daemon_->started()) << daemon_->log();
+  }
+  void TearDown() override {
+    if (daemon_ && daemon_->pid() > 0) {
+      EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly:\n" << daemon_->log();
+    }
+  }
+  std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  TempDir dir_;
+  std::unique_ptr<PrivateBus> bus_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+}  // namespace
+
+TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesGetStatusFast) {
+  start("");
+  const std::string huge = path("huge.gguf");
+  write_many_tensors(huge, uint64_t{1} << 20);
+  StatusWatcher watcher(bus_->address());
+  std::string r1, r2;
+  const auto t0 = Clock::now();
+  std::thread a([&] { r1 = load_on_new_connection(bus_->address(), huge); });
+  std::thread b([&] { r2 = load_on_new_connection(bus_->address(), huge); });
+  a.join();
+  b.join();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  std::this_thread::sleep_for(300ms);
+  watcher.stop();
+  for (const auto& r : {r1, r2}) {
+    EXPECT_EQ(r.rfind("org.aios.Airs1.Error.BadModel: ", 0), 0u) << r;
+    EXPECT_NE(r.find("tensor[1048575]"), std::string::npos) << r;
+    EXPECT_NE(r.find("extends past the end of the file"), std::string::npos) << r;
+  }
+  EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
+  EXPECT_GT(watcher.answered(), 0);
+  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the header parses (" << took.count()
+                                        << " ms for both loads)";
+  std::cout << "two loads of a 1M-tensor header: " << took.count() << " ms; slowest GetStatus meanwhile: "
+            << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
+}
+
+TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file to load: " << *fuse->why_not();
+  start("[models]\nheader_timeout = \"3s\"\n");
+  StatusWatcher watcher(bus_->address());
+  const auto t0 = Clock::now();
+  const std::string r = load_on_new_connection(bus_->address(), fuse->file());
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  EXPECT_EQ(r.rfind("org.aios.Airs1.Error.Failed: ", 0), 0u) << r;
+  EXPECT_NE(r.find("was not read within 3000 ms"), std::string::npos) << r;
+  EXPECT_NE(r.find("stalled"), std::string::npos) << r;
+  EXPECT_GE(took, 2900ms);
+  EXPECT_LT(took, 10s);
+  EXPECT_GE(fuse->reads_held(), 1) << "the daemon never read the FUSE file";
+
+  // Another uid: two stalled reads at once are its bound; a third is
+  // refused at once, naming the bound, and the two get the stall.
+  const std::string address = bus_->address();
+  const std::string file = fuse->file();
+  auto out = as_user(kNobody, [&] {
+    Child x = spawn([&] { return load_on_new_connection(address, file); });
+    Child y = spawn([&] { return load_on_new_connection(address, file); });
+    std::this_thread::sleep_for(1s);
+    const auto t = Clock::now();
+    std::string s3 = load_on_new_connection(address, file);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+    const std::string s1 = finish(x);
+    const std::string s2 = finish(y);
+    return fmt::format("{}\n{}\n{} ({} ms)", s1, s2, s3, ms);
+  });
+  watcher.stop();
+  const auto lines = [&] {
+    std::vector<std::string> v;
+    std::stringstream ss(out);
+    for (std::string l; std::getline(ss, l);) v.push_back(l);
+    return v;
+  }();
+  ASSERT_EQ(lines.size(), 3u) << out;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NE(lines[i].find("was not read within 3000 ms"), std::string::npos) << out;
+  EXPECT_EQ(lines[2].rfind("org.aios.Airs1.Error.QuotaExceeded: ", 0), 0u) << out;
+  EXPECT_NE(lines[2].find("uid 65534 has 2 GGUF headers being read already"), std::string::npos) << out;
+  EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
+  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the stalled read";
+  std::cout << "stalled load answered after " << took.count() << " ms; slowest GetStatus meanwhile: "
+            << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
+  // The reads are still stuck in the FUSE server, and the daemon stops all
+  // the same. A FUSE READ the server has taken cannot be interrupted, not
+  // even by SIGKILL: the kernel keeps the reading thread (and so the
+  // process, as a zombie) until the server answers or goes. So: the daemon
+  // says it stopped, then the server goes, then its exit code is 0.
+  ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
+  const auto stopped = Clock::now() + 10s;
+  while (daemon_->log().find("info: stopped") == std::string::npos && Clock::now() < stopped)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
+  fuse.reset();
+  EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with a read stuck:\n" << daemon_->log();
+}
+
+namespace {
+
+// Where the content-id cache keeps the id of a file of stat `st`.
+std::string identity_entry(const std::string& state, const struct stat& st) {
+  return fmt::format("{}/identity/{:x}-{:x}-{:x}-{}.{:09}-{}.{:09}", state, static_cast<uint64_t>(st.st_dev),
+                     static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                     static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                     static_cast<int64_t>(st.st_ctim.tv_sec), st.st_ctim.tv_nsec);
+}
+
+std::string write_model(const std::string& path, const std::string& name, uint64_t seed) {
+  airs::gguf::ModelSpec spec;
+  spec.name = name;
+  spec.seed = seed;
+  auto plan = airs::gguf::plan_model(spec);
+  EXPECT_TRUE(plan);
+  EXPECT_TRUE(airs::gguf::write_model_file(*plan, path));
+  return path;
+}
+
+}  // namespace
+
+TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
+  const std::string state = path("state");
+  for (const char* d : {"", "/kv", "/kv/0", "/identity", "/order"}) {
+    fs::create_directories(state + d);
+    ASSERT_EQ(::chmod((state + d).c_str(), 0700), 0);
+  }
+  // At start: a FIFO named like a KV spill entry of uid 0.
+  const std::string entry = state + "/kv/0/" + std::string(32, '1') + "-16-4096-" + std::string(16, '2');
+  ASSERT_EQ(::mkfifo(entry.c_str(), 0600), 0);
+  start("", "state_dir = \"" + state + "\"\n");
+
+  // While it serves: a FIFO where the content-id cache keeps model a's id.
+  const std::string a = write_model(path("a.gguf"), "fifo-a", 1);
+  struct stat sa {};
+  ASSERT_EQ(::stat(a.c_str(), &sa), 0);
+  ASSERT_EQ(::mkfifo(identity_entry(state, sa).c_str(), 0600), 0);
+  StatusWatcher watcher(bus_->address());
+  std::string r = load_on_new_connection(bus_->address(), a, 10s);
+  EXPECT_EQ(r.rfind("ok ", 0), 0u) << r << "\n" << daemon_->log();
+
+  // Model b's id is in the cache, and a FIFO is where its access order is.
+  const std::string b = write_model(path("b.gguf"), "fifo-b", 2);
+  struct stat sb {};
+  ASSERT_EQ(::stat(b.c_str(), &sb), 0);
+  const int fd = ::open(b.c_str(), O_RDONLY | O_CLOEXEC);
+  auto id = airs::gguf::content_id_of_fd(fd, static_cast<uint64_t>(sb.st_size));
+  ::close(fd);
+  ASSERT_TRUE(id) << id.error().message;
+  std::ofstream(identity_entry(state, sb)) << id->hex() << "\n";
+  ASSERT_EQ(::mkfifo((state + "/order/" + id->hex()).c_str(), 0600), 0);
+  r = load_on_new_connection(bus_->address(), b, 10s);
+  EXPECT_EQ(r.rfind("ok ", 0), 0u) << r << "\n" << daemon_->log();
+  watcher.stop();
+  EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
+  EXPECT_LT(watcher.slowest(), 1000ms);
+  const std::string log = daemon_->log();
+  EXPECT_NE(log.find("recorded access order not used (" + state + "/order/" + id->hex() + ": not a regular file)"),
+            std::string::npos)
+      << log;
+}
+
+}  // namespace airs::test::load_stall
