@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -22,6 +23,11 @@ namespace airs::test {
 namespace {
 
 [[noreturn]] void exec_argv(const std::vector<std::string>& argv) {
+  // A daemon or bus of a test process that died (a sanitizer's abort, a
+  // ctest timeout) goes with it: left behind it would hold the test's
+  // output pipe, and ctest would wait for it for ever.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() == 1) ::_exit(127);
   std::vector<char*> a;
   for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
   a.push_back(nullptr);
