@@ -130,14 +130,44 @@ std::string reachable_by_all(const std::string& program) {
     return program;
   }
   copies_made().push_back(tmpl);
-  const std::string copy = std::string(tmpl) + "/" + std::filesystem::path(program).filename().string();
+  const std::string dir = tmpl;
+  const std::string name = std::filesystem::path(program).filename().string();
+  const std::string copy = dir + "/" + name + ".bin";
   std::error_code ec;
   std::filesystem::copy_file(program, copy, ec);
   if (ec || ::chmod(copy.c_str(), 0755) != 0) {
     ADD_FAILURE() << "reachable_by_all: copying " << program << " to " << copy << ": " << ec.message();
     return program;
   }
-  return done[program] = copy;
+  // The libraries it loads from the build tree (its RUNPATH names
+  // directories the other uid cannot enter either) go beside it, and a
+  // wrapper points the loader at them.
+  bool libs = false;
+  if (FILE* p = ::popen(("ldd '" + program + "' 2>/dev/null").c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, p) != nullptr) {
+      const std::string l = line;
+      const auto arrow = l.find("=> /");
+      if (arrow == std::string::npos) continue;
+      const std::string lib = l.substr(arrow + 3, l.find(" (", arrow) - arrow - 3);
+      if (lib.rfind("/lib", 0) == 0 || lib.rfind("/usr/", 0) == 0) continue;
+      std::filesystem::copy_file(lib, dir + "/" + std::filesystem::path(lib).filename().string(), ec);
+      if (ec) ADD_FAILURE() << "reachable_by_all: copying " << lib << ": " << ec.message();
+      libs = true;
+    }
+    ::pclose(p);
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir)) ::chmod(e.path().c_str(), 0755);
+  const std::string wrapper = dir + "/" + name;
+  {
+    std::ofstream w(wrapper);
+    w << "#!/bin/sh\n" << (libs ? "LD_LIBRARY_PATH='" + dir + "' " : std::string()) << "exec '" << copy << "' \"$@\"\n";
+  }
+  if (::chmod(wrapper.c_str(), 0755) != 0) {
+    ADD_FAILURE() << "reachable_by_all: " << wrapper << ": " << std::strerror(errno);
+    return program;
+  }
+  return done[program] = wrapper;
 }
 
 std::string airs_memd_path() { return AIRS_MEMD_PATH; }
