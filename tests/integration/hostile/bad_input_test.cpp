@@ -14,6 +14,7 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "daemon_fixture.hpp"
+#include "hostile_common.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
 
@@ -57,17 +58,6 @@ class Hostile : public ::testing::Test {
         .withArguments(sdbus::UnixFd(fd, sdbus::adopt_fd), std::map<std::string, sdbus::Variant>{})
         .storeResultsTo(p);
     return p;
-  }
-  // Expects the call to fail with `name` and a message containing `part`.
-  template <typename F>
-  void expect_error(F&& call, const std::string& name, const std::string& part) {
-    try {
-      call();
-      ADD_FAILURE() << "expected " << name;
-    } catch (const sdbus::Error& e) {
-      EXPECT_EQ(e.getName(), name) << e.getMessage();
-      EXPECT_NE(e.getMessage().find(part), std::string::npos) << e.getMessage();
-    }
   }
   void expect_still_serving() {
     std::map<std::string, sdbus::Variant> st;

@@ -24,6 +24,7 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "daemon_fixture.hpp"
+#include "hostile_common.hpp"
 #include "gguf/writer.hpp"
 
 using namespace airs::test;
@@ -263,17 +264,6 @@ TEST_P(Holes, WhatAClientAddsToItsArenaIsGivenBack) {
   EXPECT_LE(allocated_bytes(s.arena.get()), held);
 }
 
-// Expects `call` to fail with `name` and a message containing `part`.
-template <typename F>
-void expect_error(F&& call, const std::string& name, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected " << name;
-  } catch (const sdbus::Error& e) {
-    EXPECT_EQ(e.getName(), name) << e.getMessage();
-    EXPECT_NE(e.getMessage().find(part), std::string::npos) << e.getMessage();
-  }
-}
 
 // A userfaultfd that never had UFFDIO_API fails every read and polls
 // EPOLLERR for ever: Attach refuses it, and the loop does not spin on it.

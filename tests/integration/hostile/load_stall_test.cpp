@@ -35,6 +35,7 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "daemon_fixture.hpp"
+#include "hostile_common.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/gguf.hpp"
@@ -164,31 +165,6 @@ std::string finish(Child c) {
   return out;
 }
 
-// Runs `fn` in a child process as uid/gid `uid`; returns what it returned.
-std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    std::string out;
-    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
-      out = std::string("setuid: ") + std::strerror(errno);
-    else
-      out = fn();
-    (void)!::write(p[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(p[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return out;
-}
 
 // LoadModel of `path` on a new connection: "ok <object>" or "<error name>: <message>".
 std::string load_on_new_connection(const std::string& address, const std::string& path,

@@ -28,6 +28,7 @@
 
 #include "daemon_fixture.hpp"
 #include "harness.hpp"
+#include "hostile_common.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -51,39 +52,6 @@ int daemon_fd_count(pid_t pid) {
   return n;
 }
 
-// Runs `fn` in a child process as uid/gid `uid` and returns what it wrote:
-// the D-Bus error name of a failed call, or what the body reports.
-std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[0]);
-    std::string out;
-    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
-      out = std::string("setuid: ") + std::strerror(errno);
-    } else {
-      try {
-        out = fn();
-      } catch (const sdbus::Error& e) {
-        out = e.getName() + ": " + e.getMessage();
-      } catch (const std::exception& e) {
-        out = std::string("exception: ") + e.what();
-      }
-    }
-    (void)!::write(p[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(p[0]);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return out;
-}
 
 // Model.Open of `obj` on connection `c`, proving access with an fd of
 // `proof` (opened here, read-only). Throws sdbus::Error.
