@@ -23,6 +23,11 @@
 //                        handler must get ("own-segv handled=1 foreign=0")
 //     --fork-child with --on-touch: the child reads the first and last bytes
 //                        and compares them with the file ("child-read-ok")
+//     --passes N         verify every tensor N times (a token reads every
+//                        layer: a streamed model's units go and come back);
+//                        SIGBUS then ends it with "sigbus", exit 7
+//     --pause P          half-way through pass P print "mid pass=P" and wait
+//                        for a stdin line (the test acts mid-token)
 //
 // Exit codes: 0 bytes right; 3 wrong bytes; 4 the forked child read
 // something; 7 SIGBUS on --touch; 10+ set-up errors (message on stderr).
@@ -153,6 +158,8 @@ int main(int argc, char** argv) {
   long as_uid = -1;
   long long touch = -1;
   int wait_resident_ms = -1;
+  int passes = 1;
+  int pause_pass = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -175,6 +182,8 @@ int main(int argc, char** argv) {
     else if (a == "--on-touch") on_touch = true;
     else if (a == "--own-segv") own_segv = next();
     else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
+    else if (a == "--passes") passes = std::stoi(next());
+    else if (a == "--pause") pause_pass = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 10;
@@ -284,11 +293,16 @@ int main(int argc, char** argv) {
     say("resident rc=%d", rc);
   }
 
-  auto verify = [&]() -> int {
+  auto verify = [&](int pass = 0) -> int {
     say("verifying ranges=%zu", ranges.size());
     std::vector<unsigned char> want;
     uint64_t bytes = 0;
-    for (const auto& r : ranges) {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const auto& r = ranges[i];
+      if (pass != 0 && pass == pause_pass && i == ranges.size() / 2) {
+        say("mid pass=%d", pass);
+        if (!wait_stdin_line()) return 14;
+      }
       want.resize(r.nbytes);
       if (auto s = src->read(r.offset, want.data(), want.size()); !s) {
         std::fprintf(stderr, "pread %s: %s\n", r.name.c_str(), s.error().message.c_str());
@@ -322,7 +336,14 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(std::stoull(order.substr(7)));
       std::shuffle(ranges.begin(), ranges.end(), rng);
     }
-    if (int rc = verify(); rc != 0) return rc;
+    if (passes > 1 || pause_pass != 0) {
+      struct sigaction sa {};
+      sa.sa_sigaction = on_sigbus;
+      sa.sa_flags = SA_SIGINFO;
+      ::sigaction(SIGBUS, &sa, nullptr);
+    }
+    for (int pass = 1; pass <= passes; ++pass)
+      if (int rc = verify(pass); rc != 0) return rc;
   }
   say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
       count_uffd_fds());

@@ -548,6 +548,105 @@ TEST_F(ClientIntegration, CooperativeTouchServesAForkedChild) {
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
+// ---- 4b. a streamed model: the daemon killed mid-token, a forced unload mid-stream ----
+
+// A model three times the pool, in 16 layers of three units: it streams, and
+// every pass (a token) drops units and reads them again. The client reads
+// every tensor three times and stops half-way through the second pass.
+class StreamedClients : public ClientIntegration, public ::testing::WithParamInterface<std::string> {
+ protected:
+  bool start_streaming(ModelFile& m, const std::string& name) {
+    const uint64_t unit = huge_page_size();
+    m = make_model(dir_, name + ".gguf", name, 48 * unit, 16);
+    return start(16 * unit / kMiB, "[models]\nmode = \"" + GetParam() + "\"\n");
+  }
+
+  // Half-way through pass 2, after units were dropped: returns the object.
+  std::string reach_mid_token(Child& c, const ModelFile& m) {
+    auto o = c.expect_line("opened");
+    EXPECT_TRUE(o) << c.transcript();
+    if (!o) return "";
+    const std::string obj = field(*o, "object");
+    expect_verified(c, m, "0", 120s);  // pass 1, through the daemon
+    EXPECT_TRUE(c.expect_line("mid pass=2", 120s)) << c.transcript();
+    const auto ms = model_status(obj);
+    EXPECT_EQ(ms.value("streamed", false), true) << ms.dump();
+    EXPECT_GT(ms.value("units_dropped", uint64_t{0}), 0U) << "nothing was dropped yet: nothing tested\n" << ms.dump();
+    return obj;
+  }
+
+  // What the process's main thread sleeps in (its wchan).
+  static std::string main_thread_wchan(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/wchan");
+    std::string s;
+    std::getline(f, s);
+    return s;
+  }
+};
+
+// The daemon stops answering (SIGSTOP) and the client goes on into the
+// units that are not in the region; once its reading thread sleeps for one
+// (a userfaultfd fault, or the touch guard's wait), the daemon is killed.
+// The client maps the GGUF file in the region's place and every byte of the
+// rest of its three passes is the file's.
+TEST_P(StreamedClients, KillDashNineOfTheDaemonMidToken) {
+  ModelFile m;
+  if (!start_streaming(m, "orphan-stream")) return;
+  Child c(client(m, {"--passes", "3", "--pause", "2"}));
+  const std::string obj = reach_mid_token(c, m);
+  ASSERT_FALSE(obj.empty());
+  ASSERT_EQ(::kill(daemon_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(c.send("go"));
+  const bool lazy = GetParam() != "cooperative";
+  std::string wchan;
+  const bool waits = wait_until(
+      [&] {
+        wchan = main_thread_wchan(c.pid());
+        return lazy ? wchan == "handle_userfault" : wchan.starts_with("futex");
+      },
+      60s).has_value();
+  if (!waits) ::kill(daemon_->pid(), SIGCONT);
+  ASSERT_TRUE(waits) << "the client never waited for a unit (last wchan " << wchan << ")\n" << c.transcript();
+  daemon_->kill_hard();
+  expect_verified(c, m, "1", 120s);  // pass 2, finished on the file
+  expect_verified(c, m, "1", 120s);  // pass 3
+  EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
+  EXPECT_NE(c.err().find("from the GGUF file in this process"), std::string::npos) << c.err();
+}
+
+// A forced unload half-way through a token: the client's next read of the
+// model is SIGBUS (exit 7), never a wrong byte (exit 3); the pool gets every
+// page back and the daemon goes on serving.
+TEST_P(StreamedClients, AForcedUnloadMidStreamIsSigbusNeverZeros) {
+  ModelFile m;
+  if (!start_streaming(m, "unloaded-stream")) return;
+  const auto pool0 = dbus_->status()["pool"];
+  Child c(client(m, {"--passes", "3", "--pause", "2"}));
+  const std::string obj = reach_mid_token(c, m);
+  ASSERT_FALSE(obj.empty());
+  auto e = dbus_->unload(obj, true);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  ASSERT_TRUE(c.send("go"));
+  auto sb = c.expect_line("sigbus", 60s);
+  EXPECT_TRUE(sb) << c.transcript();
+  EXPECT_EQ(c.wait(30s).exit_code, 7) << c.transcript();
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms)) << dbus_->status().dump(1);
+  ASSERT_TRUE(wait_until([&] { return dbus_->status()["pool"]["free_bytes"] == pool0["free_bytes"]; }, 30000ms))
+      << dbus_->status().dump(1);
+  // The daemon streams the model again for a new client, byte-exact.
+  Child late(client(m, {"--passes", "2"}));
+  expect_verified(late, m, "0", 120s);
+  expect_verified(late, m, "0", 120s);
+  EXPECT_EQ(late.wait(30s).exit_code, 0) << late.transcript();
+}
+
+INSTANTIATE_TEST_SUITE_P(StreamModes, StreamedClients, ::testing::Values("full", "small-pages", "cooperative"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           std::erase(n, '-');
+                           return n;
+                         });
+
 // ---- 5. a forked child of a client ----
 
 TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
