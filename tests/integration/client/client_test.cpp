@@ -239,9 +239,15 @@ class ClientIntegration : public ::testing::Test {
 
 // ---- 1. in order, random order, 2 and 4 concurrent processes ----
 
+// Ordered on events, not on a race between the client's start and the
+// load: the warm-up crawls (4 KiB/s) and nothing is read ahead of a fault,
+// so the model is resident only once the client has faulted every unit in,
+// however slowly the client starts (TCG).
+constexpr const char* kFaultDrivenOnly = "[models]\nwarmup_rate = \"4K\"\nprefetch_window = 0\n";
+
 TEST_F(ClientIntegration, OneClientTouchesLayersInOrderDuringTheLoad) {
   auto m = make_model(dir_, "m.gguf", "inorder", 24 * kMiB);
-  if (!start(64, "", 48 * kMiB)) return;
+  if (!start(64, kFaultDrivenOnly, 48 * kMiB)) return;
   Child c(client(m, {"--order", "seq"}));
   auto o = c.expect_line("opened");
   ASSERT_TRUE(o) << c.transcript();
@@ -272,7 +278,7 @@ class ConcurrentClients : public ClientIntegration, public ::testing::WithParamI
 TEST_P(ConcurrentClients, AllReadTheRightBytesAndShareOneCopy) {
   const int n = GetParam();
   auto m = make_model(dir_, "m.gguf", "shared", 24 * kMiB);
-  if (!start(64, "", 32 * kMiB)) return;
+  if (!start(64, kFaultDrivenOnly, 32 * kMiB)) return;
   std::vector<std::unique_ptr<Child>> cs;
   for (int i = 0; i < n; ++i)
     cs.push_back(std::make_unique<Child>(
@@ -671,12 +677,14 @@ TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
 // ---- 6. a read error during the load ----
 
 TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
-  // Eight huge pages at least, so the slowed load is whole units short of
-  // the new end when the file shrinks (a unit is a huge page: 32 MiB with
+  // Eight huge pages at least, so the load (fault-driven only) is whole
+  // units short of the new end when the file shrinks (a unit is a huge page: 32 MiB with
   // 16 KiB base pages, where a 32 MiB model is one unit).
   const uint64_t size = std::max<uint64_t>(32 * kMiB, 8 * huge_page_size());
   auto m = make_model(dir_, "m.gguf", "shrinking", size);
-  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB), "[models]\nqueue_depth = 1\n", 8 * kMiB)) return;
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB),
+             std::string(kFaultDrivenOnly) + "queue_depth = 1\n", 8 * kMiB))
+    return;
   const uint64_t last = m.size() - 1;
   Child c(client(m, {"--order", "none", "--wait-go", "--touch", std::to_string(last)}));
   auto o = c.expect_line("opened");
