@@ -362,6 +362,7 @@ static int map_cooperative(airs_model* m, bool resident, bool streamed, const ai
   spec.request_fd = m->requests.get();
   spec.daemon_pidfd = m->daemon_pidfd.get();
   spec.gguf_fd = m->gguf.get();
+  spec.region_fd = m->region.get();
   spec.trace_fd = m->touch_trace.get();
   spec.opened = streamed ? m->opened_map.get() : nullptr;
   auto g = airs::client::TouchGuard::create(spec);

@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@ struct Slot {
   int request_fd = -1;
   int daemon_pidfd = -1;
   int gguf_fd = -1;
+  int region_fd = -1;
   int trace_fd = -1;
   // Streamed models: the open-unit bits the daemon reads, and one lock per
   // unit taken by an open (handler) and a close (watcher).
@@ -146,6 +148,15 @@ void unlock_unit(const Slot& s, uint32_t unit) {
   if (s.locks != nullptr) s.locks[unit].store(0, std::memory_order_release);
 }
 
+// Whether the region ends before `unit` (an access there is SIGBUS). True
+// when the guard was given no region fd (the daemon truncates first).
+bool region_revoked(const Slot& s, uint32_t unit) {
+  if (s.region_fd < 0) return true;
+  struct stat st {};
+  if (::fstat(s.region_fd, &st) != 0) return false;
+  return static_cast<uint64_t>(st.st_size) <= uint64_t{unit} * s.unit;
+}
+
 void* unit_addr(const Slot& s, uint32_t unit) { return reinterpret_cast<void*>(s.base + uint64_t{unit} * s.unit); }
 
 void send_word(const Slot& s, wire::RequestKind kind, uint32_t unit) {
@@ -194,7 +205,9 @@ void serve(Slot& s, uintptr_t addr) {
     if (try_open(s, unit)) return;
     const wire::ModelLoadState st = s.status.state();
     if (st == wire::ModelLoadState::Unloaded) {
-      // The region is revoked: the access gets SIGBUS.
+      // The region is revoked: the access gets SIGBUS. Only where it is:
+      // a unit that is a hole of a region still this long reads zeros.
+      if (!region_revoked(s, unit)) die_sigbus("the model was unloaded and its region is not revoked");
       (void)::mprotect(unit_addr(s, unit), s.unit, PROT_READ);
       return;
     }
@@ -291,6 +304,7 @@ Result<std::unique_ptr<TouchGuard>> TouchGuard::create(const TouchGuardSpec& spe
     s.request_fd = spec.request_fd;
     s.daemon_pidfd = spec.daemon_pidfd;
     s.gguf_fd = spec.gguf_fd;
+    s.region_fd = spec.region_fd;
     s.trace_fd = spec.trace_fd;
     const uint32_t units = spec.status.unit_count();
     if (spec.opened != nullptr) {

@@ -50,6 +50,9 @@ struct TouchGuardSpec {
   int request_fd = -1;    // our end of the Follow socket (SOCK_SEQPACKET), or -1
   int daemon_pidfd = -1;  // to notice the daemon's death, or -1
   int gguf_fd = -1;       // the model file, mapped in place if the daemon dies
+  // The region's fd, or -1: on Unloaded a touch is let through (to take
+  // the truncated region's SIGBUS) only once the region is truncated.
+  int region_fd = -1;
   int trace_fd = -1;      // one line per handled touch (tests), or -1
   // A streamed model: the writable mapping of the open-unit bits this
   // client handed the daemon (wire/opened.hpp), one bit per unit.

@@ -669,18 +669,22 @@ Result<Pager::Drain> Pager::unload(ModelId id) {
   m->fill.accepting = false;
   m->fill.revoked = true;
   m->closes.clear();
-  // Tell readers first (libairs waits see it), then revoke every mapping:
-  // after the truncation an access is SIGBUS, and no page can come back.
-  // It does not wait for the reads in flight (docs/retire.md): one the
-  // device already runs writes pages it pinned, which the truncation took
-  // out of the file and out of every mapping; one that starts later fails
-  // on the daemon's mapping, which now ends at 0 (EFAULT), as do populates.
-  // What waits is only the return of the pages to the pool, below.
+  // Revoke every mapping first, then tell readers: after the truncation an
+  // access is SIGBUS, and no page can come back. In that order, a reader
+  // that sees Unloaded finds the region gone; the other way round, the
+  // touch guard of a client waiting for a unit that is a hole would open
+  // it on Unloaded (to take its SIGBUS) and read the hole's zeros before
+  // the truncation. It does not wait for the reads in flight
+  // (docs/retire.md): one the device already runs writes pages it pinned,
+  // which the truncation took out of the file and out of every mapping;
+  // one that starts later fails on the daemon's mapping, which now ends at
+  // 0 (EFAULT), as do populates. What waits is only the return of the
+  // pages to the pool, below.
+  Status revoked = sys::truncate_to_zero(m->region->fd(), "model '" + m->name + "' region");
+  if (!revoked) spdlog::error("model '{}': {}; its mappings are NOT revoked", m->name, revoked.error().message);
   m->res->status().reset(wire::ModelLoadState::Unloaded);
   m->res->set_state(wire::ModelLoadState::Unloaded);
   publish(*m);
-  Status revoked = sys::truncate_to_zero(m->region->fd(), "model '" + m->name + "' region");
-  if (!revoked) spdlog::error("model '{}': {}; its mappings are NOT revoked", m->name, revoked.error().message);
   // Threads blocked in a fault (waiting for a unit that will never be read
   // now) retry once woken: past the new end, SIGBUS.
   clients_.remove_model(id);
