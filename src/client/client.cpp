@@ -419,9 +419,6 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
   try {
     airs::dbus::Dict opts;
     if (opt != nullptr && opt->name != nullptr) opts["name"] = sdbus::Variant(std::string(opt->name));
-    m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
-    m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
-
     const std::string mode = client->manager->Mode();
     sdbus::UnixFd region, status;
     uint64_t size = 0;
@@ -431,22 +428,37 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     // opened unit by unit (map_cooperative).
     airs::sys::UniqueFd proof_uffd;
     bool lazy = false;
-    if (mode != "cooperative") {
-      if (auto u = airs::sys::uffd_create()) {
-        try {
-          std::tie(region, size, status, info) =
-              m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
-          proof_uffd = std::move(u).value();
-          lazy = true;
-        } catch (const sdbus::Error& e) {
-          if (e.getName() != airs::dbus::kErrAccessDenied) throw;
+    // LoadModel holds no reference: under pressure the daemon may evict the
+    // model, unused, before our Open reaches it (its object is gone then).
+    // Load it again: a few times, not for ever.
+    for (int attempt = 1;; ++attempt) {
+      try {
+        m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
+        m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
+        if (mode != "cooperative") {
+          if (auto u = airs::sys::uffd_create()) {
+            try {
+              std::tie(region, size, status, info) =
+                  m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
+              proof_uffd = std::move(u).value();
+              lazy = true;
+            } catch (const sdbus::Error& e) {
+              if (e.getName() != airs::dbus::kErrAccessDenied) throw;
+            }
+          }
         }
+        if (!lazy) {
+          airs::dbus::Dict oopts;
+          oopts["wait"] = sdbus::Variant(false);
+          std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
+        }
+        break;
+      } catch (const sdbus::Error& e) {
+        if (attempt >= 3 || e.getName() != airs::dbus::kErrUnknownObject) throw;
+        if (!m->quiet)
+          std::fprintf(stderr, "airs: %s went before it was opened (evicted under pressure?); loading it again\n",
+                       m->object.c_str());
       }
-    }
-    if (!lazy) {
-      airs::dbus::Dict oopts;
-      oopts["wait"] = sdbus::Variant(false);
-      std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
     }
     m->region = dup_cloexec(region.get());
     m->region_size = size;

@@ -17,5 +17,6 @@ inline constexpr const char* kErrBusy = "org.aios.Airs1.Error.Busy";
 inline constexpr const char* kErrUnsupported = "org.aios.Airs1.Error.Unsupported";
 inline constexpr const char* kErrFailed = "org.aios.Airs1.Error.Failed";
 inline constexpr const char* kErrAccessDenied = "org.freedesktop.DBus.Error.AccessDenied";
+inline constexpr const char* kErrUnknownObject = "org.freedesktop.DBus.Error.UnknownObject";
 
 }  // namespace airs::dbus
