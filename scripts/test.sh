@@ -107,7 +107,10 @@ build build "${plain[@]}"
 
 stage "plain tests, packages, systemd, llama.cpp (ASan build beside)"
 bg_build build-asan "${san_debug[@]}" -DAIRS_SANITIZE=address,undefined
-run_ctest build 'unit|integration' plain
+# With the soak (label soak: a bounded minute of random kills, restarts,
+# unloads, replaced files and pressure, every byte checked; a fresh seed
+# each run, printed with the replay command on failure).
+run_ctest build 'unit|integration|soak' plain
 # The three .debs: lintian-clean, and libairs-dev builds C and C++ programs.
 run_ctest build package package timeout 1200
 # The package in a real systemd booted in systemd-nspawn.

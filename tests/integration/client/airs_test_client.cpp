@@ -23,11 +23,21 @@
 //                        handler must get ("own-segv handled=1 foreign=0")
 //     --fork-child with --on-touch: the child reads the first and last bytes
 //                        and compares them with the file ("child-read-ok")
-//     --passes N         verify every tensor N times (a token reads every
-//                        layer: a streamed model's units go and come back);
-//                        SIGBUS then ends it with "sigbus", exit 7
+//     --passes N         verify N times (a fresh random order each pass for
+//                        random:SEED), as a runtime reads a model per token
+//                        (a streamed model's units go and come back)
 //     --pause P          half-way through pass P print "mid pass=P" and wait
-//                        for a stdin line (the test acts mid-token)
+//                        for a stdin line (the test acts mid-token); with
+//                        --passes > 1 or --pause, SIGBUS ends it with
+//                        "sigbus", exit 7
+//     --sigbus-ok        SIGBUS during any verification ends the process with
+//                        "sigbus" and exit 7 (a forced unload revokes the
+//                        mapping: SIGBUS is then a right answer, zeros never)
+//     --deadline S       the alarm that turns a hang into SIGALRM (default 90)
+//
+// The bytes are checked against the very file that was opened: the model is
+// opened through libairs with the fd this process reads the file from, so a
+// file replaced on disk meanwhile is judged by the version this client has.
 //
 // Exit codes: 0 bytes right; 3 wrong bytes; 4 the forked child read
 // something; 7 SIGBUS on --touch; 10+ set-up errors (message on stderr).
@@ -160,6 +170,8 @@ int main(int argc, char** argv) {
   int wait_resident_ms = -1;
   int passes = 1;
   int pause_pass = 0;
+  bool sigbus_ok = false;
+  unsigned deadline_s = 90;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -182,8 +194,10 @@ int main(int argc, char** argv) {
     else if (a == "--on-touch") on_touch = true;
     else if (a == "--own-segv") own_segv = next();
     else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
-    else if (a == "--passes") passes = std::stoi(next());
+    else if (a == "--passes") passes = std::max(1, std::stoi(next()));
     else if (a == "--pause") pause_pass = std::stoi(next());
+    else if (a == "--sigbus-ok") sigbus_ok = true;
+    else if (a == "--deadline") deadline_s = static_cast<unsigned>(std::stoul(next()));
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 10;
@@ -194,7 +208,7 @@ int main(int argc, char** argv) {
     return 10;
   }
   // A hang is a failure the test must see as one, not a stuck suite.
-  ::alarm(90);
+  ::alarm(deadline_s);
   if (as_uid >= 0) {
     const auto id = static_cast<uid_t>(as_uid);
     if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) {
@@ -228,7 +242,15 @@ int main(int argc, char** argv) {
   airs_model* model = nullptr;
   if (own_segv == "before") install_own_segv(false);
   airs_model_options opt{nullptr, 0, per_layer ? 1 : 0, on_touch ? 1 : 0};
-  if (int rc = airs_model_open(client, file.c_str(), &opt, &model); rc != 0) {
+  if (sigbus_ok) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    ::sigaction(SIGBUS, &sa, nullptr);
+  }
+  // The fd the bytes are checked against, not the path again: a file
+  // renamed over this one in between would be another version.
+  if (int rc = airs_model_open_fd(client, src->fd(), &opt, &model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
     airs_disconnect(client);
@@ -332,18 +354,17 @@ int main(int argc, char** argv) {
     return 0;
   };
   if (order != "none") {
-    if (order.rfind("random:", 0) == 0) {
-      std::mt19937_64 rng(std::stoull(order.substr(7)));
-      std::shuffle(ranges.begin(), ranges.end(), rng);
-    }
+    std::mt19937_64 rng(order.rfind("random:", 0) == 0 ? std::stoull(order.substr(7)) : 0);
     if (passes > 1 || pause_pass != 0) {
       struct sigaction sa {};
       sa.sa_sigaction = on_sigbus;
       sa.sa_flags = SA_SIGINFO;
       ::sigaction(SIGBUS, &sa, nullptr);
     }
-    for (int pass = 1; pass <= passes; ++pass)
-      if (int rc = verify(pass); rc != 0) return rc;
+    for (int pass = 0; pass < passes; ++pass) {
+      if (order.rfind("random:", 0) == 0) std::shuffle(ranges.begin(), ranges.end(), rng);
+      if (int rc = verify(pass + 1); rc != 0) return rc;
+    }
   }
   say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
       count_uffd_fds());
