@@ -293,6 +293,7 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
     return make_error(EINVAL, "model spec: alignment {} is not a power of two up to 1 GiB", s.alignment);
   }
   const bool qwen3moe = s.architecture == "qwen3moe";
+  const bool a_is_qwen3 = s.architecture == "qwen3";  // dense, with q/k norms too
   if (s.n_expert == 0) {
     if (s.n_expert_used != 0) {
       return make_error(EINVAL, "model spec: n_expert_used {} without experts (n_expert 0)", s.n_expert_used);
@@ -343,7 +344,7 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
     AIRS_TRY(add(p + "attn_k.weight", "attn_k", {s.n_embd, s.n_head_kv * kl}));
     AIRS_TRY(add(p + "attn_v.weight", "attn_v", {s.n_embd, s.n_head_kv * vl}));
     AIRS_TRY(add(p + "attn_output.weight", "attn_output", {s.n_head * vl, s.n_embd}));
-    if (qwen3moe) {
+    if (qwen3moe || a_is_qwen3) {
       AIRS_TRY(add(p + "attn_q_norm.weight", "attn_q_norm", {kl}));
       AIRS_TRY(add(p + "attn_k_norm.weight", "attn_k_norm", {kl}));
     }

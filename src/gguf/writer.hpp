@@ -114,7 +114,8 @@ struct ModelSpec {
   // n_ff is the feed-forward width of one expert. Written for architecture
   // "llama" (the Mixtral layout) and "qwen3moe" (which needs it, and also
   // gets blk.N.attn_q_norm / attn_k_norm [key_length] and
-  // `qwen3moe.expert_feed_forward_length`).
+  // `qwen3moe.expert_feed_forward_length`). A dense "qwen3" gets the q/k
+  // norms too.
   uint64_t n_expert = 0;
   uint64_t n_expert_used = 0;         // 1..n_expert when n_expert > 0
   // Non-uniform routing for tests (llama_compatible only): expert e's router
