@@ -3,6 +3,8 @@
 // once for all its tokens), and malformed MoE files are refused with an
 // error naming what is wrong. Agreement with llama.cpp is in
 // tests/llama/moe_agreement_test.cpp.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -10,6 +12,7 @@
 
 #include "gguf/writer.hpp"
 #include "infer/engine.hpp"
+#include "infer/sampler.hpp"
 #include "infer/sequence.hpp"
 
 namespace {
@@ -91,6 +94,57 @@ TEST(InferMoe, BatchEqualsTokenByToken) {
       EXPECT_EQ(batched, single) << arch;
     }
   }
+}
+
+// The observer's contract: the experts it names for a layer are all the
+// pass reads there. Before each layer's FFN, every expert it does not name
+// is overwritten with NaN (the others restored): a read of one would make
+// the logits NaN or change them. Prefill batches and decode steps alike.
+TEST(InferMoe, ObserverNamesEveryExpertThePassReads) {
+  auto bytes = render(moe_spec("qwen3moe", gguf::TypeScheme::kF32));
+  const std::vector<std::byte> pristine = bytes;
+  gguf::File file;
+  auto m = load(bytes, file);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  std::vector<int32_t> prompt = {1};
+  for (int32_t i = 1; i < 30; ++i) prompt.push_back(3 + (i * 53) % 290);
+  const auto clean = logits_of(*m, prompt, true);
+
+  ThreadPool pool(2);
+  const KvLayout layout = kv_layout_for(m->config, 8, KvElem::kF32);
+  Engine engine(*m, layout, pool);
+  size_t calls = 0, poisoned = 0;
+  engine.set_expert_observer([&](uint32_t l, std::span<const uint32_t> used) {
+    ++calls;
+    const Layer& L = m->layers[l];
+    for (const Matrix* x : {&L.w_gate, &L.w_up, &L.w_down}) {
+      for (uint32_t e = 0; e < m->config.n_expert; ++e) {
+        const Matrix s = expert_slice(*x, e);
+        const auto at = static_cast<size_t>(s.data - bytes.data());
+        const size_t n = s.rows * s.row_stride;
+        if (std::find(used.begin(), used.end(), e) != used.end()) {
+          std::memcpy(bytes.data() + at, pristine.data() + at, n);
+        } else {
+          std::memset(bytes.data() + at, 0xFF, n);
+          ++poisoned;
+        }
+      }
+    }
+  });
+  PrivateKv kv(layout.block_bytes());
+  Sequence seq(engine, kv);
+  auto l = seq.prefill(prompt);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(std::vector<float>(l->begin(), l->end()), clean);
+  // Decode steps: one token, k of the n experts, so some are poisoned.
+  const size_t before = poisoned;
+  for (int i = 0; i < 4; ++i) {
+    l = seq.append(argmax(*l));
+    ASSERT_TRUE(l.ok());
+    for (float v : *l) ASSERT_FALSE(std::isnan(v));
+  }
+  EXPECT_GT(calls, 4U * m->config.n_layer);
+  EXPECT_EQ(poisoned - before, 4U * m->config.n_layer * 3 * (m->config.n_expert - m->config.n_expert_used));
 }
 
 TEST(InferMoe, WeightBytesCountTheUsedExperts) {
