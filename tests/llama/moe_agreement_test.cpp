@@ -91,9 +91,12 @@ TEST_P(MoeAgreement, GreedyTokensAndLogits) {
   const double all = worst(ours.logits, ref.logits, same + 1);
   const auto ref16 = run_llama(path, kPrompt, kN, "f16");
   const double self = worst(ref16.logits, ref.logits, 1);
+  size_t same16 = 0;
+  while (same16 < ref16.tokens.size() && ref16.tokens[same16] == ref.tokens[same16]) ++same16;
   std::printf("[%s] prompt %zu tokens; greedy tokens equal for %zu of %d steps; step-0 rel diff %.3g; worst over "
-              "%zu matching steps %.3g; llama.cpp f32 vs f16 KV %.3g\n",
-              tag(s).c_str(), ref.prompt.size(), same, kN, step0, std::min<size_t>(same + 1, kN), all, self);
+              "%zu matching steps %.3g; llama.cpp f32 vs f16 KV: step 0 %.3g, worst over %zu steps %.3g\n",
+              tag(s).c_str(), ref.prompt.size(), same, kN, step0, std::min<size_t>(same + 1, kN), all, self,
+              std::min<size_t>(same16 + 1, kN), worst(ref16.logits, ref.logits, same16 + 1));
 
   // The observer: one call per layer per forward pass, ascending distinct
   // ids below n_expert; a decode pass (one token) names exactly k experts.
@@ -132,6 +135,10 @@ TEST_P(MoeAgreement, GreedyTokensAndLogits) {
     std::printf("[%s] f16 KV: engine vs llama.cpp %.3g\n", tag(s).c_str(), kv16);
     EXPECT_LT(kv16, self);
   } else {
+    // Quantised: as the dense tests, step 0 only. Greedy tokens can part
+    // at a near tie: on llama q4_0 with 64 experts (8 used) the top two
+    // logits are 0.008 apart and llama.cpp itself picks another first
+    // token with f16 KV than with f32.
     EXPECT_LT(step0, std::max(2 * self, 1e-3));
   }
 }
@@ -141,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Infer, MoeAgreement,
                                            MoeShape{"llama", "f32", 4, 1, 0}, MoeShape{"qwen3moe", "f32", 8, 2, 0},
                                            MoeShape{"qwen3moe", "f32", 16, 4, 3},
                                            MoeShape{"llama", "q8_0", 8, 2, 0},
-                                           MoeShape{"qwen3moe", "q4_K", 8, 2, 0}),
+                                           MoeShape{"qwen3moe", "q4_K", 8, 2, 0},
+                                           MoeShape{"qwen3moe", "q4_0", 64, 8, 0}),
                          [](const auto& p) { return tag(p.param); });
 
 // --router-skew concentrates the routing on the low-numbered experts: over
