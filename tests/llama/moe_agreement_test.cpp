@@ -152,6 +152,25 @@ INSTANTIATE_TEST_SUITE_P(Infer, MoeAgreement,
                                            MoeShape{"qwen3moe", "q4_0", 64, 8, 0}),
                          [](const auto& p) { return tag(p.param); });
 
+// Dense qwen3 shares qwen3moe's q/k norms (RMSNorm of each head of q and
+// k before RoPE), which the engine once ignored: f32 weights must agree
+// as tightly as the dense llama models do.
+TEST(MoeAgreementQkNorm, DenseQwen3) {
+  const MoeShape s{"qwen3", "f32", 0, 0, 0};
+  const std::string path = make_model(s, 5);
+  auto m = airs::test::load_model_file(path);
+  ASSERT_NE(m->model.layers[0].attn_q_norm, nullptr);
+  ASSERT_EQ(m->model.config.n_expert, 0U);
+  constexpr int kN = 12;
+  const auto ref = run_llama(path, kPrompt, kN, "f32");
+  const auto ours = run_engine(*m, kPrompt, kN, airs::infer::KvElem::kF32);
+  ASSERT_EQ(ours.prompt, ref.prompt);
+  const double all = worst(ours.logits, ref.logits, kN);
+  std::printf("[qwen3 f32] worst over %d steps %.3g\n", kN, all);
+  EXPECT_EQ(ours.tokens, ref.tokens);
+  EXPECT_LT(all, 1e-5);
+}
+
 // --router-skew concentrates the routing on the low-numbered experts: over
 // the prompt's tokens, fed one at a time (so each pass is one token's
 // choice), experts 0 and 1 take a larger share of the choices than in the
