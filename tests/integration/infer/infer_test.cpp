@@ -226,6 +226,10 @@ TEST_F(InferIntegration, MixtureOfExpertsOnDaemonBlocksGivesThePrivateTokens) {
   EXPECT_EQ(d["token_ids"].size(), 16U);
   EXPECT_EQ(d["token_ids"], priv["token_ids"]);
   EXPECT_GT(d["prompt_tokens"].get<int>(), 3 * d["tokens_per_block"].get<int>());
+  EXPECT_EQ(d["experts"], 8);
+  EXPECT_EQ(d["experts_used"], 2);
+  EXPECT_NE(last_err_.find(" 4 layers, 2 of 8 experts per token, q8_0 weights; kernels "), std::string::npos)
+      << last_err_;
 }
 
 TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
