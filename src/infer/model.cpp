@@ -153,6 +153,10 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   }
   if (n_exp == 0 && a == "qwen3moe") return make_error(EINVAL, "model: qwen3moe.expert_count is missing or 0");
   if (n_exp > 0) {
+    if (a != "llama" && a != "qwen3moe") {
+      return make_error(ENOTSUP, "model: {}.expert_count is {}, but the engine runs experts only for llama (the "
+                        "Mixtral layout) and qwen3moe", a, n_exp);
+    }
     if (n_exp > kMaxExperts) return make_error(EINVAL, "model: {}.expert_count {} is above {}", a, n_exp, kMaxExperts);
     if (n_used == 0) return make_error(EINVAL, "model: {}.expert_used_count is missing or 0 ({} experts)", a, n_exp);
     if (n_used > n_exp) {

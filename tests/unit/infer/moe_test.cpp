@@ -183,6 +183,28 @@ TEST(InferMoe, UsedCountZeroIsRefused) {
   EXPECT_NE(m.error().message.find("expert_used_count is missing or 0"), std::string::npos) << m.error().message;
 }
 
+TEST(InferMoe, ExpertsOfAnotherArchitectureAreRefused) {
+  // A llama MoE file relabelled qwen2 (the same length, so every offset
+  // stays): llama.cpp runs qwen2 dense, so the engine must not guess.
+  auto bytes = render(moe_spec("llama", gguf::TypeScheme::kF32));
+  const size_t arch_value = find_str(bytes, "general.architecture") + 8 + 20 + 4;  // length, key, type tag
+  std::memcpy(bytes.data() + arch_value + 8, "qwen2", 5);
+  const size_t header_end = find_str(bytes, "token_embd.weight");
+  std::string_view hay(reinterpret_cast<const char*>(bytes.data()), header_end);
+  size_t keys = 0;
+  for (size_t at = hay.find("llama."); at != std::string_view::npos; at = hay.find("llama.", at + 1), ++keys) {
+    std::memcpy(bytes.data() + at, "qwen2.", 6);
+  }
+  ASSERT_GT(keys, 8U);
+  gguf::File file;
+  auto m = load(bytes, file);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, ENOTSUP);
+  EXPECT_NE(m.error().message.find("qwen2.expert_count is 4, but the engine runs experts only for llama"),
+            std::string::npos)
+      << m.error().message;
+}
+
 TEST(InferMoe, WrongExpertTensorShapeIsRefused) {
   auto bytes = render(moe_spec("llama", gguf::TypeScheme::kF32));
   // [64, 64, 4] -> [64, 128, 2]: the same bytes, so the file still parses.
