@@ -167,8 +167,10 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
     c.n_expert_used = static_cast<uint32_t>(n_used);
   }
   const auto ff = f.find_uint(a + ".feed_forward_length");
-  const auto ff_exp = f.find_uint(a + ".expert_feed_forward_length");
-  if (c.n_expert > 0 && ff_exp) {
+  // Only qwen3moe reads expert_feed_forward_length; llama.cpp's llama
+  // (Mixtral) gives each expert feed_forward_length.
+  const auto ff_exp = a == "qwen3moe" ? f.find_uint(a + ".expert_feed_forward_length") : std::nullopt;
+  if (ff_exp) {
     AIRS_TRY(check_u32("expert_feed_forward_length", *ff_exp));
     c.n_ff = static_cast<uint32_t>(*ff_exp);
   } else {
