@@ -234,6 +234,42 @@ TEST(InferMoe, MissingRouterAndQkNormAreRefused) {
   }
 }
 
+// --router-skew: any byte range of the file is still computable on its own
+// (ranges that cut a router float included), and the router rows shrink
+// with the expert index as the spec says.
+TEST(InferMoe, SkewedRouterIsAPureFunctionAndScalesTheRows) {
+  auto s = moe_spec("llama", gguf::TypeScheme::kF32);
+  s.router_skew = 3;
+  auto plan = gguf::plan_model(s);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const auto whole = *gguf::render_model(*plan);
+  const gguf::PlannedTensor* router = nullptr;
+  for (const auto& t : plan->tensors) {
+    if (t.name == "blk.1.ffn_gate_inp.weight") router = &t;
+  }
+  ASSERT_NE(router, nullptr);
+  for (const auto& [from, len] : {std::pair<uint64_t, size_t>{router->offset - 3, 10}, {router->offset + 1, 6},
+                                  {router->offset + 255, 513}, {router->offset + router->nbytes - 5, 9}}) {
+    std::vector<std::byte> part(len);
+    ASSERT_TRUE(gguf::expected_file_bytes(*plan, from, part).ok());
+    EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + from, len)) << "range at " << from;
+  }
+  // Row e is scaled by 2^(-3e/3): the last of the 4 rows by 1/8.
+  auto row_norm = [&](uint64_t e) {
+    double sum = 0;
+    for (uint64_t i = 0; i < s.n_embd; ++i) {
+      float v = 0;
+      std::memcpy(&v, whole.data() + router->offset + (e * s.n_embd + i) * 4, 4);
+      sum += double{v} * v;
+    }
+    return std::sqrt(sum);
+  };
+  const double ratio = row_norm(0) / row_norm(3);
+  EXPECT_GT(ratio, 5.0);
+  EXPECT_LT(ratio, 13.0);
+  EXPECT_GT(row_norm(1), row_norm(2));
+}
+
 TEST(InferMoe, WriterRefusesBadExpertCounts) {
   auto s = moe_spec("llama", gguf::TypeScheme::kF32);
   s.n_expert_used = 5;
