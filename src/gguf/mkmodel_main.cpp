@@ -17,7 +17,13 @@ namespace {
 constexpr const char* kUsage =
     "usage: airs-mkmodel --out FILE [--size 1G | --layers N --embd N --ff N --vocab N]\n"
     "                    [--heads N] [--heads-kv N] [--context N] [--seed S]\n"
-    "                    [--types mixed|f32|f16|q8_0|q4_0|q4_K] [--alignment 32] [--gguf-version 3] [--llama]\n";
+    "                    [--types mixed|f32|f16|q8_0|q4_0|q4_K] [--alignment 32] [--gguf-version 3] [--llama]\n"
+    "                    [--arch llama|qwen3moe|NAME] [--experts N --experts-used K] [--router-skew X]\n"
+    "  --experts N --experts-used K: a mixture of experts (N experts per layer, K of\n"
+    "    them per token; --ff is one expert's width). --arch qwen3moe needs them.\n"
+    "  --router-skew X: expert e's router row scaled by 2^(-X*e/(N-1)), so a few\n"
+    "    experts win most tokens (needs --llama). A model of skewed real routing,\n"
+    "    not a measurement.\n";
 
 bool parse_u64(const char* text, uint64_t* out) {
   char* end = nullptr;
@@ -72,7 +78,14 @@ int main(int argc, char** argv) {
     else if (opt == "--heads-kv") ok = num(&spec.n_head_kv);
     else if (opt == "--context") ok = num(&spec.context_length);
     else if (opt == "--seed") ok = num(&spec.seed);
-
+    else if (opt == "--arch") spec.architecture = val;
+    else if (opt == "--experts") ok = num(&spec.n_expert);
+    else if (opt == "--experts-used") ok = num(&spec.n_expert_used);
+    else if (opt == "--router-skew") {
+      char* end = nullptr;
+      spec.router_skew = std::strtod(val, &end);
+      ok = end != val && *end == '\0';
+    }
     else if (opt == "--alignment" || opt == "--gguf-version") {
       ok = parse_u64(val, &n) && n <= UINT32_MAX;
       (opt == "--alignment" ? spec.alignment : spec.version) = static_cast<uint32_t>(n);
@@ -123,5 +136,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(spec.n_layers), static_cast<unsigned long long>(spec.n_embd),
               static_cast<unsigned long long>(spec.n_ff), static_cast<unsigned long long>(spec.n_vocab),
               static_cast<unsigned long long>(spec.seed));
+  if (spec.n_expert > 0) {
+    std::printf("%s: %s, %llu of %llu experts per token, router skew %g\n", out.c_str(), spec.architecture.c_str(),
+                static_cast<unsigned long long>(spec.n_expert_used), static_cast<unsigned long long>(spec.n_expert),
+                spec.router_skew);
+  }
   return 0;
 }

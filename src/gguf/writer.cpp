@@ -1,6 +1,8 @@
 #include "gguf/writer.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -112,7 +114,10 @@ namespace {
 constexpr auto id(GgmlType t) { return static_cast<uint32_t>(t); }
 
 uint32_t scheme_type(TypeScheme s, std::string_view role) {
-  if (role == "attn_norm" || role == "ffn_norm" || role == "output_norm") return id(GgmlType::kF32);
+  if (role == "attn_norm" || role == "ffn_norm" || role == "output_norm" || role == "attn_q_norm" ||
+      role == "attn_k_norm" || role == "ffn_gate_inp") {
+    return id(GgmlType::kF32);
+  }
   switch (s) {
     case TypeScheme::kF32: return id(GgmlType::kF32);
     case TypeScheme::kF16: return id(GgmlType::kF16);
@@ -242,6 +247,28 @@ void sanitize_for_llama(const PlannedTensor& t, uint64_t offset_in_tensor, std::
   }
 }
 
+// Scales the router's row e (expert e; F32, sanitized) by
+// 2^(-skew * e / (n_expert - 1)) (see ModelSpec::router_skew). A range may
+// cut a float: each one it touches is computed whole, then the bytes in
+// the range are copied.
+void skew_router(const ModelSpec& s, const PlannedTensor& t, uint32_t index, uint64_t offset_in_tensor,
+                 std::span<std::byte> out) {
+  const uint64_t n_embd = t.dims[0];
+  const double span = s.n_expert > 1 ? static_cast<double>(s.n_expert - 1) : 1.0;
+  for (uint64_t elem = offset_in_tensor / 4; elem * 4 < offset_in_tensor + out.size(); ++elem) {
+    std::array<std::byte, 4> b{};
+    fill_tensor_bytes(s.seed, index, elem * 4, b);
+    sanitize_for_llama(t, elem * 4, b);
+    float v = 0;
+    std::memcpy(&v, b.data(), 4);
+    v *= static_cast<float>(std::exp2(-s.router_skew * static_cast<double>(elem / n_embd) / span));
+    std::memcpy(b.data(), &v, 4);
+    const uint64_t lo = std::max(elem * 4, offset_in_tensor);
+    const uint64_t hi = std::min(elem * 4 + 4, offset_in_tensor + out.size());
+    std::memcpy(out.data() + (lo - offset_in_tensor), b.data() + (lo - elem * 4), hi - lo);
+  }
+}
+
 }  // namespace
 
 // ---- planning --------------------------------------------------------------
@@ -264,6 +291,32 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   }
   if (!is_pow2(s.alignment) || s.alignment > (uint32_t{1} << 30)) {
     return make_error(EINVAL, "model spec: alignment {} is not a power of two up to 1 GiB", s.alignment);
+  }
+  const bool qwen3moe = s.architecture == "qwen3moe";
+  const bool a_is_qwen3 = s.architecture == "qwen3";  // dense, with q/k norms too
+  if (s.n_expert == 0) {
+    if (s.n_expert_used != 0) {
+      return make_error(EINVAL, "model spec: n_expert_used {} without experts (n_expert 0)", s.n_expert_used);
+    }
+    if (qwen3moe) return make_error(EINVAL, "model spec: a qwen3moe model needs n_expert > 0");
+  } else {
+    if (s.architecture != "llama" && !qwen3moe) {
+      return make_error(EINVAL, "model spec: experts are written for architecture llama or qwen3moe, not '{}'",
+                        s.architecture);
+    }
+    if (s.n_expert > kMaxExperts) {
+      return make_error(EINVAL, "model spec: n_expert {} is above {}", s.n_expert, kMaxExperts);
+    }
+    if (s.n_expert_used == 0 || s.n_expert_used > s.n_expert) {
+      return make_error(EINVAL, "model spec: n_expert_used {} must be between 1 and n_expert {}", s.n_expert_used,
+                        s.n_expert);
+    }
+  }
+  if (!(s.router_skew >= 0.0 && s.router_skew <= 64.0)) {
+    return make_error(EINVAL, "model spec: router_skew {} must be between 0 and 64", s.router_skew);
+  }
+  if (s.router_skew != 0.0 && (s.n_expert == 0 || !s.llama_compatible)) {
+    return make_error(EINVAL, "model spec: router_skew needs experts and llama-compatible weights");
   }
   const uint64_t kl = s.key_length.value_or(s.n_embd / s.n_head);
   const uint64_t vl = s.value_length.value_or(s.n_embd / s.n_head);
@@ -291,10 +344,21 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
     AIRS_TRY(add(p + "attn_k.weight", "attn_k", {s.n_embd, s.n_head_kv * kl}));
     AIRS_TRY(add(p + "attn_v.weight", "attn_v", {s.n_embd, s.n_head_kv * vl}));
     AIRS_TRY(add(p + "attn_output.weight", "attn_output", {s.n_head * vl, s.n_embd}));
+    if (qwen3moe || a_is_qwen3) {
+      AIRS_TRY(add(p + "attn_q_norm.weight", "attn_q_norm", {kl}));
+      AIRS_TRY(add(p + "attn_k_norm.weight", "attn_k_norm", {kl}));
+    }
     AIRS_TRY(add(p + "ffn_norm.weight", "ffn_norm", {s.n_embd}));
-    AIRS_TRY(add(p + "ffn_gate.weight", "ffn_gate", {s.n_embd, s.n_ff}));
-    AIRS_TRY(add(p + "ffn_up.weight", "ffn_up", {s.n_embd, s.n_ff}));
-    AIRS_TRY(add(p + "ffn_down.weight", "ffn_down", {s.n_ff, s.n_embd}));
+    if (s.n_expert == 0) {
+      AIRS_TRY(add(p + "ffn_gate.weight", "ffn_gate", {s.n_embd, s.n_ff}));
+      AIRS_TRY(add(p + "ffn_up.weight", "ffn_up", {s.n_embd, s.n_ff}));
+      AIRS_TRY(add(p + "ffn_down.weight", "ffn_down", {s.n_ff, s.n_embd}));
+    } else {
+      AIRS_TRY(add(p + "ffn_gate_inp.weight", "ffn_gate_inp", {s.n_embd, s.n_expert}));
+      AIRS_TRY(add(p + "ffn_gate_exps.weight", "ffn_gate", {s.n_embd, s.n_ff, s.n_expert}));
+      AIRS_TRY(add(p + "ffn_up_exps.weight", "ffn_up", {s.n_embd, s.n_ff, s.n_expert}));
+      AIRS_TRY(add(p + "ffn_down_exps.weight", "ffn_down", {s.n_ff, s.n_embd, s.n_expert}));
+    }
   }
   AIRS_TRY(add("output_norm.weight", "output_norm", {s.n_embd}));
   AIRS_TRY(add("output.weight", "output", {s.n_embd, s.n_vocab}));
@@ -338,6 +402,11 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   kv([&] { b.kv_u32(a + ".context_length", static_cast<uint32_t>(s.context_length)); });
   kv([&] { b.kv_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd)); });
   kv([&] { b.kv_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff)); });
+  if (s.n_expert > 0) {
+    kv([&] { b.kv_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert)); });
+    kv([&] { b.kv_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used)); });
+    if (qwen3moe) kv([&] { b.kv_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff)); });
+  }
   kv([&] { b.kv_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head)); });
   kv([&] { b.kv_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv)); });
   if (s.key_length) kv([&] { b.kv_u32(a + ".attention.key_length", static_cast<uint32_t>(kl)); });
@@ -472,6 +541,9 @@ Status expected_file_bytes(const ModelPlan& plan, uint64_t file_offset, std::spa
     const auto dst = out.subspan(static_cast<size_t>(a - file_offset), static_cast<size_t>(b - a));
     fill_tensor_bytes(plan.spec.seed, index, a - it->offset, dst);
     if (plan.spec.llama_compatible) sanitize_for_llama(*it, a - it->offset, dst);
+    if (plan.spec.router_skew != 0.0 && it->name.ends_with("ffn_gate_inp.weight")) {
+      skew_router(plan.spec, *it, index, a - it->offset, dst);
+    }
   }
   return {};
 }

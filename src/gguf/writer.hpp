@@ -105,10 +105,31 @@ struct ModelSpec {
   // finite logits. n_vocab_tokens_written is ignored. Content is still a pure
   // function of the spec (see expected_file_bytes).
   bool llama_compatible = false;
+  // Mixture of experts (0: a dense model). Per layer a router
+  // blk.N.ffn_gate_inp.weight [n_embd, n_expert] (always F32: llama.cpp's
+  // quantizer never quantizes it) and blk.N.ffn_{gate,up,down}_exps.weight
+  // [n_embd, n_ff, n_expert] / [n_ff, n_embd, n_expert] (expert outermost,
+  // so one expert is one contiguous slice) instead of the dense FFN;
+  // `<arch>.expert_count` / `<arch>.expert_used_count` in the metadata.
+  // n_ff is the feed-forward width of one expert. Written for architecture
+  // "llama" (the Mixtral layout) and "qwen3moe" (which needs it, and also
+  // gets blk.N.attn_q_norm / attn_k_norm [key_length] and
+  // `qwen3moe.expert_feed_forward_length`). A dense "qwen3" gets the q/k
+  // norms too.
+  uint64_t n_expert = 0;
+  uint64_t n_expert_used = 0;         // 1..n_expert when n_expert > 0
+  // Non-uniform routing for tests (llama_compatible only): expert e's router
+  // row is scaled by 2^(-router_skew * e / (n_expert - 1)), so its logits
+  // spread 2^router_skew times wider for expert 0 than for the last one and
+  // the low-numbered experts win the top-k far more often. A model of the
+  // hot experts real routers have, not a measurement of any real model.
+  double router_skew = 0.0;
 };
 
 // The smallest n_vocab a llama_compatible spec accepts (3 specials + 256 bytes).
 inline constexpr uint64_t kLlamaMinVocab = 259;
+// The most experts a spec may have.
+inline constexpr uint64_t kMaxExperts = 1024;
 
 struct PlannedTensor {
   std::string name;

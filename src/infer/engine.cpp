@@ -28,6 +28,17 @@ Engine::Engine(const Model& model, const KvLayout& layout, ThreadPool& pool)
   act_stride_ = row_bytes(WeightType::kF32, std::max<size_t>(c.n_ff, q_w_ + c.n_embd));
   act_.resize(B * act_stride_);
   q16_.resize(q_w_);
+  if (c.n_expert > 0) {
+    probs_.resize(B * c.n_expert);
+    sel_.resize(B * c.n_expert_used);
+    sel_w_.resize(B * c.n_expert_used);
+    expert_out_.resize(B * c.n_expert_used * c.n_embd);
+    xe_.resize(B * c.n_embd);
+    ye_.resize(B * c.n_embd);
+    used_.reserve(c.n_expert);
+    chosen_.resize(c.n_expert);
+    members_.reserve(B * c.n_expert_used);
+  }
 }
 
 void Engine::matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb, float* out, size_t out_stride) {
@@ -93,6 +104,96 @@ void Engine::attention(uint32_t layer, uint32_t pos, size_t t, std::span<std::by
   });
 }
 
+void Engine::ffn(uint32_t l, size_t nb) {
+  const ModelConfig& c = model_.config;
+  if (c.n_expert > 0) {
+    moe_ffn(l, nb);
+    return;
+  }
+  const Layer& W = model_.layers[l];
+  const size_t ne = c.n_embd;
+  matmul(W.w_gate, xb_.data(), xb_w_, nb, gate_.data(), c.n_ff);
+  matmul(W.w_up, xb_.data(), xb_w_, nb, up_.data(), c.n_ff);
+  for (size_t t = 0; t < nb; ++t) swiglu(gate_.data() + t * c.n_ff, up_.data() + t * c.n_ff, c.n_ff);
+  matmul(W.w_down, gate_.data(), c.n_ff, nb, xb_.data(), xb_w_);
+  for (size_t t = 0; t < nb; ++t) {
+    for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += xb_[t * xb_w_ + i];
+  }
+}
+
+void Engine::moe_ffn(uint32_t l, size_t nb) {
+  const ModelConfig& c = model_.config;
+  const Layer& W = model_.layers[l];
+  const size_t ne = c.n_embd;
+  const size_t n_exp = c.n_expert;
+  const size_t k = c.n_expert_used;
+  // Routing: softmax over every expert, the k most probable, their
+  // probabilities renormalised over the k (llama.cpp: norm_w, a sum
+  // clamped at the smallest normal f16).
+  matmul(W.router, xb_.data(), xb_w_, nb, probs_.data(), n_exp);
+  std::fill(chosen_.begin(), chosen_.end(), uint8_t{0});
+  for (size_t t = 0; t < nb; ++t) {
+    float* p = probs_.data() + t * n_exp;
+    softmax(p, n_exp, 1.0F);
+    uint32_t* sel = sel_.data() + t * k;
+    for (size_t r = 0; r < k; ++r) {
+      uint32_t best = 0;
+      bool found = false;
+      for (uint32_t e = 0; e < n_exp; ++e) {
+        if (std::find(sel, sel + r, e) != sel + r) continue;
+        if (!found || p[e] > p[best]) {
+          best = e;
+          found = true;
+        }
+      }
+      sel[r] = best;
+      chosen_[best] = 1;
+    }
+    double sum = 0.0;
+    for (size_t r = 0; r < k; ++r) sum += static_cast<double>(p[sel[r]]);
+    const float denom = std::max(static_cast<float>(sum), 6.103515625e-5F);
+    for (size_t r = 0; r < k; ++r) sel_w_[t * k + r] = p[sel[r]] / denom;
+  }
+  used_.clear();
+  for (uint32_t e = 0; e < n_exp; ++e) {
+    if (chosen_[e] != 0) used_.push_back(e);
+  }
+  if (expert_observer_) expert_observer_(l, used_);
+  // Each chosen expert once, for every token that chose it.
+  for (const uint32_t e : used_) {
+    members_.clear();
+    for (size_t t = 0; t < nb; ++t) {
+      for (size_t r = 0; r < k; ++r) {
+        if (sel_[t * k + r] == e) members_.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(r));
+      }
+    }
+    const size_t m = members_.size();
+    for (size_t j = 0; j < m; ++j) {
+      std::memcpy(xe_.data() + j * ne, xb_.data() + size_t{members_[j].first} * xb_w_, ne * sizeof(float));
+    }
+    matmul(expert_slice(W.w_gate, e), xe_.data(), ne, m, gate_.data(), c.n_ff);
+    matmul(expert_slice(W.w_up, e), xe_.data(), ne, m, up_.data(), c.n_ff);
+    for (size_t j = 0; j < m; ++j) swiglu(gate_.data() + j * c.n_ff, up_.data() + j * c.n_ff, c.n_ff);
+    matmul(expert_slice(W.w_down, e), gate_.data(), c.n_ff, m, ye_.data(), ne);
+    for (size_t j = 0; j < m; ++j) {
+      const auto [t, r] = members_[j];
+      const float w = sel_w_[size_t{t} * k + r];
+      float* dst = expert_out_.data() + (size_t{t} * k + r) * ne;
+      const float* y = ye_.data() + j * ne;
+      for (size_t i = 0; i < ne; ++i) dst[i] = y[i] * w;
+    }
+  }
+  // Sum best first, then the residual (as llama.cpp's adds).
+  for (size_t t = 0; t < nb; ++t) {
+    float* acc = expert_out_.data() + t * k * ne;
+    for (size_t r = 1; r < k; ++r) {
+      const float* o = acc + r * ne;
+      for (size_t i = 0; i < ne; ++i) acc[i] += o[i];
+    }
+    for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += acc[i];
+  }
+}
+
 void Engine::forward(int32_t token, uint32_t pos, std::span<std::byte* const> blocks, float* logits) {
   forward_batch(std::span(&token, 1), pos, blocks, logits);
 }
@@ -119,8 +220,16 @@ void Engine::forward_batch(std::span<const int32_t> tokens, uint32_t pos, std::s
       const auto p = static_cast<uint32_t>(pos + t);
       std::byte* block = blocks[p / L.tokens_per_block];
       const uint32_t slot = p % L.tokens_per_block;
-      for (uint32_t h = 0; h < c.n_head; ++h) rope(q_.data() + t * q_w_ + h * hd, c.n_rot, p, c.rope_freq_base, c.rope_style);
+      for (uint32_t h = 0; h < c.n_head; ++h) {
+        float* qh = q_.data() + t * q_w_ + h * hd;
+        if (W.attn_q_norm != nullptr) rms_norm(qh, W.attn_q_norm, c.rms_eps, hd, qh);
+        rope(qh, c.n_rot, p, c.rope_freq_base, c.rope_style);
+      }
       for (uint32_t h = 0; h < c.n_head_kv; ++h) {
+        if (W.attn_k_norm != nullptr) {
+          float* kh = k_.data() + t * kv_w_ + h * hd;
+          rms_norm(kh, W.attn_k_norm, c.rms_eps, hd, kh);
+        }
         rope(k_.data() + t * kv_w_ + h * hd, c.n_rot, p, c.rope_freq_base, c.rope_style);
         for (uint32_t kv = 0; kv < 2; ++kv) {
           const float* src = (kv == 0 ? k_.data() : v_.data()) + t * kv_w_ + h * hd;
@@ -140,13 +249,7 @@ void Engine::forward_batch(std::span<const int32_t> tokens, uint32_t pos, std::s
       for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += xb_[t * xb_w_ + i];
       rms_norm(x_.data() + t * ne, W.ffn_norm, c.rms_eps, ne, xb_.data() + t * xb_w_);
     }
-    matmul(W.w_gate, xb_.data(), xb_w_, nb, gate_.data(), c.n_ff);
-    matmul(W.w_up, xb_.data(), xb_w_, nb, up_.data(), c.n_ff);
-    for (size_t t = 0; t < nb; ++t) swiglu(gate_.data() + t * c.n_ff, up_.data() + t * c.n_ff, c.n_ff);
-    matmul(W.w_down, gate_.data(), c.n_ff, nb, xb_.data(), xb_w_);
-    for (size_t t = 0; t < nb; ++t) {
-      for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += xb_[t * xb_w_ + i];
-    }
+    ffn(l, nb);
   }
   if (logits == nullptr) return;
   const float* last = x_.data() + (nb - 1) * ne;

@@ -14,6 +14,14 @@
 // p / tokens_per_block. block_bytes = 2 · n_layer · n_head_kv ·
 // tokens_per_block · head_dim · sizeof(E). K is stored after RoPE.
 //
+// A mixture-of-experts layer routes as llama.cpp's build_moe_ffn does for
+// llama (Mixtral) and qwen3moe: router logits, softmax over all experts,
+// the n_expert_used most probable (ties: the lower id), their probabilities
+// divided by their sum (clamped below at 2^-14), each chosen expert's
+// SwiGLU FFN (a slice of the 3-D tensors) scaled by its weight, summed best
+// first. A batch reads each chosen expert's slices once for all the tokens
+// that chose it.
+//
 // Numerics follow llama.cpp's CPU path (see kernels.hpp); with f16 KV, q and
 // the attention weights are rounded to f16 before their products with K and
 // V, as ggml's f16 mat-mul does.
@@ -21,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -80,6 +89,13 @@ class Engine {
   void forward_batch(std::span<const int32_t> tokens, uint32_t pos, std::span<std::byte* const> blocks,
                      float* logits);
 
+  // Mixture of experts: called once per layer of every forward pass, after
+  // the routing and before any expert's weights are read, with the
+  // distinct experts (ascending) the tokens of the pass chose in that
+  // layer. On the forward pass's thread; must not call into the engine.
+  using ExpertObserver = std::function<void(uint32_t layer, std::span<const uint32_t> experts)>;
+  void set_expert_observer(ExpertObserver observer) { expert_observer_ = std::move(observer); }
+
   [[nodiscard]] const ModelConfig& config() const noexcept { return model_.config; }
   [[nodiscard]] const KvLayout& layout() const noexcept { return layout_; }
 
@@ -90,6 +106,10 @@ class Engine {
   void matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb, float* out, size_t out_stride);
   // Attention of batch token t (position pos) over positions [0, pos].
   void attention(uint32_t layer, uint32_t pos, size_t t, std::span<std::byte* const> blocks);
+  // The FFN of a dense layer or a mixture of experts: reads xb_ (the
+  // normed input of the nb tokens), adds the result to x_.
+  void ffn(uint32_t layer, size_t nb);
+  void moe_ffn(uint32_t layer, size_t nb);
 
   const Model& model_;
   KvLayout layout_;
@@ -101,6 +121,15 @@ class Engine {
   std::vector<std::byte> act_;              // kMaxBatch activations in the weight's format
   size_t act_stride_ = 0;
   std::vector<uint16_t> q16_;               // one token's q rounded to f16 (f16 KV)
+  // Mixture of experts, per batch token: router probabilities (n_expert),
+  // the chosen experts and their weights (n_expert_used, best first), each
+  // chosen expert's weighted output (n_expert_used × n_embd); and one
+  // expert's inputs and outputs for the tokens that chose it.
+  std::vector<float> probs_, sel_w_, expert_out_, xe_, ye_;
+  std::vector<uint32_t> sel_, used_;
+  std::vector<uint8_t> chosen_;  // per expert: chosen by a token of the batch
+  std::vector<std::pair<uint32_t, uint32_t>> members_;  // (token, rank) of one expert
+  ExpertObserver expert_observer_;
 };
 
 }  // namespace airs::infer

@@ -20,7 +20,9 @@
 //    the kernel family the mat-vecs run: "neon-dotprod", "neon",
 //    "avx512-vnni", "avx2" or "scalar" (the best the CPU has),
 //    "weight_bytes_per_token": N (weight bytes one decode step reads: every
-//    tensor but the embedding table, of which one row)}
+//    tensor but the embedding table, of which one row; of a mixture of
+//    experts, the routers and expert_used_count experts per layer),
+//    with experts also "experts": N, "experts_used": K}
 // Before the first token, one start-up line on stderr names the model's
 // shape and weight type, the kernel family, the threads and where the KV
 // cache lives.
@@ -273,9 +275,12 @@ int run(const Options& o) {
   }
   const KvLayout layout = kv_layout_for(model->config, tpb, kv_elem);
   const char* kernels = kernel_path_name(kernel_path());
-  std::fprintf(stderr, "airs-generate: %s: %u layers, %s weights; kernels %s, %u thread%s, KV in %s\n",
-               o.model.c_str(), model->config.n_layer, weight_type_name(model->layers.empty() ? model->output.type
-                                                                                            : model->layers[0].wq.type),
+  const std::string experts = model->config.n_expert == 0 ? std::string()
+                              : fmt::format(", {} of {} experts per token", model->config.n_expert_used,
+                                            model->config.n_expert);
+  std::fprintf(stderr, "airs-generate: %s: %u layers%s, %s weights; kernels %s, %u thread%s, KV in %s\n",
+               o.model.c_str(), model->config.n_layer, experts.c_str(),
+               weight_type_name(model->layers.empty() ? model->output.type : model->layers[0].wq.type),
                kernels, o.threads, o.threads == 1 ? "" : "s", session != nullptr ? "the daemon's blocks" : "private memory");
   ThreadPool pool(o.threads);
   Engine engine(*model, layout, pool);
@@ -350,6 +355,10 @@ int run(const Options& o) {
     j["kv_block_bytes"] = layout.block_bytes();
     j["kernels"] = kernels;
     j["weight_bytes_per_token"] = model->weight_bytes;
+    if (model->config.n_expert > 0) {
+      j["experts"] = model->config.n_expert;
+      j["experts_used"] = model->config.n_expert_used;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");

@@ -9,7 +9,7 @@ bool rope_style_for(std::string_view a, RopeStyle* out) noexcept {
     *out = RopeStyle::kNormal;
     return true;
   }
-  if (a == "qwen2" || a == "qwen3" || a == "phi3" || a == "stablelm") {
+  if (a == "qwen2" || a == "qwen3" || a == "qwen3moe" || a == "phi3" || a == "stablelm") {
     *out = RopeStyle::kNeox;
     return true;
   }
@@ -52,6 +52,30 @@ class Loader {
     return mx;
   }
 
+  // A 3-D expert tensor [cols, rows, n]: expert 0 as a Matrix.
+  Result<Matrix> experts(const std::string& name, uint64_t cols, uint64_t rows, uint64_t n) {
+    const auto idx = f_.find_tensor(name);
+    if (!idx) return make_error(EINVAL, "model: tensor '{}' is missing", name);
+    const gguf::TensorInfo& t = f_.tensors[*idx];
+    if (t.dims.size() != 3 || t.dims[0] != cols || t.dims[1] != rows || t.dims[2] != n) {
+      return make_error(EINVAL, "model: tensor '{}' has shape {} (expected [{}, {}, {}]: experts outermost)", name,
+                        fmt::join(t.dims, "x"), cols, rows, n);
+    }
+    Matrix mx;
+    if (!weight_type_from_ggml(t.type_id, &mx.type)) {
+      return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0, q4_0 and q4_K", name,
+                        t.type_name);
+    }
+    AIRS_TRY(bounds(t));
+    mx.data = m_.data() + t.offset;
+    mx.rows = rows;
+    mx.cols = cols;
+    mx.row_stride = row_bytes(mx.type, cols);
+    bytes_ += t.nbytes;
+    expert_bytes_ += t.nbytes;
+    return mx;
+  }
+
   Result<const float*> vector(const std::string& name, uint64_t n) {
     const auto idx = f_.find_tensor(name);
     if (!idx) return make_error(EINVAL, "model: tensor '{}' is missing", name);
@@ -69,6 +93,7 @@ class Loader {
   }
 
   [[nodiscard]] uint64_t bytes() const { return bytes_; }
+  [[nodiscard]] uint64_t expert_bytes() const { return expert_bytes_; }
 
  private:
   Status bounds(const gguf::TensorInfo& t) const {
@@ -80,6 +105,7 @@ class Loader {
   const gguf::File& f_;
   std::span<const std::byte> m_;
   uint64_t bytes_ = 0;
+  uint64_t expert_bytes_ = 0;
 };
 
 Status check_u32(std::string_view what, uint64_t v) {
@@ -118,13 +144,50 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   c.n_head_kv = static_cast<uint32_t>(g.head_count_kv);
   c.head_dim = static_cast<uint32_t>(g.key_length);
   c.context_length = static_cast<uint32_t>(std::min<uint64_t>(g.context_length, uint64_t{1} << 24));
+  // Experts: llama.cpp reads expert_count and expert_used_count for every
+  // architecture; qwen3moe needs them.
+  const auto n_exp = f.find_uint(a + ".expert_count").value_or(0);
+  const auto n_used = f.find_uint(a + ".expert_used_count").value_or(0);
+  if (n_exp == 0 && n_used != 0) {
+    return make_error(EINVAL, "model: {}.expert_used_count is {} but {}.expert_count is missing or 0", a, n_used, a);
+  }
+  if (n_exp == 0 && a == "qwen3moe") return make_error(EINVAL, "model: qwen3moe.expert_count is missing or 0");
+  if (n_exp > 0) {
+    if (a != "llama" && a != "qwen3moe") {
+      return make_error(ENOTSUP, "model: {}.expert_count is {}, but the engine runs experts only for llama (the "
+                        "Mixtral layout) and qwen3moe", a, n_exp);
+    }
+    if (n_exp > kMaxExperts) return make_error(EINVAL, "model: {}.expert_count {} is above {}", a, n_exp, kMaxExperts);
+    if (n_used == 0) return make_error(EINVAL, "model: {}.expert_used_count is missing or 0 ({} experts)", a, n_exp);
+    if (n_used > n_exp) {
+      return make_error(EINVAL, "model: {}.expert_used_count {} is greater than {}.expert_count {}", a, n_used, a,
+                        n_exp);
+    }
+    c.n_expert = static_cast<uint32_t>(n_exp);
+    c.n_expert_used = static_cast<uint32_t>(n_used);
+  }
   const auto ff = f.find_uint(a + ".feed_forward_length");
-  if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
-  AIRS_TRY(check_u32("feed_forward_length", *ff));
-  c.n_ff = static_cast<uint32_t>(*ff);
+  // Only qwen3moe reads expert_feed_forward_length; llama.cpp's llama
+  // (Mixtral) gives each expert feed_forward_length.
+  const auto ff_exp = a == "qwen3moe" ? f.find_uint(a + ".expert_feed_forward_length") : std::nullopt;
+  if (ff_exp) {
+    AIRS_TRY(check_u32("expert_feed_forward_length", *ff_exp));
+    c.n_ff = static_cast<uint32_t>(*ff_exp);
+  } else {
+    if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
+    AIRS_TRY(check_u32("feed_forward_length", *ff));
+    // As llama.cpp: a qwen3moe file without expert_feed_forward_length
+    // gives each expert feed_forward_length / expert_used_count.
+    c.n_ff = static_cast<uint32_t>(a == "qwen3moe" ? *ff / c.n_expert_used : *ff);
+    AIRS_TRY(check_u32("the expert feed-forward width", c.n_ff));
+  }
   c.n_rot = static_cast<uint32_t>(f.find_uint(a + ".rope.dimension_count").value_or(c.head_dim));
   if (c.n_rot == 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
     return make_error(EINVAL, "model: rope.dimension_count {} must be even and at most key_length {}", c.n_rot,
+                      c.head_dim);
+  }
+  if (a == "qwen3moe" && c.n_rot != c.head_dim) {
+    return make_error(EINVAL, "model: qwen3moe needs rope.dimension_count {} equal to key_length {}", c.n_rot,
                       c.head_dim);
   }
   c.rms_eps = meta_float(f, a + ".attention.layer_norm_rms_epsilon").value_or(1e-5F);
@@ -161,10 +224,32 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
     AIRS_TRY(take(L.wk, "attn_k.weight", c.n_embd, kv_dim));
     AIRS_TRY(take(L.wv, "attn_v.weight", c.n_embd, kv_dim));
     AIRS_TRY(take(L.wo, "attn_output.weight", q_dim, c.n_embd));
+    const bool qk_norm = a == "qwen3" || a == "qwen3moe";
+    if (qk_norm || f.find_tensor(p + "attn_q_norm.weight") || f.find_tensor(p + "attn_k_norm.weight")) {
+      auto qn = ld.vector(p + "attn_q_norm.weight", c.head_dim);
+      if (!qn) return std::move(qn).error();
+      auto kn = ld.vector(p + "attn_k_norm.weight", c.head_dim);
+      if (!kn) return std::move(kn).error();
+      L.attn_q_norm = *qn;
+      L.attn_k_norm = *kn;
+    }
     AIRS_TRY(vec(L.ffn_norm, "ffn_norm.weight"));
-    AIRS_TRY(take(L.w_gate, "ffn_gate.weight", c.n_embd, c.n_ff));
-    AIRS_TRY(take(L.w_up, "ffn_up.weight", c.n_embd, c.n_ff));
-    AIRS_TRY(take(L.w_down, "ffn_down.weight", c.n_ff, c.n_embd));
+    if (c.n_expert == 0) {
+      AIRS_TRY(take(L.w_gate, "ffn_gate.weight", c.n_embd, c.n_ff));
+      AIRS_TRY(take(L.w_up, "ffn_up.weight", c.n_embd, c.n_ff));
+      AIRS_TRY(take(L.w_down, "ffn_down.weight", c.n_ff, c.n_embd));
+    } else {
+      AIRS_TRY(take(L.router, "ffn_gate_inp.weight", c.n_embd, c.n_expert));
+      auto exps = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
+        auto r = ld.experts(p + name, cols, rows, c.n_expert);
+        if (!r) return std::move(r).error();
+        dst = *r;
+        return {};
+      };
+      AIRS_TRY(exps(L.w_gate, "ffn_gate_exps.weight", c.n_embd, c.n_ff));
+      AIRS_TRY(exps(L.w_up, "ffn_up_exps.weight", c.n_embd, c.n_ff));
+      AIRS_TRY(exps(L.w_down, "ffn_down_exps.weight", c.n_ff, c.n_embd));
+    }
     m.layers.push_back(L);
   }
   auto on = ld.vector("output_norm.weight", c.n_embd);
@@ -179,6 +264,7 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   }
   // One token reads every matrix once, but only one row of the embedding.
   m.weight_bytes = ld.bytes() - m.token_embd.rows * m.token_embd.row_stride + m.token_embd.row_stride;
+  if (c.n_expert > 0) m.weight_bytes -= ld.expert_bytes() / c.n_expert * (c.n_expert - c.n_expert_used);
   return m;
 }
 

@@ -6,6 +6,11 @@
 // the NeoX-rotating llama-shaped architectures qwen2 / qwen3 / phi3 /
 // stablelm (see rope_style_for); weights F32, F16, Q8_0, Q4_0, Q4_K; norms F32.
 // A missing output.weight means tied embeddings (token_embd is reused).
+// Mixtures of experts as llama.cpp lays them out: "llama" with
+// llama.expert_count (the Mixtral layout) and "qwen3moe" (NeoX RoPE, q/k
+// norms, qwen3moe.expert_feed_forward_length): a router
+// blk.N.ffn_gate_inp.weight [n_embd, n_expert] and
+// blk.N.ffn_{gate,up,down}_exps.weight with the expert outermost.
 #pragma once
 
 #include <cstddef>
@@ -31,9 +36,24 @@ struct Matrix {
 struct Layer {
   const float* attn_norm = nullptr;
   Matrix wq, wk, wv, wo;
+  // RMSNorm weights (head_dim values) applied to each head of q and k
+  // before RoPE; null when the model has none (qwen3 / qwen3moe have them).
+  const float* attn_q_norm = nullptr;
+  const float* attn_k_norm = nullptr;
   const float* ffn_norm = nullptr;
+  // Dense: the FFN. Mixture of experts: expert 0's slice of the 3-D tensors
+  // (expert_slice gives the others), and `router` (n_expert rows of n_embd).
   Matrix w_gate, w_up, w_down;
+  Matrix router;
 };
+
+// Expert e of a 3-D expert tensor whose expert 0 is `m`: the experts are
+// contiguous, rows × row_stride bytes each.
+[[nodiscard]] inline Matrix expert_slice(const Matrix& m, uint32_t e) noexcept {
+  Matrix s = m;
+  s.data = m.data + size_t{e} * m.rows * m.row_stride;
+  return s;
+}
 
 struct ModelConfig {
   std::string architecture;
@@ -42,7 +62,9 @@ struct ModelConfig {
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
   uint32_t head_dim = 0;  // key_length; value_length must equal it
-  uint32_t n_ff = 0;
+  uint32_t n_ff = 0;       // with experts: one expert's width
+  uint32_t n_expert = 0;   // 0: dense
+  uint32_t n_expert_used = 0;
   uint32_t n_vocab = 0;
   uint32_t n_rot = 0;     // rope.dimension_count, defaults to head_dim
   uint32_t context_length = 0;
@@ -51,13 +73,18 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kNormal;
 };
 
+// The most experts a model may have.
+inline constexpr uint64_t kMaxExperts = 1024;
+
 struct Model {
   ModelConfig config;
   Matrix token_embd;  // n_vocab rows of n_embd
   std::vector<Layer> layers;
   const float* output_norm = nullptr;
   Matrix output;      // n_vocab rows of n_embd
-  uint64_t weight_bytes = 0;  // bytes of all tensors one token's forward pass reads
+  // Bytes of the tensors one token's forward pass reads (with experts: the
+  // routers and n_expert_used experts of each layer).
+  uint64_t weight_bytes = 0;
 };
 
 // The rope style llama.cpp uses for an architecture; false when unknown.

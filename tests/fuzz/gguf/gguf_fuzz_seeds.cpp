@@ -60,6 +60,28 @@ int main(int argc, char** argv) {
       if (!write(dir / ("model-" + std::to_string(n++) + ".gguf"), *bytes)) return 1;
     }
   }
+  // Mixtures of experts: 3-D tensors, expert keys, q/k norms.
+  for (const char* arch : {"llama", "qwen3moe"}) {
+    ModelSpec s;
+    s.architecture = arch;
+    s.n_layers = 1;
+    s.n_embd = 32;
+    s.n_head = 2;
+    s.n_head_kv = 1;
+    s.n_ff = 32;
+    s.n_vocab = 4;
+    s.n_vocab_tokens_written = 4;
+    s.types = TypeScheme::kQ8_0;
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    auto plan = plan_model(s);
+    auto bytes = plan ? render_model(*plan) : plan.error();
+    if (!bytes) {
+      std::fprintf(stderr, "gguf_fuzz_seeds: %s\n", bytes.error().message.c_str());
+      return 1;
+    }
+    if (!write(dir / ("model-moe-" + std::string(arch) + ".gguf"), *bytes)) return 1;
+  }
   Builder b;
   b.header(3, 2, 3).kv_str("general.architecture", "llama").kv_u32("llama.block_count", 1);
   const std::vector<std::string> toks{"a", "b", "c"};

@@ -51,15 +51,20 @@ class InferIntegration : public ::testing::Test {
       "[kv]\nmax_arena_bytes = 33554432\n[pressure]\nresize_pool = false\nsome_threshold = \"1900ms\"\n"
       "full_threshold = \"1900ms\"\n";
 
-  bool start(uint64_t pool_mib = 64, const std::string& kv_and_pressure = kQuietPressure) {
+  // model_args: more airs-mkmodel arguments (a later one of the same
+  // option wins in airs-mkmodel).
+  bool start(uint64_t pool_mib = 64, const std::string& kv_and_pressure = kQuietPressure,
+             const std::vector<std::string>& model_args = {}) {
     if (auto why = hugepages_missing(pool_mib * kMiB)) {
       ADD_FAILURE() << "huge pages missing: " << *why;
       return false;
     }
     model_ = dir_.path() + "/infer.gguf";
-    auto r = run_process({kMkmodel, "--llama", "--out", model_, "--types", "q8_0", "--layers", "4", "--embd", "256",
-                          "--ff", "512", "--vocab", "600", "--heads", "8", "--heads-kv", "2", "--seed", "3"},
-                         60s);
+    std::vector<std::string> mk = {kMkmodel, "--llama", "--out", model_, "--types", "q8_0", "--layers", "4", "--embd",
+                                   "256", "--ff", "512", "--vocab", "600", "--heads", "8", "--heads-kv", "2", "--seed",
+                                   "3"};
+    mk.insert(mk.end(), model_args.begin(), model_args.end());
+    auto r = run_process(mk, 60s);
     if (r.exit_code != 0) {
       ADD_FAILURE() << r.err;
       return false;
@@ -205,6 +210,26 @@ TEST_F(InferIntegration, DaemonBlocksPrivateMemoryAndNoDaemonGiveTheSameTokens) 
   const auto nd = nlohmann::json::parse(r.out);
   EXPECT_EQ(nd["backend"], "private");
   EXPECT_EQ(nd["token_ids"], priv["token_ids"]);
+}
+
+// A mixture of experts (qwen3moe, 2 of 8 experts per token) changes only
+// the FFN: its K/V live in the daemon's blocks as a dense model's do, and
+// the tokens are those of private memory.
+TEST_F(InferIntegration, MixtureOfExpertsOnDaemonBlocksGivesThePrivateTokens) {
+  if (!start(64, kQuietPressure, {"--arch", "qwen3moe", "--experts", "8", "--experts-used", "2", "--ff", "256"})) {
+    return;
+  }
+  const auto priv = run(args("what is the river", {"--no-daemon"}));
+  const auto d = run(args("what is the river"));
+  EXPECT_EQ(priv["backend"], "private");
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
+  EXPECT_EQ(d["token_ids"].size(), 16U);
+  EXPECT_EQ(d["token_ids"], priv["token_ids"]);
+  EXPECT_GT(d["prompt_tokens"].get<int>(), 3 * d["tokens_per_block"].get<int>());
+  EXPECT_EQ(d["experts"], 8);
+  EXPECT_EQ(d["experts_used"], 2);
+  EXPECT_NE(last_err_.find(" 4 layers, 2 of 8 experts per token, q8_0 weights; kernels "), std::string::npos)
+      << last_err_;
 }
 
 TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
