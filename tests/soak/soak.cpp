@@ -456,10 +456,11 @@ class Soak {
       stats_.examples.emplace(outcome, e);
     } else if (ex.exit_code == 13 && c.child->err().find("Unknown object") != std::string::npos &&
                c.m->d->proc && c.m->d->proc->log().find("' unused for ") != std::string::npos) {
-      // A known fault, counted apart so it stays visible: LoadModel takes
-      // no reference, so the pressure loop may evict the model as unused
-      // in the moment between libairs's LoadModel and its Open, and the
-      // open fails ("Unknown object", -EIO). Never wrong bytes.
+      // LoadModel takes no reference, so the pressure loop may evict the
+      // model as unused in the moment between libairs's LoadModel and its
+      // Open; libairs then loads it again, three times in all. An open
+      // that lost all three is counted apart, so it stays visible. Never
+      // wrong bytes.
       outcome = "open-lost-to-eviction";
       std::string e = c.child->err();
       if (auto nl = e.find('\n'); nl != std::string::npos) e.resize(nl);
