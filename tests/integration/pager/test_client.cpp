@@ -403,15 +403,18 @@ int main(int argc, char** argv) {
     }
     std::atomic<pid_t> tid{0};
     std::atomic<bool> ok{false};
+    std::atomic<bool> done{false};
     std::thread t([&] {
       tid = static_cast<pid_t>(::syscall(SYS_gettid));
       ok = verify_unit(base, 1);
+      done = true;
     });
     // Asleep in the fault: its wait channel says so.
     bool asleep = false;
+    char w[64] = {};
     for (int i = 0; i < 10000 && !asleep; ++i) {
       if (tid.load() != 0) {
-        char w[64] = {};
+        std::memset(w, 0, sizeof w);
         const std::string path = "/proc/self/task/" + std::to_string(tid.load()) + "/wchan";
         if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
           if (::read(fd, w, sizeof w - 1) < 0) w[0] = 0;
@@ -422,7 +425,8 @@ int main(int argc, char** argv) {
       if (!asleep) ::usleep(1000);
     }
     if (!asleep) {
-      std::fprintf(stderr, "client: the reader never slept in handle_userfault\n");
+      std::fprintf(stderr, "client: the reader never slept in handle_userfault (last wchan '%s'; it %s, bytes %s)\n", w,
+                   done.load() ? "returned" : "did not return", ok.load() ? "right" : "not right");
       std::_Exit(25);
     }
     if (::mmap(const_cast<std::byte*>(base), hello.region_size, PROT_READ, MAP_SHARED | MAP_FIXED, region_fd, 0) !=
