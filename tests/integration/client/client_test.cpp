@@ -674,6 +674,31 @@ TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
+// mlockall(MCL_CURRENT | MCL_FUTURE) before opening: locking would fault
+// the whole mapping in at mmap, before the daemon filled it (zero pages in
+// the shared page cache). The client still reads the file's bytes, and a
+// lazy client after it too: nothing it did left a zero in the pool.
+TEST_F(ClientIntegration, MlockallFutureClientReadsTheFileNeverZeros) {
+  // Three huge pages at least, read in six seconds: the load is under way
+  // when the locked client opens (a process start), and lasts past it.
+  const uint64_t size = std::max<uint64_t>(12 * kMiB, 3 * huge_page_size());
+  auto m = make_model(dir_, "m.gguf", "locked", size);
+  const std::string rate = std::to_string(round_up_pages(size) / 6 / kMiB) + "M";
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB), "[models]\nwarmup_rate = \"" + rate + "\"\n"))
+    return;
+  const std::string obj = load(m);
+  ASSERT_EQ(model_status(obj).value("state", ""), "loading") << model_status(obj).dump();
+  Child locked(client(m, {"--mlockall", "--order", "seq"}));
+  auto o = locked.expect_line("opened", 60s);
+  ASSERT_TRUE(o) << locked.transcript();
+  expect_verified(locked, m, "0", 60s);
+  EXPECT_EQ(locked.wait().exit_code, 0) << locked.transcript();
+  Child lazy(client(m, {"--order", "random:5"}));
+  expect_verified(lazy, m);
+  EXPECT_EQ(lazy.wait().exit_code, 0) << lazy.transcript();
+  EXPECT_EQ(model_status(obj).value("units_failed", 1u), 0u);
+}
+
 // ---- 6. a read error during the load ----
 
 TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
