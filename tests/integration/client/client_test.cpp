@@ -684,7 +684,8 @@ TEST_F(ClientIntegration, MlockallFutureClientReadsTheFileNeverZeros) {
   const uint64_t size = std::max<uint64_t>(12 * kMiB, 3 * huge_page_size());
   auto m = make_model(dir_, "m.gguf", "locked", size);
   const std::string rate = std::to_string(round_up_pages(size) / 6 / kMiB) + "M";
-  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB), "[models]\nwarmup_rate = \"" + rate + "\"\n"))
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB),
+             "[models]\nwarmup_rate = \"" + rate + "\"\n[pressure]\nresize_pool = false\n"))
     return;
   const std::string obj = load(m);
   ASSERT_EQ(model_status(obj).value("state", ""), "loading") << model_status(obj).dump();

@@ -50,11 +50,13 @@ TEST(CppWrapper, APkgConfigBuiltProgramReadsTheModelAndUsesASession) {
   }
   auto m = make_model(dir, "m.gguf", "wrapped", 16 * kMiB);
   PrivateBus bus;
-  DaemonProcess d(bus.address(), "[pool]\nsize = \"64M\"\ngrow_nr_hugepages = false\n");
+  // resize_pool = false: memory pressure on a busy machine must not hand the
+  // pool back to the kernel under the test.
+  DaemonProcess d(bus.address(), "[pool]\nsize = \"64M\"\ngrow_nr_hugepages = false\n[pressure]\nresize_pool = false\n");
   ASSERT_TRUE(d.started()) << d.log();
   auto run = run_process({"/usr/bin/env", "LD_LIBRARY_PATH=" + libdir, program, bus.address(), m.path},
                          std::chrono::seconds(120));
-  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err << "\nairs-memd:\n" << d.log();
   EXPECT_NE(run.out.find("model bytes=" + std::to_string(m.size()) + " equal\n"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("session blocks=4 written"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("error code=-"), std::string::npos) << run.out;

@@ -98,7 +98,8 @@ TEST_P(ProfilePool, HasThePoolItPromisesAndServesModelsAndSessions) {
                  << "more free memory than this machine has (" << (free_ram >> 20) << " MiB)";
   const auto tm = write_test_model("airs-profile-" + profile, "local", 6, 1024);
   PrivateBus bus;
-  DaemonProcess d(bus.address(), "[pool]\nprofile = \"" + profile + "\"\nbackend = \"shmem\"\n");
+  DaemonProcess d(bus.address(),
+                  "[pool]\nprofile = \"" + profile + "\"\nbackend = \"shmem\"\n[pressure]\nresize_pool = false\n");
   if (!d.started() && d.log().find("MemTotal") != std::string::npos)
     GTEST_SKIP() << "this machine's memory is too small for the " << profile << " profile's pool:\n" << d.log();
   ASSERT_TRUE(d.started()) << d.log();

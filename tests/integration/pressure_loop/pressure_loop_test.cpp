@@ -347,6 +347,11 @@ pinned = ["primary"]
 [pressure]
 resize_pool = true
 grow_after = "86400s"
+source = "psi"
+some_threshold = "10s"
+some_window = "10s"
+full_threshold = "10s"
+full_window = "10s"
 )",
                     pool));
   auto pool_of = [&] { return get_or<dbus::Dict>(obs_->status(), "pool"); };
@@ -363,16 +368,25 @@ grow_after = "86400s"
 
   auto un = run_process({ctl(), "--bus", bus_.address(), "unload", "primary", "--force"});
   ASSERT_EQ(un.exit_code, 0) << un.out << un.err;
-  ASSERT_TRUE(wait_for([&] { return get_or<uint64_t>(pool_of(), "free_pages") == pool / hp; }, 60s, [] {}))
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto p = pool_of();
+        return get_or<uint64_t>(p, "model_pages") == 0 && get_or<uint64_t>(p, "free_pages") == get_or<uint64_t>(p, "total_pages");
+      },
+      60s, [] {}))
       << "the primary's pages did not come back";
   const std::string other = obs_->load_model(other_path, "other");
   ASSERT_TRUE(wait_for([&] { return state_of(other) == "resident"; }, 60s, [] {}));
   const uint64_t other_bytes = get_or<uint64_t>(pool_of(), "model_bytes");
-  ASSERT_GT(other_bytes, pool - footprint) << "the premise: evicting it frees more than the pool may give back";
 
+  // The triggers need a stall through a whole 10 s window: the machine's
+  // own pressure does not give pages back under the test. Should it still,
+  // the floor holds for that too: what is above it goes back here.
+  const uint64_t total_before = get_or<uint64_t>(pool_of(), "total_bytes");
+  ASSERT_GT(other_bytes, total_before - footprint) << "the premise: evicting it frees more than the pool may give back";
   auto r = obs_->evict({{"model", sdbus::Variant(sdbus::ObjectPath(other))}}, false);
   EXPECT_EQ(get_or<uint64_t>(r, "freed_bytes"), other_bytes);
-  EXPECT_EQ(get_or<uint64_t>(r, "returned_bytes"), pool - footprint) << "gave back past the floor, or less";
+  EXPECT_EQ(get_or<uint64_t>(r, "returned_bytes"), total_before - footprint) << "gave back past the floor, or less";
   EXPECT_NE(get_or<std::string>(r, "resize_note").find("the pinned primary model's footprint"), std::string::npos)
       << get_or<std::string>(r, "resize_note");
   auto p = pool_of();
