@@ -82,7 +82,11 @@ dbus::Dict ManagerObject::Evict(const dbus::Dict& what, const bool& dry_run) {
     const auto& c = caller();
     if (auto a = svc_.access.require_admin(c, "Evict"); !a) dbus::throw_error(a.error());
     auto* p = svc_.pressure;
-    if (p == nullptr) dbus::throw_error(dbus::kErrUnsupported, "Evict: no local pool on this device: nothing to evict");
+    if (p == nullptr)
+      dbus::throw_error(dbus::kErrUnsupported,
+                        fmt::format("Evict: no local model pool on this device (profile {}: cloud inference only): "
+                                    "nothing to evict",
+                                    svc_.profile));
     auto w = evict_what_from_dict(what);
     if (!w) dbus::throw_error(w.error());
     auto r = p->admin_evict(*w, dry_run, fmt::format("uid {} ({})", c.uid, c.name));

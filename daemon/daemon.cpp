@@ -582,7 +582,9 @@ Status Daemon::unload_model(const std::string& path, bool force, const std::stri
 
 Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller, const std::string& model_path,
                                                      const std::string& priority) {
-  if (!kv_) return make_error(ENOTSUP, "no local pool on this device: no KV sessions");
+  if (!kv_)
+    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only): no KV sessions",
+                      profile_);
   auto prio = policy::parse_priority(priority);
   if (!prio)
     return make_error(EINVAL, "CreateSession: priority '{}' is not one of interactive, system, background", priority);

@@ -73,7 +73,9 @@ typedef struct {
 
 /* Opens the GGUF at `path` (or the caller's readable `gguf_fd`, which is
  * duplicated) through the daemon and maps the model read-only. The mapping
- * is valid until airs_model_close(). */
+ * is valid until airs_model_close(). A process under mlockall(MCL_FUTURE)
+ * gets no lazy mapping (locking it would fault in zero pages): it takes the
+ * read-only path of the cooperative mode, which locks only filled bytes. */
 int airs_model_open(airs_client *client, const char *path, const airs_model_options *opt, airs_model **out);
 int airs_model_open_fd(airs_client *client, int gguf_fd, const airs_model_options *opt, airs_model **out);
 

@@ -426,6 +426,11 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     // Lazy (a writable region, our own userfaultfd) where the daemon trusts
     // us and we can make a userfaultfd; else the read-only region at once,
     // opened unit by unit (map_cooperative).
+    // Under mlockall(MCL_FUTURE) a lazy mapping would be locked, so filled
+    // with zero pages, at mmap, before the daemon could fill it
+    // (LazyMapping::create refuses it): such a process takes the read-only
+    // path, which maps only filled units (or waits for residency) and so
+    // locks the model's bytes, never zeros.
     airs::sys::UniqueFd proof_uffd;
     bool lazy = false;
     // LoadModel holds no reference: under pressure the daemon may evict the
@@ -435,7 +440,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
       try {
         m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
         m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
-        if (mode != "cooperative") {
+        if (mode != "cooperative" && airs::client::check_no_mlock_future()) {
           if (auto u = airs::sys::uffd_create()) {
             try {
               std::tie(region, size, status, info) =

@@ -568,6 +568,47 @@ TEST_F(LlamaPool, CooperativeComputeOverlapsThePacedFill) {
   EXPECT_GT(m.value("faults", uint64_t{0}), 0U) << m.dump();
 }
 
+// The README's way: `airs-run -- llama-cli ...`. airs-run as installed
+// (bin/airs-run beside lib/<triplet>/airs/libairs-preload.so, in a
+// temporary prefix), with no LD_PRELOAD or AIRS_PRELOAD_LIB of ours: it
+// finds the shim itself, and llama.cpp gets its tokens from the pool.
+TEST_F(LlamaPool, AirsRunRunsItOnThePoolWithTheTokensOfADirectLoad) {
+  const auto model = model_path("24M", 12);
+  const auto want = tokens_of(direct(model));
+  ASSERT_FALSE(want.empty());
+  const fs::path prefix = kWork + "/airs-run-prefix";
+  fs::remove_all(prefix);
+  // The triplet as airs-run works it out.
+  auto t = run_process({"/bin/sh", "-c", "dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo \"$(uname -m)-linux-gnu\""});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string triplet = t.out.substr(0, t.out.find('\n'));
+  fs::create_directories(prefix / "bin");
+  fs::create_directories(prefix / "lib" / triplet / "airs");
+  fs::copy_file(airs::test::source_dir() + "/scripts/airs-run", prefix / "bin" / "airs-run");
+  fs::copy_file(kPreload, prefix / "lib" / triplet / "airs" / "libairs-preload.so");
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), pool_toml("128M", "[pressure]\nresize_pool = false\n"));
+  ASSERT_TRUE(d.started()) << d.log();
+  std::vector<std::string> argv = {(prefix / "bin" / "airs-run").string(), "--bus", bus.address(), "--verbose", "--"};
+  for (auto& a : gen_argv(model, {"--hold"})) argv.push_back(a);
+  Held h({"-u", "LD_PRELOAD", "-u", "AIRS_PRELOAD_LIB", "-u", "AIRS_BUS", "-u", "AIRS_PRELOAD_VERBOSE"}, argv,
+         "airs-run");
+  ASSERT_TRUE(h.wait_holding()) << h.err();
+  EXPECT_EQ(tokens_of(ProcessResult{0, 0, h.out(), ""}), want) << h.err();
+  EXPECT_NE(h.err().find("mapped from the pool"), std::string::npos) << h.err();
+  // airs-run exec'd llama.cpp in its own process: it maps the pool region,
+  // never the GGUF, and holds the model's one reference.
+  EXPECT_FALSE(maps_contain(h.pid(), model));
+  EXPECT_TRUE(maps_contain(h.pid(), "libairs-preload.so"));
+  auto m = model_status(bus.address());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ((*m)["refcount"].get<uint64_t>(), 1U) << m->dump();
+  EXPECT_EQ((*m)["size"].get<uint64_t>(), fs::file_size(model));
+  EXPECT_EQ(h.finish(), 0) << h.err();
+  fs::remove_all(prefix);
+}
+
 TEST_F(LlamaPool, WithoutADaemonItRunsNormallyAndSaysSoOnce) {
   const auto model = model_path("4M", 11);
   const auto want = tokens_of(direct(model));

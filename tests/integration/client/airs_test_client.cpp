@@ -14,6 +14,8 @@
 //     --recheck          after --hold's line, read every tensor again (a
 //                        revoked mapping must give SIGBUS → exit 7, never zeros)
 //     --uid N            drop to uid/gid N before anything (another user)
+//     --mlockall         mlockall(MCL_CURRENT | MCL_FUTURE) before opening
+//                        (the trap: locking fills a lazy mapping with zeros)
 //     --on-touch         cooperative mode: airs_model_options.wait_on_touch
 //                        (no waits of our own; touches wait in libairs)
 //     --own-segv before|after  install a "runtime" SIGSEGV handler before or
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
   bool wait_go = false, fork_child = false, hold = false, per_layer = false, recheck = false, on_touch = false;
   std::string own_segv;
   long as_uid = -1;
+  bool mlock_all = false;
   long long touch = -1;
   int wait_resident_ms = -1;
   int passes = 1;
@@ -189,6 +192,7 @@ int main(int argc, char** argv) {
     else if (a == "--hold") hold = true;
     else if (a == "--recheck") recheck = true;
     else if (a == "--uid") as_uid = std::stol(next());
+    else if (a == "--mlockall") mlock_all = true;
     else if (a == "--per-layer") per_layer = true;  // cooperative mode: wait for each range before reading it
     else if (a == "--touch") touch = std::stoll(next());
     else if (a == "--on-touch") on_touch = true;
@@ -240,6 +244,10 @@ int main(int argc, char** argv) {
     return 12;
   }
   airs_model* model = nullptr;
+  if (mlock_all && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+    std::fprintf(stderr, "mlockall: %s\n", std::strerror(errno));
+    return 18;
+  }
   if (own_segv == "before") install_own_segv(false);
   airs_model_options opt{nullptr, 0, per_layer ? 1 : 0, on_touch ? 1 : 0};
   if (sigbus_ok) {

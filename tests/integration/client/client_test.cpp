@@ -674,6 +674,63 @@ TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
 }
 
+// Huge-page bytes process `pid` maps (smaps_rollup), in KiB.
+uint64_t hugetlb_kb(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  uint64_t kb = 0;
+  for (std::string l; std::getline(f, l);)
+    if (l.rfind("Shared_Hugetlb:", 0) == 0 || l.rfind("Private_Hugetlb:", 0) == 0)
+      kb += std::stoull(l.substr(l.find(':') + 1));
+  return kb;
+}
+
+// mlockall(MCL_CURRENT | MCL_FUTURE) before opening: locking faults a
+// mapping in at mmap, so a lazy one would hold zero pages before the daemon
+// filled them. The locked client gets the read-only path instead; its lock
+// does fault every page of the region in before the fill (seen in its
+// smaps), and still: it reads the file's bytes, and so does a lazy client
+// that was waiting to read while that happened, and one after.
+TEST_F(ClientIntegration, MlockallFutureClientReadsTheFileNeverZeros) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer build's client cannot mlockall(MCL_CURRENT): its shadow memory is terabytes of "
+                  "reserved address space; the plain build runs this test";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer build's client cannot mlockall(MCL_CURRENT): its shadow memory is terabytes of "
+                  "reserved address space; the plain build runs this test";
+#endif
+#endif
+  // Three huge pages at least, loaded by faults only: the model stays
+  // loading until the lazy client is told to read, however slowly the
+  // clients start (the locked one faults nothing through the daemon).
+  const uint64_t size = std::max<uint64_t>(12 * kMiB, 3 * huge_page_size());
+  auto m = make_model(dir_, "m.gguf", "locked", size);
+  if (!start(std::max<uint64_t>(64, 2 * round_up_pages(size) / kMiB),
+             std::string(kFaultDrivenOnly) + "[pressure]\nresize_pool = false\n"))
+    return;
+  const std::string obj = load(m);
+  ASSERT_EQ(model_status(obj).value("state", ""), "loading") << model_status(obj).dump();
+  if (dbus_->status().value("mode", "") != "full") GTEST_SKIP() << "the region is not on huge pages here";
+  Child lazy(client(m, {"--wait-go", "--order", "seq"}));
+  ASSERT_TRUE(lazy.expect_line("waiting", 60s)) << lazy.transcript();
+  Child locked(client(m, {"--mlockall", "--order", "seq"}));
+  ASSERT_TRUE(wait_until([&] { return hugetlb_kb(locked.pid()) * 1024 >= round_up_pages(size); }, 60000ms))
+      << "the locked client never faulted the region in: " << hugetlb_kb(locked.pid()) << " KiB\n"
+      << locked.transcript();
+  ASSERT_EQ(model_status(obj).value("state", ""), "loading") << "the premise: the lock ran before the fill ended";
+  lazy.send("go");
+  expect_verified(lazy, m, "0", 60s);
+  EXPECT_EQ(lazy.wait().exit_code, 0) << lazy.transcript();
+  auto o = locked.expect_line("opened", 60s);
+  ASSERT_TRUE(o) << locked.transcript();
+  expect_verified(locked, m, "0", 60s);
+  EXPECT_EQ(locked.wait().exit_code, 0) << locked.transcript();
+  Child after(client(m, {"--order", "random:5"}));
+  expect_verified(after, m);
+  EXPECT_EQ(after.wait().exit_code, 0) << after.transcript();
+  EXPECT_EQ(model_status(obj).value("units_failed", 1u), 0u);
+}
+
 // ---- 6. a read error during the load ----
 
 TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {

@@ -11,22 +11,24 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <sdbus-c++/sdbus-c++.h>
 
 namespace airs::test {
 
-// Runs `fn` in a child process as uid/gid `uid` and returns what it
-// returned, or "<error name>: <message>" for a D-Bus call that failed.
-inline std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
+// Runs `fn` in a child process as uid/gid `uid`, with the supplementary
+// groups `groups` (none by default), and returns what it returned, or
+// "<error name>: <message>" for a D-Bus call that failed.
+inline std::string as_user(uid_t uid, const std::vector<gid_t>& groups, const std::function<std::string()>& fn) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return "pipe failed";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(p[0]);
     std::string out;
-    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
+    if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
       out = std::string("setuid: ") + std::strerror(errno);
     } else {
       try {
@@ -48,8 +50,10 @@ inline std::string as_user(uid_t uid, const std::function<std::string()>& fn) {
   ::close(p[0]);
   int st = 0;
   ::waitpid(pid, &st, 0);
+  if (WIFSIGNALED(st)) out += "<the child was killed by signal " + std::to_string(WTERMSIG(st)) + ">";
   return out;
 }
+inline std::string as_user(uid_t uid, const std::function<std::string()>& fn) { return as_user(uid, {}, fn); }
 
 // Expects `call` to fail with D-Bus error `name` and a message containing `part`.
 template <typename F>

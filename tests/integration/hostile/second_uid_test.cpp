@@ -6,6 +6,8 @@
 // bytes (or SIGBUS) a client process reads.
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -79,6 +81,62 @@ std::string load_model(sdbus::IConnection& c, const std::string& path) {
   return obj;
 }
 
+// A userfaultfd after its UFFDIO_API handshake, or -1. `user_mode_only`:
+// the kind an unprivileged process may create (vm.unprivileged_userfaultfd
+// = 0 refuses it the other kind).
+int make_uffd(bool user_mode_only) {
+#ifndef UFFD_USER_MODE_ONLY
+  constexpr int UFFD_USER_MODE_ONLY = 1;
+#endif
+  const int fd = static_cast<int>(
+      ::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | (user_mode_only ? UFFD_USER_MODE_ONLY : 0)));
+  if (fd < 0) return -1;
+  uffdio_api api{};
+  api.api = UFFD_API;
+  if (::ioctl(fd, UFFDIO_API, &api) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Model.OpenLazy of `obj` on `c` with `proof`'s fd (opened with `flags`)
+// and a fresh userfaultfd. Throws sdbus::Error.
+Opened open_lazy(sdbus::IConnection& c, const std::string& obj, const std::string& proof, bool user_mode_only,
+                 int flags = O_RDONLY) {
+  auto p = sdbus::createProxy(c, "org.aios.Airs1", obj);
+  const int u = make_uffd(user_mode_only);
+  if (u < 0) throw std::runtime_error(std::string("userfaultfd: ") + std::strerror(errno));
+  Opened o;
+  p->callMethod("OpenLazy").onInterface(kModelIf).withTimeout(60s)
+      .withArguments(sdbus::UnixFd(::open(proof.c_str(), flags | O_CLOEXEC), sdbus::adopt_fd),
+                     sdbus::UnixFd(u, sdbus::adopt_fd), Dict{})
+      .storeResultsTo(o.region, o.size, o.status, o.info);
+  return o;
+}
+
+// "rdwr bytes-equal" when `region` (of `size` bytes) is an O_RDWR fd whose
+// first `len` bytes are the file's at `path`; else what differs.
+std::string writable_with_file_bytes(const sdbus::UnixFd& region, const std::string& path, size_t len) {
+  std::string out = (::fcntl(region.get(), F_GETFL) & O_ACCMODE) == O_RDWR ? "rdwr " : "NOT-RDWR ";
+  void* w = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, region.get(), 0);
+  if (w == MAP_FAILED) return out + "mmap: " + std::strerror(errno);
+  std::string file(len, '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool read_all = ::pread(fd, file.data(), len, 0) == static_cast<ssize_t>(len);
+  ::close(fd);
+  out += read_all && std::memcmp(w, file.data(), len) == 0 ? "bytes-equal" : "BYTES-DIFFER";
+  ::munmap(w, len);
+  return out;
+}
+
+// A group every Debian system has (base-passwd), for a test's
+// daemon.trusted_group / admin_group. nobody's own gid is none of them.
+gid_t group_id(const char* name) {
+  const group* g = ::getgrnam(name);
+  return g != nullptr ? g->gr_gid : static_cast<gid_t>(-1);
+}
+
 // "small-pages" → "small_pages": a mode as a gtest parameter name.
 std::string mode_name(const ::testing::TestParamInfo<std::string>& i) {
   std::string n = i.param;
@@ -94,7 +152,9 @@ class Hostile2 : public ::testing::Test {
     ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   }
 
-  bool start(uint64_t pool_mib, const std::string& extra_toml = "") {
+  // `daemon_toml`: lines of the [daemon] table (trusted_group is empty
+  // unless they set it).
+  bool start(uint64_t pool_mib, const std::string& extra_toml = "", const std::string& daemon_toml = "") {
     if (auto why = hugepages_missing(pool_mib * kMiB)) {
       ADD_FAILURE() << "huge pages missing: " << *why;
       return false;
@@ -102,7 +162,9 @@ class Hostile2 : public ::testing::Test {
     bus_ = std::make_unique<PrivateBus>();
     // trusted_group is empty: root is the only trusted caller here, whatever
     // groups this machine has.
-    const std::string toml = "[daemon]\ntrusted_group = \"\"\n[pool]\nsize = \"" + std::to_string(pool_mib) +
+    const std::string daemon_table =
+        daemon_toml.find("trusted_group") == std::string::npos ? "trusted_group = \"\"\n" + daemon_toml : daemon_toml;
+    const std::string toml = "[daemon]\n" + daemon_table + "[pool]\nsize = \"" + std::to_string(pool_mib) +
                              "M\"\ngrow_nr_hugepages = false\n[pressure]\nresize_pool = false\n" + extra_toml;
     daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
     if (!daemon_->started()) {
@@ -193,6 +255,61 @@ TEST_F(Hostile2, AnotherUidCannotOpenAModelItCannotRead) {
   EXPECT_EQ(model_in(dbus_->status(), obj).value("refcount", 99u), 0u) << "a refused caller got a reference";
 }
 
+// Rule 1, write-only: a descriptor opened O_WRONLY proves no read access.
+// The attack: a file that nobody may write but not read (mode 0602). Its
+// O_WRONLY fd loads nothing, opens nothing, and proves nothing a session
+// could rest on; root's O_WRONLY fd is refused by OpenLazy the same way.
+TEST_F(Hostile2, WriteOnlyFdsAreInvalidArgument) {
+  if (!start(64)) return;
+  auto m = model("wo.gguf", "wo", 16 * kMiB, 0602);
+  ASSERT_EQ(as_user(kNobody, [&] { return std::to_string(::open(m.path.c_str(), O_RDONLY)); }), "-1")
+      << "the premise: nobody cannot read the file";
+  const std::string obj = load(m);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), obj).value("state", "") == "resident"; }, 20000ms));
+  const std::string inval = "org.aios.Airs1.Error.InvalidArgument";
+  for (const char* method : {"LoadModel", "Open"}) {
+    auto r = as_user(kNobody, [&] {
+      auto c = connect();
+      sdbus::UnixFd fd(::open(m.path.c_str(), O_WRONLY | O_CLOEXEC), sdbus::adopt_fd);
+      if (fd.get() < 0) return std::string("the premise: nobody cannot open the file O_WRONLY");
+      if (std::string(method) == "Open") {
+        auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+        sdbus::UnixFd region, status;
+        uint64_t size = 0;
+        Dict info;
+        p->callMethod("Open").onInterface(kModelIf).withArguments(fd, Dict{}).storeResultsTo(region, size, status,
+                                                                                             info);
+        return "opened, fd mode " + std::to_string(::fcntl(region.get(), F_GETFL) & O_ACCMODE);
+      }
+      auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+      sdbus::ObjectPath path;
+      mgr->callMethod("LoadModel").onInterface(kManagerIf).withArguments(fd, Dict{}).storeResultsTo(path);
+      return "loaded " + std::string(path);
+    });
+    EXPECT_EQ(r, inval + ": " + method + ": gguf_fd: the descriptor is not open for reading") << method;
+  }
+  // Refused calls proved nothing: no reference, and no KV session on the model.
+  EXPECT_EQ(model_in(dbus_->status(), obj).value("refcount", 99u), 0u) << "a refused caller got a reference";
+  auto s = as_user(kNobody, [&] {
+    auto c = connect();
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    sdbus::ObjectPath session;
+    sdbus::UnixFd arena, notice, event;
+    Dict geometry;
+    mgr->callMethod("CreateSession").onInterface(kManagerIf).withArguments(sdbus::ObjectPath(obj), "interactive", Dict{})
+        .storeResultsTo(session, arena, notice, event, geometry);
+    return std::string("session ") + std::string(session);
+  });
+  EXPECT_EQ(s.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << s;
+  // Root is trusted and has a real userfaultfd: OpenLazy still wants a readable fd.
+  try {
+    (void)open_lazy(*connect(), obj, m.path, false, O_WRONLY);
+    ADD_FAILURE() << "OpenLazy took a write-only fd";
+  } catch (const sdbus::Error& e) {
+    EXPECT_EQ(e.getName() + ": " + e.getMessage(), inval + ": Open: gguf_fd: the descriptor is not open for reading");
+  }
+}
+
 // ---- 2. writable regions only for the trusted, read-only for the rest ----
 
 TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
@@ -232,6 +349,89 @@ TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
   Child c(client(m, {"--order", "seq"}));
   ASSERT_TRUE(c.expect_line("verified", 30s)) << c.transcript();
   EXPECT_EQ(c.wait().exit_code, 0) << c.transcript();
+}
+
+// daemon.trusted_group: a member (here nobody, by a supplementary group the
+// bus authenticates) gets what root gets, a writable region for its own
+// userfaultfd, with the model's bytes in it; the same uid without the group
+// is refused, naming what to do.
+TEST_F(Hostile2, ATrustedGroupMemberGetsAWritableRegionAndOthersDoNot) {
+  const gid_t trusted = group_id("users");
+  ASSERT_NE(trusted, static_cast<gid_t>(-1)) << "no group 'users' (Debian's base-passwd has one)";
+  ASSERT_NE(trusted, kNobody);
+  if (!start(64, "", "trusted_group = \"users\"\n")) return;
+  auto m = model("m.gguf", "lazy", 16 * kMiB);
+  const std::string obj = load(m);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), obj).value("state", "") == "resident"; }, 20000ms));
+  const size_t len = static_cast<size_t>(m.size());
+  auto member = as_user(kNobody, {trusted}, [&] {
+    auto o = open_lazy(*connect(), obj, m.path, true);
+    return writable_with_file_bytes(o.region, m.path, len);
+  });
+  EXPECT_EQ(member, "rdwr bytes-equal");
+  auto other = as_user(kNobody, [&] {
+    (void)open_lazy(*connect(), obj, m.path, true);
+    return std::string("lazy-opened");
+  });
+  EXPECT_EQ(other.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << other;
+  EXPECT_NE(other.find("uid 65534 is not trusted with a writable region"), std::string::npos) << other;
+}
+
+// daemon.admin_group: a member may Evict and Unload root's models (admin
+// methods) and is trusted too; the same uid without the group may do
+// neither, and the refusal names the group.
+TEST_F(Hostile2, AnAdminGroupMemberMayEvictAndUnloadRootsModelsAndOthersMayNot) {
+  const gid_t admin = group_id("staff");
+  ASSERT_NE(admin, static_cast<gid_t>(-1)) << "no group 'staff' (Debian's base-passwd has one)";
+  ASSERT_NE(admin, kNobody);
+  if (!start(64, "", "admin_group = \"staff\"\n")) return;
+  auto a = model("a.gguf", "roots_a", 8 * kMiB, 0644, 21);
+  auto b = model("b.gguf", "roots_b", 8 * kMiB, 0644, 22);
+  const std::string a_obj = load(a), b_obj = load(b);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto st = dbus_->status();
+        return model_in(st, a_obj).value("state", "") == "resident" &&
+               model_in(st, b_obj).value("state", "") == "resident";
+      },
+      20000ms));
+  auto evict = [&](const std::string& obj) {
+    auto c = connect();
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    Dict report;
+    mgr->callMethod("Evict").onInterface(kManagerIf).withArguments(Dict{{"model", sdbus::Variant(sdbus::ObjectPath(obj))}}, false)
+        .storeResultsTo(report);
+    return "evicted " + std::to_string(report.at("freed_bytes").get<uint64_t>() > 0);
+  };
+  auto unload = [&](const std::string& obj) {
+    auto c = connect();
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    mgr->callMethod("Unload").onInterface(kManagerIf).withArguments(sdbus::ObjectPath(obj), false);
+    return std::string("unloaded");
+  };
+  const std::string denied = "org.freedesktop.DBus.Error.AccessDenied: ";
+  EXPECT_EQ(as_user(kNobody, [&] { return evict(a_obj); }),
+            denied + "Evict is an admin method: uid 65534 is not root nor in group staff");
+  EXPECT_EQ(as_user(kNobody, [&] { return unload(a_obj); }),
+            denied + "Unload is an admin method: uid 65534 is not root nor in group staff");
+  auto st = dbus_->status();
+  ASSERT_TRUE(model_in(st, a_obj).is_object() && model_in(st, b_obj).is_object()) << st.dump(1);
+
+  EXPECT_EQ(as_user(kNobody, {admin}, [&] { return evict(a_obj); }), "evicted 1");
+  EXPECT_EQ(as_user(kNobody, {admin}, [&] { return unload(b_obj); }), "unloaded");
+  st = dbus_->status();
+  EXPECT_TRUE(model_in(st, a_obj).is_null()) << "Evict by an admin left the model: " << st.dump(1);
+  EXPECT_TRUE(model_in(st, b_obj).is_null()) << "Unload by an admin left the model: " << st.dump(1);
+  EXPECT_EQ(st["pool"]["model_bytes"].get<uint64_t>(), 0u) << st["pool"].dump();
+  // An admin is trusted: OpenLazy gives it the writable region.
+  auto c = model("c.gguf", "roots_c", 8 * kMiB, 0644, 23);
+  const std::string c_obj = load(c);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), c_obj).value("state", "") == "resident"; }, 20000ms));
+  EXPECT_EQ(as_user(kNobody, {admin}, [&] {
+              return writable_with_file_bytes(open_lazy(*connect(), c_obj, c.path, true).region, c.path,
+                                              static_cast<size_t>(c.size()));
+            }),
+            "rdwr bytes-equal");
 }
 
 TEST_F(Hostile2, WaitingOpensAreBoundedPerClient) {

@@ -1,6 +1,13 @@
 // The cooperative-mode waits (client::wait_rank / wait_range / wait_resident)
 // against a status page written by another thread with real futex wakes.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <string>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -78,17 +85,55 @@ TEST(CooperativeWait, UnknownRankAndFailedLoadAreErrors) {
   EXPECT_EQ(st.error().code, EIO);
 }
 
+// True when thread `tid` of this process sleeps in futex(2) on `word`
+// (/proc/self/task/TID/syscall: the call's number, then its arguments).
+bool sleeps_on(pid_t tid, const uint32_t* word) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  std::string addr;
+  if (!(f >> nr >> addr) || nr != SYS_futex) return false;
+  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word);
+}
+
+// Waits (on the event; the bound only ends a broken run) until every
+// thread of `tids` has published its id and sleeps on `word`.
+bool all_sleep_on(const std::array<std::atomic<pid_t>, 4>& tids, const uint32_t* word) {
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  for (const auto& t : tids)
+    while (t.load() == 0 || !sleeps_on(t.load(), word)) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::yield();
+    }
+  return true;
+}
+
+// Each waiter is provably asleep on the status page's futex word before a
+// unit becomes ready; units that leave the model short of resident wake
+// them and they sleep again; the last one wakes every one, none left behind.
 TEST(CooperativeWait, ResidentWakesEveryWaiter) {
   Page p;
+  const uint32_t* word = p.w.generation_word();
+  std::array<std::atomic<pid_t>, 4> tids{};
+  std::atomic<int> ok{0}, returned{0};
   std::vector<std::thread> ts;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 4; ++i)
+  for (auto& tid : tids)
     ts.emplace_back([&] {
-      if (wait_resident(p.view(), 5s)) ++ok;
+      tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      // A long bound: a lost wake fails the test (ETIMEDOUT), never hangs it.
+      if (wait_resident(p.view(), 300s)) ++ok;
+      ++returned;
     });
-  std::this_thread::sleep_for(20ms);
-  for (uint32_t u = 0; u < 4; ++u) p.ready(u, u == 0 ? 0 : (u < 3 ? 1 : 2));
+  const bool asleep = all_sleep_on(tids, word);
+  const int early = returned.load();
+  for (uint32_t u = 0; u < 3; ++u) p.ready(u, u == 0 ? 0 : 1);
+  const bool asleep_again = asleep && all_sleep_on(tids, word);
+  const int short_of_resident = returned.load();
+  p.ready(3, 2);
   for (auto& t : ts) t.join();
+  EXPECT_TRUE(asleep) << "a waiter never slept on the status page's futex word";
+  EXPECT_EQ(early, 0);
+  EXPECT_TRUE(asleep_again) << "a waiter did not sleep again after units short of residency";
+  EXPECT_EQ(short_of_resident, 0) << "a waiter returned before the model was resident";
   EXPECT_EQ(ok.load(), 4);
 }
 
