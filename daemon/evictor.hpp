@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one executor of eviction plans. KV allocation, model loading, the
 // pressure loop and admin eviction all plan with policy::plan_eviction over
 // snapshot() and carry the plan out here: cached prefix blocks and session

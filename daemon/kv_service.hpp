@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV sessions on the pool: the pure allocator (src/kv) decides, this class
 // carries it out on real memory (one pool region per (model, uid) arena,
 // chunks fallocated and punched, COW copies through the daemon's mapping),

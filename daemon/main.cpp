@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-memd: the model-memory daemon. Wiring only: parse the command line,
 // load and validate the configuration, build the Daemon, run its loop.
 #include <sys/stat.h>

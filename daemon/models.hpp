@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Models the daemon serves, and the one record of their state: identity (a
 // GGUF file is one model however many clients load it), who it is charged
 // to, references per bus client, pinning from config, and the fds a client

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gguf/content_id.hpp"
 
 #include <fcntl.h>

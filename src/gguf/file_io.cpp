@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gguf/file_io.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The paged KV-cache allocator (PagedAttention).
 // Pure bookkeeping: the daemon owns the memory (one arena file per (model,
 // uid) on the huge-page pool) and carries out what this class decides

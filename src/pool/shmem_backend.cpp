@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pool/shmem_backend.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real KernelOps. Where src/sys already wraps a call (userfaultfd from
 // one named source, PSI triggers, io_uring rings) it is used as is; the rest
 // are the few raw calls a probe needs that nothing else in the daemon makes

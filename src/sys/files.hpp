@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Facts about files a client hands the daemon, and what the daemon does to
 // files it hands out: identity checks (the proof of read access every model
 // caller gives), revocation by truncation, and counting the descriptors a

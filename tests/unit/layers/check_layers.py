@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The layer graph of airs-memd, enforced: every #include "<dir>/..." in
 src/ and daemon/ must go to the file's own layer or one it may use. A new
 crossing fails the build's unit tests; change ALLOWED here (and say why in
