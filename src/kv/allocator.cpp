@@ -911,6 +911,13 @@ Status Allocator::close(SessionId sid, TimePoint now) {
   return {};
 }
 
+uint64_t Allocator::committed_bytes_of_uid(uint32_t uid) const {
+  uint64_t n = 0;
+  for (const auto& a : impl_->arenas)
+    if (a->live && a->uid == uid) n += uint64_t{a->committed} * a->g.chunk_bytes;
+  return n;
+}
+
 policy::PoolState Allocator::snapshot(TimePoint /*now*/) const {
   const Impl& m = *impl_;
   policy::PoolState ps;
