@@ -2,7 +2,9 @@
 // Facts about files a client hands the daemon, and what the daemon does to
 // files it hands out: identity checks (the proof of read access every model
 // caller gives), revocation by truncation, and counting the descriptors a
-// process still holds of ours.
+// process still holds of ours. Also the plain file and directory calls the
+// layers above make (state directory, KV spill entries, GGUF reads), one
+// small function each, so no layer but this one calls the kernel.
 #pragma once
 
 #include <sys/stat.h>
