@@ -21,7 +21,7 @@ ALLOWED = {
     "gguf": {"util"},                                   # pure: parse and write GGUF (file_io: the byte source)
     "policy": {"util"},                                 # pure: (state, request, now) -> plan
     "kv": {"util", "policy"},                           # pure: the block allocator
-    "config": {"util"},                                 # TOML -> validated structs
+    "config": {"util", "sys"},                          # TOML -> validated structs; reads its files through sys
     "infer": {"util", "gguf", "airs"},                  # pure compute; its KV backend uses the C API
     "pool": {"util", "sys"},
     "pager": {"util", "sys", "pool", "wire"},
