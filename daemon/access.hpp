@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who may do what on the bus, and how many of the daemon's descriptors a
 // uid may hold: the two checks the bus objects share (daemon/bus_*.hpp hold
 // references to these, not to the Daemon). Loop thread only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/access_orders.hpp"
 
 #include <sys/stat.h>
@@ -40,8 +41,7 @@ OrderPlan AccessOrders::plan_for(const std::string& name, const std::optional<gg
 Status AccessOrders::store(const gguf::ContentId& id, uint64_t unit_size, uint32_t unit_count,
                            const std::vector<uint32_t>& order) const {
   if (dir_.empty() || order.empty()) return {};
-  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
-    return make_error(errno, "{}: {}", dir_, std::strerror(errno));
+  AIRS_TRY(sys::make_dir(dir_, 0700));
   const auto bytes = pager::encode_access_order(unit_size, unit_count, order);
   return sys::write_file_atomic(path_of(id), std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }

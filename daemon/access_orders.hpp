@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recorded access orders (pager/access_order.hpp) kept in
 // <state_dir>/order/<content id>: which to replay at a model's load, which
 // to record, and storing a finished recording. Files are untrusted: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bus edge's one translation of the daemon's typed state into D-Bus
 // a{sv} dictionaries (daemon/status.hpp in, dbus::Dict out). Pure: no I/O,
 // no daemon state. Every key and its signature is listed here; airsctl, the

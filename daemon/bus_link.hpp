@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's connection to its bus, kept across the bus going away.
 //
 // Clients need the bus to load and open models and to manage KV sessions,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // org.aios.Airs1.Manager at /org/aios/Airs1: translates bus calls into
 // daemon operations and airs::Error into named D-Bus errors.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // org.aios.Airs1.Model at /org/aios/Airs1/model/<n>: Open/OpenLazy/Attach/
 // Release for one model. The object lives as long as the model is loaded.
 // An Open that must wait for residency is answered later (async reply),

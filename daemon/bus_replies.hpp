@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bus edge's replies: airs::Error as a named D-Bus error, received fds
 // kept past the handler, the asynchronous answer of a call that may have to
 // wait for pages on their way back to the pool (DrainWaits), and the guard

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/bus_session.hpp"
 
 #include "daemon/bus_replies.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // org.aios.Airs1.Session at /org/aios/Airs1/session/<n>: one KV session.
 // Every method checks that the caller is the connection that created it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/content_hasher.hpp"
 
 #include <pthread.h>

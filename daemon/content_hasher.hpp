@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Finds the content id (gguf/content_id.hpp) of models whose file was not
 // hashed before, off the loop: one worker thread reads the filled region
 // (pread of the region fd: memory speed, no second read of the file) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/daemon.hpp"
 
 #include <fcntl.h>
@@ -366,10 +367,10 @@ void Daemon::housekeeping() {
   // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
   const auto now = Clock::now();
   for (auto* m : models_->all()) {
-    if (m->pinned || m->refcount() > 0 || kv_->sessions_on(m->id) > 0) continue;
+    if (m->pinned || evictor_->users(*m) > 0) continue;
     if (now - m->last_used < cfg_.models.keep_alive) continue;
     const auto idle = std::chrono::duration_cast<std::chrono::seconds>(now - m->last_used).count();
-    if (auto st = models_->unload(*m, false, false, fmt::format("idle for {} s (models.keep_alive)", idle)); !st)
+    if (auto st = evictor_->unload(*m, false, fmt::format("idle for {} s (models.keep_alive)", idle)); !st)
       spdlog::warn("keep-alive: {}", st.error().message);
   }
 }
@@ -577,7 +578,7 @@ Status Daemon::unload_model(const std::string& path, bool force, const std::stri
   auto* m = models_->find_by_path(path);
   if (m == nullptr) m = models_->find_by_name(path);
   if (m == nullptr) return make_error(ENOENT, "no model {} is loaded", path);
-  return models_->unload(*m, force, kv_->sessions_on(m->id) > 0, (force ? "forced unload by " : "unload by ") + who);
+  return evictor_->unload(*m, force, (force ? "forced unload by " : "unload by ") + who);
 }
 
 Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller, const std::string& model_path,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-memd's state and its one event loop. The Daemon owns every subsystem
 // (pool, pager, KV, pressure) and the bus objects that expose them; bus
 // handlers, fault events, io completions, timers and signals all run on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calls that wait for pool pages on their way back: a LoadModel or a KV
 // Allocate whose room is in the pages of an unloaded or evicted model whose
 // reads are still in flight (Evictor::make_room says EINPROGRESS). Nothing

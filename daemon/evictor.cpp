@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/evictor.hpp"
 
 #include <spdlog/spdlog.h>
@@ -25,7 +26,7 @@ policy::PoolState Evictor::snapshot() const {
     ms.name = m->name;
     // The whole region's pages come back when a model goes, filled or not.
     ms.resident_bytes = m->region_bytes;
-    ms.refcount = m->refcount() + kv_.sessions_on(m->id);
+    ms.refcount = users(*m);
     ms.pinned = m->pinned;
     ms.last_used = m->last_used;
     ms.spare_bytes = models_.spare_bytes(*m);
@@ -44,9 +45,15 @@ Result<uint64_t> Evictor::execute(const policy::Action& a) {
   if (m == nullptr) return make_error(ENOENT, "model {} is gone", a.id);
   const uint64_t before = available_bytes();
   if (a.kind == policy::ActionKind::ShrinkModel) AIRS_TRY(models_.shrink(*m, a.bytes, a.reason));
-  else AIRS_TRY(models_.unload(*m, false, kv_.sessions_on(a.id) > 0, a.reason));
+  else AIRS_TRY(unload(*m, false, a.reason));
   const uint64_t after = available_bytes();
   return after > before ? after - before : 0;
+}
+
+uint32_t Evictor::users(const ModelEntry& m) const { return m.refcount() + kv_.sessions_on(m.id); }
+
+Status Evictor::unload(ModelEntry& m, bool force, const std::string& reason) {
+  return models_.unload(m, force, kv_.sessions_on(m.id) > 0, reason);
 }
 
 uint64_t Evictor::available_bytes() const {

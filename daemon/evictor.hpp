@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one executor of eviction plans. KV allocation, model loading, the
 // pressure loop and admin eviction all plan with policy::plan_eviction over
 // snapshot() and carry the plan out here: cached prefix blocks and session
@@ -17,14 +18,21 @@ namespace airs::daemon {
 
 class Models;
 class KvService;
+struct ModelEntry;
 
 class Evictor {
  public:
   Evictor(pool::Pool& pool, Models& models, KvService& kv, policy::Config cfg);
 
-  // KV (sessions, cached blocks) and models; a model's refcount counts its
-  // clients' references and its open KV sessions (both are users).
+  // KV (sessions, cached blocks) and models; a model's refcount is users().
   [[nodiscard]] policy::PoolState snapshot() const;
+  // Who uses model `m`: its clients' references (Open) and the KV sessions
+  // on it. The one count of "in use": the plans, keep-alive and every
+  // unload (unload() below) ask here.
+  [[nodiscard]] uint32_t users(const ModelEntry& m) const;
+  // Models::unload with the model's KV sessions counted here: without
+  // `force`, EBUSY while it has users.
+  Status unload(ModelEntry& m, bool force, const std::string& reason);
   [[nodiscard]] policy::Plan plan(const policy::Request& req) const;
   // Carries out one action. Returns the pool bytes it freed (a model's
   // pages count though they may still be on their way back: returning).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/header_reader.hpp"
 
 #include <sys/epoll.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF headers read off the event loop. A header can be hundreds of MiB that
 // take seconds to parse (a million tensors), or never arrive at all (a file
 // on a FUSE or NFS mount whose read never returns): each is read on a thread

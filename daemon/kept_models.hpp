@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Filled model regions that survive a restart of the daemon: kept in the
 // service manager's file descriptor store (systemd FDSTORE=1, the unit's
 // FileDescriptorStoreMax=) with the daemon's open fd of the model's file,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/kv_service.hpp"
 
 #include <cstring>
@@ -35,8 +36,9 @@ KvService::~KvService() = default;
 
 Status KvService::commit_chunk(kv::ArenaId arena, uint32_t chunk) {
   auto& a = arenas_.at(arena);
-  uint64_t& held = committed_by_uid_[a.uid];
   if (!a.exempt) {
+    // The allocator counts the chunk once this returns: `held` is without it.
+    const uint64_t held = alloc_.committed_bytes_of_uid(a.uid);
     const uint64_t share = cfg_.max_pool_bytes_per_uid.resolve(pool_.counts().total_bytes());
     if (held + a.geo.chunk_bytes > share) {
       share_refusal_ = fmt::format(
@@ -47,14 +49,11 @@ Status KvService::commit_chunk(kv::ArenaId arena, uint32_t chunk) {
     }
   }
   AIRS_TRY(pool_.alloc_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk}));
-  held += a.geo.chunk_bytes;
   return {};
 }
 
 void KvService::release_chunk(kv::ArenaId arena, uint32_t chunk) {
   auto& a = arenas_.at(arena);
-  uint64_t& held = committed_by_uid_[a.uid];
-  held -= std::min(held, a.geo.chunk_bytes);
   if (auto s = pool_.free_pages(*a.region, {uint64_t{chunk} * a.pages_per_chunk, a.pages_per_chunk}); !s)
     spdlog::error("KV arena {}: releasing chunk {}: {}", arena, chunk, s.error().message);
 }

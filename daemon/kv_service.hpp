@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV sessions on the pool: the pure allocator (src/kv) decides, this class
 // carries it out on real memory (one pool region per (model, uid) arena,
 // chunks fallocated and punched, COW copies through the daemon's mapping),
@@ -177,8 +178,6 @@ class KvService final : public kv::ChunkOps {
   std::map<kv::ArenaId, Arena> arenas_;
   std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;
   std::map<std::string, kv::SessionId> by_path_;
-  // Committed chunk bytes of each uid's arenas, against its pool share.
-  std::map<uid_t, uint64_t> committed_by_uid_;
   uint64_t arena_repairs_ = 0;
   // Set by commit_chunk when a uid's share refused a chunk (the allocator
   // sees only "the pool refused"): allocate() then says so and evicts

@@ -1,15 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/kv_spill.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <chrono>
 #include <ctime>
 #include <tuple>
 
@@ -120,13 +120,8 @@ SpillStore::SpillStore(sys::EventLoop& loop, sys::Ring ring, std::string dir, ui
 }
 
 Result<std::unique_ptr<SpillStore>> SpillStore::open(sys::EventLoop& loop, std::string dir, uint64_t limit) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return make_error(errno, "KV spill directory {}: {}", dir, std::strerror(errno));
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return make_error(ENOTDIR, "KV spill directory {}: not a directory", dir);
-  if ((st.st_mode & 07777) != 0700 && ::chmod(dir.c_str(), 0700) != 0)
-    return make_error(errno, "KV spill directory {}: chmod 0700: {}", dir, std::strerror(errno));
+  if (auto st = sys::ensure_private_dir(dir); !st)
+    return make_error(st.error().code, "KV spill directory {}", st.error().message);
   auto ring = sys::Ring::create(64);
   if (!ring) return std::move(ring).error();
   std::unique_ptr<SpillStore> s(new SpillStore(loop, std::move(ring).value(), std::move(dir), limit));
@@ -152,8 +147,8 @@ std::string SpillStore::uid_dir(uint32_t uid) const { return fmt::format("{}/{}"
 Status SpillStore::ensure_uid_dir(uint32_t uid) {
   if (uid_dirs_.contains(uid)) return {};
   const std::string d = uid_dir(uid);
-  if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
-    return make_error(errno, "KV spill directory {}: {}", d, std::strerror(errno));
+  if (auto st = sys::make_dir(d, 0700); !st)
+    return make_error(st.error().code, "KV spill directory {}", st.error().message);
   uid_dirs_.insert(uid);
   return {};
 }
@@ -165,28 +160,24 @@ Status SpillStore::scan() {
     timespec mtime;
   };
   std::vector<Found> found;
-  DIR* top = ::opendir(dir_.c_str());
-  if (top == nullptr) return make_error(errno, "KV spill directory {}: {}", dir_, std::strerror(errno));
-  while (dirent* e = ::readdir(top)) {
+  auto top = sys::list_dir(dir_);
+  if (!top) return make_error(top.error().code, "KV spill directory {}", top.error().message);
+  for (const std::string& uname : *top) {
     uint32_t uid = 0;
-    const std::string_view uname(e->d_name);
-    if (uname == "." || uname == "..") continue;
-    const std::string ud = dir_ + "/" + e->d_name;
-    struct stat ust {};
-    if (!parse_dec(uname, uid) || std::to_string(uid) != uname || ::lstat(ud.c_str(), &ust) != 0 || !S_ISDIR(ust.st_mode)) {
+    const std::string ud = dir_ + "/" + uname;
+    const auto ust = sys::lstat_path(ud);
+    if (!parse_dec(uname, uid) || std::to_string(uid) != uname || !ust || !S_ISDIR(ust->st_mode)) {
       spdlog::warn("KV spill tier: {}: not a uid directory; ignored", ud);
       continue;
     }
-    if ((ust.st_mode & 07777) != 0700) (void)::chmod(ud.c_str(), 0700);
+    if ((ust->st_mode & 07777) != 0700) (void)sys::chmod_path(ud, 0700);
     uid_dirs_.insert(uid);
-    DIR* d = ::opendir(ud.c_str());
-    if (d == nullptr) continue;
-    while (dirent* f = ::readdir(d)) {
-      const std::string_view name(f->d_name);
-      if (name == "." || name == "..") continue;
-      const std::string path = ud + "/" + f->d_name;
+    auto names = sys::list_dir(ud);
+    if (!names) continue;
+    for (const std::string& name : *names) {
+      const std::string path = ud + "/" + name;
       if (name.front() == '.') {  // an interrupted write
-        (void)::unlink(path.c_str());
+        (void)sys::remove_file(path);
         continue;
       }
       auto key = SpillKey::from_file_name(name, uid);
@@ -194,7 +185,7 @@ Status SpillStore::scan() {
       struct stat fst {};
       if (!key) {
         why = "not an entry name";
-      } else if (::lstat(path.c_str(), &fst) != 0 || !S_ISREG(fst.st_mode)) {
+      } else if (auto ls = sys::lstat_path(path); !ls || !S_ISREG((fst = *ls).st_mode)) {
         why = "not a regular file";
       } else if (static_cast<uint64_t>(fst.st_size) != kHeaderBytes + uint64_t{key->block_bytes}) {
         why = fmt::format("{} bytes, expected {} (torn?)", fst.st_size, kHeaderBytes + uint64_t{key->block_bytes});
@@ -204,20 +195,18 @@ Status SpillStore::scan() {
         // above would block the open, and the loop with it.
         auto fd = sys::open_regular(path, O_RDONLY);
         if (!fd) why = fd.error().message;
-        else if (::pread(fd->get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) why = "unreadable header";
+        else if (auto n = sys::read_at(fd->get(), &h, sizeof h, 0); !n || *n != sizeof h) why = "unreadable header";
         else why = header_mismatch(h, *key);
       }
       if (!why.empty()) {
         spdlog::warn("KV spill tier: {} rejected: {}; deleted", path, why);
         ++stats_.rejected;
-        (void)::unlink(path.c_str());
+        (void)sys::remove_file(path);
         continue;
       }
       found.push_back(Found{*key, static_cast<uint64_t>(fst.st_size), fst.st_mtim});
     }
-    ::closedir(d);
   }
-  ::closedir(top);
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
   });
@@ -245,8 +234,7 @@ void SpillStore::remove(SpillKey k, const char* why) {
   auto it = index_.find(k);
   if (it == index_.end()) return;
   const std::string path = uid_dir(k.uid) + "/" + k.file_name();
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    spdlog::warn("KV spill tier: unlink {}: {}", path, std::strerror(errno));
+  if (auto st = sys::remove_file(path); !st) spdlog::warn("KV spill tier: {}", st.error().message);
   spdlog::debug("KV spill tier: {} removed ({})", path, why);
   stats_.used_bytes -= it->second.bytes;
   lru_.erase(it->second.seq);
@@ -292,11 +280,12 @@ SpillStore::Put SpillStore::put(const SpillKey& k, const void* bytes) {
   }
   const uint64_t id = next_id_++;
   p.tmp = fmt::format("{}/.{}.{}.tmp", uid_dir(k.uid), k.file_name(), id);
-  p.fd.reset(::open(p.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!p.fd) {
-    spdlog::warn("KV spill tier: {}: {}", p.tmp, std::strerror(errno));
+  auto created = sys::open_file(p.tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+  if (!created) {
+    spdlog::warn("KV spill tier: {}", created.error().message);
     return Put::Refused;
   }
+  p.fd = std::move(created).value();
   FileHeader h = header_for(k);
   h.checksum = checksum_of(h, p.buf.data() + kHeaderBytes, k.block_bytes);
   std::memcpy(p.buf.data(), &h, sizeof h);
@@ -336,12 +325,14 @@ void SpillStore::finish(uint64_t id) {
   pending_keys_.erase(p.key);
   p.fd.reset();
   const std::string final_path = uid_dir(p.key.uid) + "/" + p.key.file_name();
-  if (p.ok && ::rename(p.tmp.c_str(), final_path.c_str()) != 0) {
-    spdlog::warn("KV spill tier: rename {}: {}", p.tmp, std::strerror(errno));
-    p.ok = false;
+  if (p.ok) {
+    if (auto st = sys::rename_file(p.tmp, final_path); !st) {
+      spdlog::warn("KV spill tier: {}", st.error().message);
+      p.ok = false;
+    }
   }
   if (!p.ok) {
-    (void)::unlink(p.tmp.c_str());
+    (void)sys::remove_file(p.tmp);
     ++stats_.dropped;
     return;
   }
@@ -356,8 +347,11 @@ void SpillStore::finish(uint64_t id) {
 }
 
 void SpillStore::stamp(int fd, const std::string& path) {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
   timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
+  now.tv_sec = static_cast<time_t>(secs.count());
+  now.tv_nsec = static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch - secs).count());
   // 1 µs past the last stamp at least: file systems keep µs or finer.
   timespec next = last_stamp_;
   next.tv_nsec += 1000;
@@ -366,10 +360,8 @@ void SpillStore::stamp(int fd, const std::string& path) {
     ++next.tv_sec;
   }
   if (std::tie(now.tv_sec, now.tv_nsec) > std::tie(next.tv_sec, next.tv_nsec)) next = now;
-  const timespec times[2] = {{0, UTIME_OMIT}, next};
-  const int r = fd >= 0 ? ::futimens(fd, times) : ::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW);
-  if (r != 0) {
-    spdlog::debug("KV spill tier: setting the mtime of {}: {}", path, std::strerror(errno));
+  if (auto st = sys::set_mtime(fd, path, next); !st) {
+    spdlog::debug("KV spill tier: setting the mtime of {}", st.error().message);
     return;
   }
   last_stamp_ = next;
@@ -386,14 +378,13 @@ Status SpillStore::get(const SpillKey& k, void* dst) {
   }
   const sys::UniqueFd fd = std::move(opened).value();
   FileHeader h{};
-  iovec iov[2] = {{&h, sizeof h}, {dst, k.block_bytes}};
+  const iovec iov[2] = {{&h, sizeof h}, {dst, k.block_bytes}};
   const uint64_t want = kHeaderBytes + uint64_t{k.block_bytes};
-  const ssize_t n = ::preadv(fd.get(), iov, 2, 0);
+  const auto n = sys::read_at(fd.get(), iov, 0);
   std::string why;
-  struct stat st {};
-  if (n < 0) why = fmt::format("read: {}", std::strerror(errno));
-  else if (static_cast<uint64_t>(n) != want || ::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != want)
-    why = fmt::format("{} bytes, expected {} (torn)", n, want);
+  if (!n) why = n.error().message;
+  else if (auto st = sys::stat_of(fd.get(), path); *n != want || !st || static_cast<uint64_t>(st->st_size) != want)
+    why = fmt::format("{} bytes, expected {} (torn)", *n, want);
   else if (why = header_mismatch(h, k); why.empty() && h.checksum != checksum_of(h, dst, k.block_bytes))
     why = "checksum mismatch (corrupt)";
   if (!why.empty()) {
@@ -421,8 +412,7 @@ size_t SpillStore::drain(std::chrono::steady_clock::time_point deadline) {
 
 void SpillStore::sync_dirs() const {
   auto sync = [](const std::string& d) {
-    sys::UniqueFd fd(::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd || ::fsync(fd.get()) != 0) spdlog::warn("KV spill tier: fsync {}: {}", d, std::strerror(errno));
+    if (auto st = sys::sync_dir(d); !st) spdlog::warn("KV spill tier: {}", st.error().message);
   };
   for (const uint32_t uid : uid_dirs_) sync(uid_dir(uid));
   sync(dir_);

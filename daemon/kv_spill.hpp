@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The KV spill tier: published KV blocks (full blocks carrying a
 // prefix hash) that eviction frees are kept on disk under
 // `<daemon.state_dir>/kv/`, so a later MatchPrefix — by another process,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What connections of a lost bus held (KV sessions, model references,
 // attached mappings, counted fds), kept while their processes live.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-memd: the model-memory daemon. Wiring only: parse the command line,
 // load and validate the configuration, build the Daemon, run its loop.
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "daemon/daemon.hpp"
+#include "sys/files.hpp"
 #include "sys/numa.hpp"
 #include "sys/procfs.hpp"
 #include "util/log.hpp"
@@ -26,15 +28,7 @@ airs::config::MachineFacts read_machine_facts() {
   airs::config::MachineFacts m;
   if (auto mi = airs::sys::read_meminfo(); mi && mi->count("MemTotal")) m.mem_total = mi->at("MemTotal");
   if (auto nodes = airs::sys::read_node_list(airs::sys::kNodeHasMemory)) m.nodes_with_memory = *nodes;
-  m.check_file = [](const std::string& path) -> airs::Status {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0)
-      return airs::make_error(errno, "{}: {}", path, std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) return airs::make_error(EINVAL, "{} is not a regular file", path);
-    if (::access(path.c_str(), R_OK) != 0)
-      return airs::make_error(errno, "{} is not readable: {}", path, std::strerror(errno));
-    return {};
-  };
+  m.check_file = [](const std::string& path) { return airs::sys::check_readable_file(path); };
   return m;
 }
 

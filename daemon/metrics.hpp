@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus text-format metrics for node_exporter's textfile collector:
 // written atomically (temp file + rename) to daemon.metrics_file every
 // daemon.metrics_interval.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Models the daemon serves, and the one record of their state: identity (a
 // GGUF file is one model however many clients load it), who it is charged
 // to, references per bus client, pinning from config, and the fds a client
@@ -175,8 +176,9 @@ class Models {
   // region truncated (every mapping SIGBUS on next access) at once; the
   // pages return to the pool once the model's reads in flight landed, on
   // the loop (returning_pages() until then; nothing waits for them).
-  // Without `force`: EBUSY while it has references or `in_use`, and pinned
-  // models stay. `reason` goes to the log and the Evicted signal.
+  // Without `force`: EBUSY while it has references or `in_use` (KV
+  // sessions on it: callers go through Evictor::unload, which knows them),
+  // and pinned models stay. `reason` goes to the log and the Evicted signal.
   Status unload(ModelEntry& m, bool force, bool in_use, const std::string& reason);
 
   // A streamed model gives back `bytes` of its budget (whole units, never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pressure loop: memory pressure in, memory back to the system out.
 //
 //   PressureMonitor (PSI triggers / polling) ──level──► Governor (hysteresis,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's state as plain structs: what GetStatus, ListModels,
 // ListSessions, PressureChanged, CreateSession's geometry and the metrics
 // file say. The core fills these; only daemon/bus_dicts.cpp turns them into

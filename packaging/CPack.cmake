@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages: `cpack -G DEB` in the build directory (after
 # `cmake --build build --target airs-package`) gives three, split the Debian
 # way from one source, airs-memd:
@@ -27,6 +28,7 @@ set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_PACKAGE_CONTACT "${AIRS_DEB_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${AIRS_DEB_MAINTAINER}")
 set(CPACK_PACKAGE_VENDOR "AIOS")
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)   # Apache-2.0; the .debs carry it as debian/copyright
 set(CPACK_DEBIAN_PACKAGE_SOURCE airs-memd)
 # DESTDIR install: /etc/airs is an absolute destination.
 set(CPACK_SET_DESTDIR ON)

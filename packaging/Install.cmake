@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # System integration: where `cmake --install` (prefix /usr) and the .deb put
 # the unit, bus policy, activation file, sysusers/tmpfiles/udev/sysctl
 # files, the man pages and the configuration, at the paths Debian expects;
@@ -61,7 +62,10 @@ install(FILES ${_airs_gz_dir}/airs-memd.conf.5.gz DESTINATION ${CMAKE_INSTALL_MA
 install(FILES ${_airs_gz_dir}/airs-memd.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
 install(FILES ${_airs_gz_dir}/libairs.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
 # Every package: /usr/share/doc/<package>/{copyright,changelog.Debian.gz} and
-# its lintian overrides (each with its reason).
+# its lintian overrides (each with its reason). The licence reaches each
+# package as its copyright file, which points at Debian's own copy of the
+# Apache-2.0 text: the top-level LICENSE installed next to it would be the
+# same text twice (lintian: extra-license-file).
 foreach(pair "Unspecified;airs-memd" "lib;libairs0" "dev;libairs-dev")
   list(GET pair 0 _comp)
   list(GET pair 1 _pkg)

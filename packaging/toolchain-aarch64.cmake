@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Cross-compiling for arm64 (aarch64) with Debian's cross toolchain
 # (crossbuild-essential-arm64) and multiarch :arm64 -dev packages, which
 # live in /usr/lib/aarch64-linux-gnu beside the build machine's own.

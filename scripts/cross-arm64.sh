@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Cross-builds airs-memd for arm64 (Raspberry Pi OS / Debian arm64) with
 # Debian's cross toolchain and :arm64 libraries, runs the unit tests under
 # qemu-user (with them the kernels and airs-generate on a Cortex-A53 and a

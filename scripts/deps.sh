@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what airs-memd needs to build, test and run on Debian 12 /
 # Raspberry Pi OS (bookworm). Idempotent; run as root.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end test of the Debian package under a real systemd: boots this
 # machine's own root file system read-only in systemd-nspawn (a tmpfs overlay
 # takes the writes; nothing on the host changes), installs airs-memd's .deb

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes sure at least N huge pages of the default size are free and that a
 # hugetlbfs is mounted at /dev/hugepages (what Debian's dev-hugepages.mount
 # does under systemd). Usage: hugepages.sh BYTES. Run as root.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One command from a fresh Debian 12 / Raspberry Pi OS machine to a running
 # airs-memd: install packages, build, reserve huge pages, generate a demo GGUF
 # model, start the daemon (on the system bus when one runs, else on a private

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced (bash) by the scripts that need root, after they cd to the source
 # tree's top:  . scripts/root.sh; become_root "$@"
 #

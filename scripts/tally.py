@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Counts the results of every test stage of scripts/test.sh.
 
 Each stage leaves a JUnit file (ctest --output-junit) in the results

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole test suite, from a bare Debian 12 / Raspberry Pi OS machine:
 # installs the packages, reserves huge pages, builds four ways (optimised,
 # ASan+UBSan, TSan, and arm64 with the cross toolchain), runs every test

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dbus_bench [N]: p50/p90 of Session.Allocate(1) and Session.Free over the
 // bus, next to an empty method call to the same daemon (Peer.Ping) in the
 // same run, on a private dbus-daemon with a real airs-memd.

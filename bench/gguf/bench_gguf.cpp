@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF reader and writer throughput. Prints medians of several runs; the
 // baseline next to each parse is the cost of just copying the header bytes
 // (the least any reader must do), so the ratio is the parser's overhead.

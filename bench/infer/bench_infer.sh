@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/infer: airs-generate (src/infer) in one run, side by side:
 #   1. time to first token of a second process whose ~512-token system
 #      prompt is cached in the daemon's blocks, against the same prompt cold;

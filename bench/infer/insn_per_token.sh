@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/infer: instructions per decoded token on arm64, airs-generate against
 # the prebuilt arm64 llama.cpp (llama-gen, npm @node-llama-cpp/linux-arm64),
 # counted, not timed: both run under qemu-user with a TCG plugin

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A qemu TCG plugin (a bench tool, built by insn_per_token.sh, never
  * shipped): counts the guest instructions a qemu-user process executes and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // read_bw FILE [--reps N]: read bandwidth of a file's pages through a
 // mapping (populated first, so it measures memory, not the disk): GB/s of
 // summing every 8-byte word with independent accumulators, best of N.

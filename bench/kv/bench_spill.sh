@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/kv/bench_spill.sh: the KV spill tier in one run, side by
 # side: time to first token of airs-generate for a ~2K-token system prompt
 #   1. computed from scratch (nothing cached),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV allocator, in process: block operations per second next to a bare
 // vector free list (the floor any allocator pays), waste on the design's
 // scenario next to contiguous pre-allocation, and prefix-sharing savings.

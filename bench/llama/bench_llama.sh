@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/llama: the real llama.cpp (prebuilt from npm, driven by llama-gen,
 # 1 thread) loading a model from a cold page cache, side by side in one run,
 # at two storage speeds: the machine's own disk ("fast") and the same disk

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/llama: the real llama.cpp (prebuilt from npm, llama-gen, 1 thread,
 # --no-repack so it computes from the mapped weights) through
 # libairs-preload.so, cold, with the recorded access order against the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the bench/llama scripts: what they share about the daemon they run.
 # wait_memd_up LOG PID WHO: until airs-memd (PID, logging to LOG) serves its
 # bus name; exits the script with its log when it died or never got there.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* bench/llama: llama.cpp without its prefetch ("plain mmap" demand paging).
  * llama.cpp maps the model MAP_SHARED|MAP_POPULATE and advises WILLNEED; it
  * has no switch to turn that off. Preloaded into llama-gen, this strips

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the load benchmarks share: the loop thread the pager runs on (the
 // in-process "daemon"), a generated model file, cache dropping and a
 // compute stand-in. Header-only; benchmarks only.

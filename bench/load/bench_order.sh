@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/load: the recorded access order against the static layer order
 # (order_bench), on the fast disk and under the SD-card throttle (~90 MB/s:
 # a cgroup v1 blkio.throttle.read_bps_device, or cgroup v2 io.max, on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cold-cache model load, side by side in one run:
 //   (a) read everything into anonymous memory, then run (llama.cpp --no-mmap)
 //   (b) mmap MAP_SHARED|MAP_POPULATE (llama.cpp's default)

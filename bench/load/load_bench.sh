@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/load at two storage speeds in one run: load_bench (every loader and
 # every airs mode side by side, cold) on the machine's own disk, then with the
 # disk holding the file throttled to an SD card's ~90 MB/s (bench/support/

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The base-page shmem fill (docs/shmem-base-pages.md) in one run: load_bench
 # with the shmem pool forced onto memfds of base pages (--memfd: what a kernel
 # without transparent huge pages, as stock Raspberry Pi OS, gets), the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recorded access order against the static layer order: cold time
 // to first token and time to resident of a synthetic client that touches
 // what a first token needs, in the order it needs it, on the in-process

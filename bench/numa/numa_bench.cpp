@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which pool.numa_policy to pick: for each policy — local,
 // interleave over every node with memory, bind to each node — and each pool
 // backend (hugetlbfs, shmem), a model region of --mib MiB is made through

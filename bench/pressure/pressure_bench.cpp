@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/pressure: time from memory-pressure onset to memory back in
 // MemAvailable, airs-memd's PSI-triggered loop next to earlyoom's approach
 // (poll MemAvailable every 100 ms, act below a threshold) in the same run,

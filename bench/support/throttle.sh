@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the benches (bash): an SD card's read speed for this shell and
 # every process it starts from now on. A cgroup v2 io.max throttle where the
 # io controller is on the v2 hierarchy, else the cgroup v1 blkio one (hybrid

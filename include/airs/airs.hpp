@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A thin C++ wrapper over the C API: RAII owners that close what they open,
 // errors as airs::ClientError (what() is airs_last_error()).
 #pragma once

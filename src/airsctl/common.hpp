@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared plumbing for airsctl subcommands: the bus connection, proxies, and
 // output helpers. Each subcommand lives in its own file and registers itself
 // from main.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl evict [--priority P] [--session S] [--model M] [--bytes N] [--dry-run]:
 // asks airs-memd to evict KV blocks and/or models (Manager.Evict, root or
 // daemon.admin_group only) and prints what was (or, with --dry-run, would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `airsctl inspect FILE.gguf`: what a model will cost in the pool before it
 // is loaded — header, tensor table, huge-page footprint, KV bytes per token.
 // Library target airs_cli_inspect (defined in src/gguf/CMakeLists.txt).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl inspect FILE.gguf [--json]: what the daemon would see in a model
 // file, without a daemon: tensors, layers, pool footprint, KV per token.
 #include "airsctl/inspect.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl load FILE [--name N] [--no-wait]: hand a GGUF to the daemon and
 // show the fill with a progress bar (resident / total, MB/s).
 // airsctl unload MODEL [--force]: drop a model (root).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl: the operator's tool for airs-memd. Wiring only; each subcommand
 // is in its own file.
 //

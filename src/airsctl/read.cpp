@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl read MODEL.gguf TENSOR: the tensor's bytes, read through a lazily
 // attached mapping of the pool (exactly what an inference process sees), to
 // stdout — for integrity checks (`| sha256sum`). With --json: instead of the

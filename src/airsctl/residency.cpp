@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl residency MODEL [--watch SECONDS]: what of a model is in the pool,
 // one line per layer: a bar for the share of its units that are in, and
 // what is being read or dropped now. For a streamed model (bigger than its

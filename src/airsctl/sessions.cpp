@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl sessions: every KV session (owner, uid, priority, blocks, shared
 // blocks, idle time).
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl status [--json] [--watch SECONDS]: the daemon's view of the pool,
 // models, KV and pressure.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One function per subcommand file; main.cpp calls each to register it.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libairs: the C API over D-Bus (sdbus-c++ proxies), the lazy mapping and
 // the fallback server. See include/airs/airs.h for the contract.
 #include "airs/airs.h"

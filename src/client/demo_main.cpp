@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-demo MODEL.gguf [--bus ADDRESS]: what an inference process does with
 // libairs — open a model lazily through airs-memd, walk it layer by layer
 // (comparing every tensor's bytes with the file), then open a KV session,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The client side of lazy model loading: the mapping and userfaultfd an
 // inference process needs so it can never read zero-filled weights, and the
 // fallback that serves its own faults if the daemon dies mid-load.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SIGSEGV side of the cooperative mode's touch guard; see touch_guard.hpp.
 // Handler code below this line may only use async-signal-safe calls (raw
 // system calls, atomics, the fixed slot table): no allocation, no locks, no

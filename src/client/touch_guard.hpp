@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cooperative mode for callers that never call airs_model_wait_layer (an
 // unmodified runtime through libairs-preload.so, or a libairs caller that
 // sets airs_model_options.wait_on_touch): the region is mapped PROT_NONE and

@@ -1,8 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "config/config.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +15,7 @@
 
 #include <toml++/toml.h>
 
+#include "sys/files.hpp"
 #include "util/units.hpp"
 
 namespace airs::config {
@@ -489,14 +490,12 @@ namespace {
 // kMaxConfigFileBytes. O_NONBLOCK so a FIFO cannot block the open; the
 // checks run on the opened file, so nothing changes between check and read.
 Result<std::string> read_config_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return make_error(errno, "cannot read {}: {}", path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return make_error(errno, "cannot stat {}: {}", path, std::strerror(errno));
+  auto opened = sys::open_file(path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+  if (!opened) return make_error(opened.error().code, "cannot read {}: {}", path, std::strerror(opened.error().code));
+  const sys::UniqueFd fd = std::move(opened).value();
+  const auto stated = sys::stat_of(fd.get(), path);
+  if (!stated) return make_error(stated.error().code, "cannot stat {}: {}", path, std::strerror(stated.error().code));
+  const struct stat& st = *stated;
   if (!S_ISREG(st.st_mode)) {
     const char* what = S_ISDIR(st.st_mode)    ? "a directory"
                        : S_ISCHR(st.st_mode)  ? "a character device"
@@ -512,13 +511,10 @@ Result<std::string> read_config_file(const std::string& path) {
   std::string text;
   char buf[65536];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errno, "cannot read {}: {}", path, std::strerror(errno));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
+    const auto n = sys::read_at(fd.get(), buf, sizeof buf, text.size());
+    if (!n) return make_error(n.error().code, "cannot read {}: {}", path, std::strerror(n.error().code));
+    if (*n == 0) break;
+    text.append(buf, *n);
     if (text.size() > kMaxConfigFileBytes)  // grew while being read
       return make_error(EFBIG, "configuration {} is more than {}", path, format_bytes(kMaxConfigFileBytes));
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Daemon configuration: TOML (/etc/airs/airs-memd.conf plus drop-ins in
 // /etc/airs/airs-memd.conf.d/*.conf, applied in name order, later keys win),
 // parsed into plain structs, then validated. Unknown keys are errors so a

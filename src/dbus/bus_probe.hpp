@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A connection attempt to a bus that never blocks: sd-bus's own connect,
 // authentication and Hello, driven by the caller's event loop. sdbus-c++ 1.2
 // can only open a connection by waiting for that handshake (up to sd-bus's

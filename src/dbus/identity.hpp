@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Caller identity from the bus, looked up once per connection (unique name)
 // and forgotten when the name leaves the bus. Looking credentials up on every
 // call costs ~220 µs (GetConnectionCredentials round trip, measured with a private

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bus names, object paths and error names of interface version 1.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Typed calls on airs-memd's objects for the client library and airsctl,
 // through the proxies generated from org.aios.Airs1.xml (dbus_gen/proxy.h):
 // an interface, method or argument renamed or retyped in the XML fails the

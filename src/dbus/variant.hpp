@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for a{sv} dictionaries: building them in the daemon and turning
 // them into JSON in airsctl (--json).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gguf/byte_source.hpp"
 
 #include <cstring>

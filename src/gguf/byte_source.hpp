@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where the reader gets bytes from. The parser never does I/O itself: the
 // daemon hands it an FdSource (gguf/file_source.hpp, target airs_gguf_io),
 // tests and the fuzzer a MemorySource.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gguf/content_id.hpp"
 
 #include <fcntl.h>
@@ -55,15 +56,11 @@ Result<ContentId> content_id_of_fd(int fd, uint64_t length, const std::atomic<bo
   while (off < length) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return make_error(ECANCELED, "hash cancelled");
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, length - off));
-    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errno, "reading at offset {}: {}", off, std::strerror(errno));
-    }
-    if (n == 0) return make_error(EBADMSG, "file ends at {} of {} bytes", off, length);
-    if (XXH3_128bits_update(state.get(), buf.data(), static_cast<size_t>(n)) != XXH_OK)
-      return make_error(EIO, "xxh3 update");
-    off += static_cast<uint64_t>(n);
+    const auto n = sys::read_at(fd, buf.data(), want, off);
+    if (!n) return make_error(n.error().code, "reading at offset {}: {}", off, std::strerror(n.error().code));
+    if (*n == 0) return make_error(EBADMSG, "file ends at {} of {} bytes", off, length);
+    if (XXH3_128bits_update(state.get(), buf.data(), *n) != XXH_OK) return make_error(EIO, "xxh3 update");
+    off += *n;
   }
   return from_xxh(XXH3_128bits_digest(state.get()));
 }
@@ -81,9 +78,9 @@ std::optional<ContentId> ContentIdCache::lookup(const struct stat& st) const {
   auto fd = sys::open_regular(entry_path(st), O_RDONLY);
   if (!fd) return std::nullopt;
   char buf[40];
-  const ssize_t n = ::read(fd->get(), buf, sizeof buf);
+  const auto n = sys::read_at(fd->get(), buf, sizeof buf, 0);
   // "<32 hex>\n", nothing else.
-  if (n != 33 || buf[32] != '\n') return std::nullopt;
+  if (!n || *n != 33 || buf[32] != '\n') return std::nullopt;
   return ContentId::from_hex(std::string_view(buf, 32));
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model's identity by content: XXH3-128 of every byte of its GGUF file.
 // Anything the daemon keeps about a model across unloads, restarts and
 // reboots (spilled KV blocks, the recorded access order) is tied to this,

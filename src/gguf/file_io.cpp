@@ -1,40 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "gguf/file_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
+#include "sys/files.hpp"
+
 namespace airs::gguf {
 
 Result<FdSource> FdSource::adopt(sys::UniqueFd fd, std::string name) {
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return make_error(errno, "gguf: stat '{}': {}", name, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "gguf: '{}' is not a regular file", name);
-  return FdSource(std::move(fd), static_cast<uint64_t>(st.st_size), std::move(name));
+  auto st = sys::stat_of(fd.get(), name);
+  if (!st) return make_error(st.error().code, "gguf: stat '{}': {}", name, std::strerror(st.error().code));
+  if (!S_ISREG(st->st_mode)) return make_error(EINVAL, "gguf: '{}' is not a regular file", name);
+  return FdSource(std::move(fd), static_cast<uint64_t>(st->st_size), std::move(name));
 }
 
 Result<FdSource> FdSource::open(const std::string& path) {
-  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return make_error(errno, "gguf: cannot open '{}': {}", path, std::strerror(errno));
-  return adopt(std::move(fd), path);
+  auto fd = sys::open_file(path, O_RDONLY);
+  if (!fd) return make_error(fd.error().code, "gguf: cannot open '{}': {}", path, std::strerror(fd.error().code));
+  return adopt(std::move(fd).value(), path);
 }
 
 Status FdSource::read(uint64_t offset, void* dst, size_t len) const {
   auto* p = static_cast<char*>(dst);
   while (len > 0) {
-    const ssize_t n = ::pread(fd_.get(), p, len, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errno, "'{}': read of {} bytes at {} failed: {}", name_, len, offset, std::strerror(errno));
-    }
-    if (n == 0) return make_error(EBADMSG, "'{}': unexpected end of file at byte {} (file shrank?)", name_, offset);
-    p += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
+    const auto n = sys::read_at(fd_.get(), p, len, offset);
+    if (!n)
+      return make_error(n.error().code, "'{}': read of {} bytes at {} failed: {}", name_, len, offset,
+                        std::strerror(n.error().code));
+    if (*n == 0) return make_error(EBADMSG, "'{}': unexpected end of file at byte {} (file shrank?)", name_, offset);
+    p += *n;
+    len -= *n;
+    offset += *n;
   }
   return {};
 }
@@ -47,24 +48,20 @@ Status write_model(const ModelPlan& plan, int fd, const std::string& name) {
     std::span<std::byte> chunk(buf.data(), n);
     AIRS_TRY(expected_file_bytes(plan, off, chunk));
     size_t done = 0;
-    while (done < n) {
-      const ssize_t w = ::write(fd, chunk.data() + done, n - done);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return make_error(errno, "writing model '{}' at byte {}: {}", name, off + done, std::strerror(errno));
-      }
-      done += static_cast<size_t>(w);
-    }
+    if (auto st = sys::write_all(fd, chunk, &done); !st)
+      return make_error(st.error().code, "writing model '{}' at byte {}: {}", name, off + done,
+                        std::strerror(st.error().code));
     off += n;
   }
   return {};
 }
 
 Status write_model_file(const ModelPlan& plan, const std::string& path) {
-  sys::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return make_error(errno, "cannot create model file '{}': {}", path, std::strerror(errno));
-  AIRS_TRY(write_model(plan, fd.get(), path));
-  if (::close(fd.release()) != 0) return make_error(errno, "closing model file '{}': {}", path, std::strerror(errno));
+  auto fd = sys::open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!fd) return make_error(fd.error().code, "cannot create model file '{}': {}", path, std::strerror(fd.error().code));
+  AIRS_TRY(write_model(plan, fd->get(), path));
+  if (auto st = sys::close_file(std::move(fd).value()); !st)
+    return make_error(st.error().code, "closing model file '{}': {}", path, std::strerror(st.error().code));
   return {};
 }
 

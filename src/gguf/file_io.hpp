@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The I/O half of gguf (target airs_gguf_io): a pread-backed ByteSource and
 // streaming the synthetic models to disk. Kept out of airs_gguf so the
 // parser and writer stay pure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF reader: header, metadata, tensor table, validated against the file.
 //
 // File layout (little-endian; versions 2 and 3 — v1 used 32-bit counts and is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-gguf-dump [--json] FILE: `airsctl inspect` without the daemon's CLI,
 // for tests (the npm agreement test) and debugging. Not installed.
 #include <cstdio>

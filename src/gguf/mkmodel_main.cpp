@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-mkmodel: writes a synthetic llama-shaped GGUF model whose bytes are a
 // pure function of its arguments (see gguf/writer.hpp). Used by the demo, the
 // tests and the benchmarks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ggml tensor types as GGUF files name them (ids, block geometry), from
 // ggml.h (the table is in docs/gguf-types.tsv). Ids 4/5 are deprecated and 31–33,
 // 36–38 were removed from ggml: a file using them cannot be loaded by any

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF writer: a low-level Builder for arbitrary (also malformed) files, and
 // llama-shaped synthetic models whose every byte is a pure function of the
 // spec, so tests can compute the expected bytes of any file range without

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV blocks from airs-memd: a KvBackend over an airs_session (libairs C
 // API). Each call is one D-Bus round trip (block_ptr and read_notices are
 // local: the arena is mapped, notices are a shared ring; post_length is a

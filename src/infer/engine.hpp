@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The forward pass of a llama-shaped model for one token at a time, with the
 // sequence's K and V in caller-provided blocks (the daemon's KV blocks, or
 // private memory: the engine cannot tell).

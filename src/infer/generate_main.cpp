@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
 //               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
 //               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]

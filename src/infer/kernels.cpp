@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "infer/kernels.hpp"
 
 #include "infer/kernels_common.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Numeric kernels of the forward pass: fp16 conversion, the weight formats
 // (F32, F16, Q8_0, Q4_0) as rows, dot products against activations, and the
 // element-wise ops (RMSNorm, RoPE, softmax, SiLU). Pure functions, no

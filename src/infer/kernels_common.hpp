@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the kernels (kernels.cpp, kernels_neon.cpp): the pieces of a
 // block format every instruction-set path shares, so that the paths compute
 // the same integer sums and round them through the same expression.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the kernels: the NEON row dots (AArch64 only). kernels.cpp
 // selects them at run time (kernels.hpp: KernelPath::kNeon, kNeonDotprod).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A llama-architecture model as views into a GGUF mapping: hyperparameters
 // from the metadata and, per tensor, a pointer to its bytes in place. Nothing
 // is copied or converted; the mapping must outlive the Model.

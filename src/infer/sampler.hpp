@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Picks the next token from logits: greedy (temperature 0: the first
 // maximum, as llama-gen's argmax) or temperature + top-k sampling from a
 // seeded generator (same seed and logits: same token, on every machine,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One token sequence on paged KV blocks: the block table, prefix matching,
 // publishing full blocks, and recomputing evicted ones. The blocks come from
 // a KvBackend: the daemon's session (infer/airs_backend.hpp) or private

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small fixed pool for the mat-vec products: the caller creates it with n
 // threads (named "airs-infer-N"), runs parallel_for from one thread at a
 // time, and destroys it (joins). n = 1 runs everything on the caller.

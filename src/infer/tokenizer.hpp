@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SentencePiece-style ("llama", SPM) tokenizer from a GGUF vocabulary,
 // as llama.cpp's llama_tokenize does it with parse_special = false:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kv/allocator.hpp"
 
 #include <algorithm>
@@ -908,6 +909,13 @@ Status Allocator::close(SessionId sid, TimePoint now) {
   m.free_slots.push_back(slot);
   m.settle(s->arena, a, false);
   return {};
+}
+
+uint64_t Allocator::committed_bytes_of_uid(uint32_t uid) const {
+  uint64_t n = 0;
+  for (const auto& a : impl_->arenas)
+    if (a->live && a->uid == uid) n += uint64_t{a->committed} * a->g.chunk_bytes;
+  return n;
 }
 
 policy::PoolState Allocator::snapshot(TimePoint /*now*/) const {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The paged KV-cache allocator (PagedAttention).
 // Pure bookkeeping: the daemon owns the memory (one arena file per (model,
 // uid) on the huge-page pool) and carries out what this class decides
@@ -257,6 +258,11 @@ class Allocator {
 
   [[nodiscard]] Result<KvStats> arena_stats(ArenaId arena) const;
   [[nodiscard]] KvStats total_stats() const;
+  // Committed chunk bytes of all of `uid`'s arenas: the one count of what a
+  // uid's KV holds of the pool (its pool share is checked against it). A
+  // chunk counts once ChunkOps::commit_chunk accepted it, and no longer
+  // once release_chunk is called for it.
+  [[nodiscard]] uint64_t committed_bytes_of_uid(uint32_t uid) const;
   [[nodiscard]] Result<SessionInfo> session_info(SessionId session) const;
   [[nodiscard]] std::vector<SessionId> sessions() const;
   [[nodiscard]] Result<BlockInfo> block_info(ArenaId arena, BlockId block) const;

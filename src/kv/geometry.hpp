@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV block geometry: how many bytes a token's K and V take, how tokens group
 // into blocks, and how blocks pack into chunks — the unit the daemon commits
 // to (fallocate) and releases from (punch hole) an arena file.

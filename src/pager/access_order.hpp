@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recorded access order of a model: which fill units its clients first
 // needed, in the order they first needed them. Recorded the first time a
 // model is used (AccessRecorder), stored with the model's content id, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pager's clients: processes that map a model's region and must never
 // read a byte the region does not hold yet.
 //   - Lazy clients registered the region MISSING|MINOR on their own

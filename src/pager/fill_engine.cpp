@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pager/fill_engine.hpp"
 
 #include <fcntl.h>
@@ -365,7 +366,7 @@ void FillEngine::finish_unit(FillSource& src, uint32_t unit, uint64_t written) {
 
 void FillEngine::free_bounce_if(bool nothing_loads) {
   if (!bounce_used_ || reads_active_ != 0 || !nothing_loads) return;
-  (void)::madvise(bounce_.get(), bounce_.size(), MADV_FREE);
+  sys::free_lazily(bounce_);
   bounce_used_ = false;
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pager's reads: a unit of a model is read from its GGUF file into the
 // daemon's mapping of the model's region with io_uring (O_DIRECT where the
 // file system takes it, buffered elsewhere; through a bounce buffer and a

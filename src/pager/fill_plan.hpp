@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which fill unit to read next: pure bookkeeping, no I/O, unit-tested.
 //
 // A model region is cut into fill units (one huge page each). Each unit has a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault-to-resume latency of a model's lazy clients, as the daemon sees it
 // (fault event read → CONTINUE done), by kind of fault.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lazy-fill pager: model regions filled from GGUF files with io_uring,
 // client page faults answered through userfaultfd, cooperative clients
 // served through their request sockets, and models bigger than their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A token bucket for the background warm-up's read rate: reads clients wait
 // on (faults, the layer-ahead window) are never limited, only the warm-up
 // that fills the rest of a model, so a device whose storage is shared (an SD

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What of one model is in its region, what is read next, and what goes out:
 // the units' states (FillPlan), the status page clients read them from, and
 // for a streamed model (bigger than its budget of pool pages) the budget,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which units of a streamed model stay in its budget, which go, and what to
 // read ahead: pure bookkeeping, no I/O, unit-tested.
 //

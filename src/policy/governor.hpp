@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pressure governor: hysteresis and rate limits between the pressure source
 // and the eviction loop. Pure (time is a parameter, no I/O): the daemon feeds
 // it every level change and asks it what to do on each tick.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Eviction policy: a pure function from the pool's state, the pressure level
 // and the time to an ordered eviction plan. No I/O, no clocks of its own —
 // `now` is a parameter — so every rule is tested with plain values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pool accounting: pure arithmetic over page counts, kept exact so it can be
 // compared with the kernel's view (HugePages_* in /proc/meminfo, st_blocks of
 // the pool's files, the mount's statfs). No I/O.

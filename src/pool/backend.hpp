@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pool's seam to the kernel memory it is made of. Two implementations are
 // planned behind one interface and one accounting:
 //   - hugetlbfs (HugetlbfsBackend): huge pages, pinned by construction;

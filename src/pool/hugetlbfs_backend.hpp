@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PoolBackend over hugetlbfs: files on a hugetlbfs mount (or memfd
 // MFD_HUGETLB, the same filesystem), nr_hugepages through sysfs.
 #pragma once

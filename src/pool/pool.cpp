@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pool/pool.hpp"
 
 #include <linux/magic.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The model pool: pages reserved and held by the daemon, pre-touched at
 // start, lent to model regions and KV arenas and taken back. Single-threaded:
 // call everything from the daemon's event loop thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pool/shmem_backend.hpp"
 
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 
+#include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
 #include "sys/shmem.hpp"
@@ -65,13 +67,12 @@ void ShmemBackend::init_huge_folios() {
       return false;
     };
     if (!opts_.huge_dir.empty()) {
-      sys::UniqueFd dir(::open(opts_.huge_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      struct statfs sfs {};
+      auto dir = sys::open_file(opts_.huge_dir, O_RDONLY | O_DIRECTORY);
       if (!dir) {
-        why = fmt::format("{}: {}", opts_.huge_dir, std::strerror(errno));
-      } else if (::fstatfs(dir.get(), &sfs) != 0 || sfs.f_type != TMPFS_MAGIC) {
+        why = dir.error().message;
+      } else if (auto fs = sys::fs_type_of(dir->get(), opts_.huge_dir); !fs || *fs != TMPFS_MAGIC) {
         why = fmt::format("{} is not a tmpfs", opts_.huge_dir);
-      } else if (usable(std::move(dir), "tmpfs " + opts_.huge_dir)) {
+      } else if (usable(std::move(dir).value(), "tmpfs " + opts_.huge_dir)) {
         return;
       }
     }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PoolBackend over shmem: files of base pages or transparent huge pages,
 // grouped in units (the pool's page: a multiple of the base page, 2 MiB by
 // default) and pinned with mlock, for kernels without hugetlbfs (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libairs-preload.so: runs an unmodified GGUF runtime (llama.cpp and
 // everything built on it) on the airs-memd pool via LD_PRELOAD.
 //

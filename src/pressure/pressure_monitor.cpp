@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pressure/pressure_monitor.hpp"
 
 #include <sys/epoll.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PressureMonitor: turns the kernel's memory pressure signals into a level
 // (None/Some/Full, policy::Level) with a callback on every change. It lives
 // in the daemon's event loop and starts no threads.

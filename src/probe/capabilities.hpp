@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the running kernel offers airs-memd, as plain data. Filled by probe()
 // (probe.hpp) at start-up; read by the pure mode choice (mode.hpp) and shown
 // in `airsctl status`. Nothing here does I/O.

@@ -1,8 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real KernelOps. Where src/sys already wraps a call (userfaultfd from
 // one named source, PSI triggers, io_uring rings) it is used as is; the rest
 // are the few raw calls a probe needs that nothing else in the daemon makes
 // (an O_DIRECT open of an arbitrary file).
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 
 #include "probe/probe.hpp"
 #include "sys/fd.hpp"
+#include "sys/files.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/procfs.hpp"
 #include "sys/psi.hpp"
@@ -57,28 +58,27 @@ Status real_psi_trigger(const std::string& path) {
 }
 
 Status open_direct_file(const std::string& path) {
-  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
-  if (!fd) return make_error(errno, "open {} with O_DIRECT: {}", path, std::strerror(errno));
+  auto fd = sys::open_file(path, O_RDONLY | O_DIRECT);
+  if (!fd) return make_error(fd.error().code, "open {} with O_DIRECT: {}", path, std::strerror(fd.error().code));
   return {};
 }
 
 Status real_open_direct(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return make_error(errno, "stat {}: {}", path, std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return open_direct_file(path);
+  const auto st = sys::stat_path(path);
+  if (!st) return make_error(st.error().code, "stat {}: {}", path, std::strerror(st.error().code));
+  if (!S_ISDIR(st->st_mode)) return open_direct_file(path);
   // An unnamed file leaves nothing behind in the models directory.
-  sys::UniqueFd fd(::open(path.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600));
+  auto fd = sys::open_file(path, O_TMPFILE | O_RDWR | O_DIRECT, 0600);
   if (fd) return {};
-  const int e = errno;
+  const int e = fd.error().code;
   if (e != EOPNOTSUPP && e != EISDIR && e != EACCES && e != EROFS)
     return make_error(e, "O_TMPFILE with O_DIRECT in {}: {}", path, std::strerror(e));
   // No O_TMPFILE here, or no write access: any existing file answers too.
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(path.c_str()), ::closedir);
-  if (!d) return make_error(errno, "cannot list {}: {}", path, std::strerror(errno));
-  while (dirent* ent = ::readdir(d.get())) {
-    const std::string file = path + "/" + ent->d_name;
-    struct stat fst {};
-    if (::stat(file.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) return open_direct_file(file);
+  const auto names = sys::list_dir(path);
+  if (!names) return make_error(names.error().code, "cannot list {}: {}", path, std::strerror(names.error().code));
+  for (const std::string& name : *names) {
+    const std::string file = path + "/" + name;
+    if (auto fst = sys::stat_path(file); fst && S_ISREG(fst->st_mode)) return open_direct_file(file);
   }
   return make_error(e, "cannot tell whether {} supports O_DIRECT: O_TMPFILE failed ({}) and it holds no file",
                     path, std::strerror(e));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The platform mode chosen from probed capabilities, and
 // the exact change that would enable each missing capability. Pure: no I/O.
 //

@@ -1,6 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "probe/probe.hpp"
 
-#include <dirent.h>
 #include <grp.h>
 #include <sys/stat.h>
 
@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "sys/files.hpp"
 #include "sys/procfs.hpp"
 #include "sys/psi.hpp"
 #include "util/units.hpp"
@@ -159,8 +160,8 @@ class Prober {
       u.syscall_errno = sc.error().code;
     }
     const std::string dev = paths_.dev_root + "/userfaultfd";
-    struct stat st {};
-    if (::stat(dev.c_str(), &st) == 0) {
+    if (const auto dst = sys::stat_path(dev)) {
+      const struct stat& st = *dst;
       u.device_exists = true;
       u.device_mode = st.st_mode & 07777;
       group st_group{};
@@ -194,8 +195,7 @@ class Prober {
   void probe_psi() {
     auto& p = caps_.psi;
     const std::string file = proc("pressure/memory");
-    struct stat st {};
-    p.file_exists = ::stat(file.c_str(), &st) == 0;
+    p.file_exists = sys::stat_path(file).ok();
     if (p.file_exists) {
       auto text = ops_.read_file(file);
       if (!text) {
@@ -239,13 +239,14 @@ class Prober {
 
   void probe_numa() {
     const std::string dir = sys("devices/system/node");
-    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
-    if (!d) {
-      if (errno != ENOENT) problem(make_error(errno, "cannot list {}: {}", dir, std::strerror(errno)));
+    const auto names = sys::list_dir(dir);
+    if (!names) {
+      const int e = names.error().code;
+      if (e != ENOENT) problem(make_error(e, "cannot list {}: {}", dir, std::strerror(e)));
       return;
     }
-    while (dirent* e = ::readdir(d.get())) {
-      std::string_view name(e->d_name);
+    for (const std::string& entry : *names) {
+      const std::string_view name(entry);
       if (name.size() > 4 && name.starts_with("node") &&
           name.find_first_not_of("0123456789", 4) == std::string_view::npos)
         ++caps_.numa_nodes;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The start-up platform probe: reads procfs/sysfs/devfs under roots given as
 // parameters (tests point them at a fake tree) and tries the few kernel
 // calls that only an attempt can answer, through KernelOps (tests replace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Capabilities in words (the start-up log) and as keys (airsctl status).
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's one event loop: epoll over every fd the daemon waits on
 // (signalfd, timerfd, bus fd, uffds, pidfds, io_uring eventfd, PSI triggers).
 // Single-threaded: callbacks run on the thread that calls run()/run_once().

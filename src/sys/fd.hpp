@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII for file descriptors and mappings. Everything the daemon opens is
 // O_CLOEXEC; a UniqueFd closes exactly once and never throws.
 #pragma once

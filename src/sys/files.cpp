@@ -1,7 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sys/files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -45,6 +47,107 @@ Status make_dir(const std::string& path, mode_t mode) {
   return make_error(errno == 0 ? EEXIST : errno, "{}: {}", path, std::strerror(errno == 0 ? EEXIST : errno));
 }
 
+Status ensure_private_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return make_error(ENOTDIR, "{}: not a directory", path);
+  if ((st.st_mode & 07777) != 0700) AIRS_TRY(chmod_path(path, 0700));
+  return {};
+}
+
+Result<std::vector<std::string>> list_dir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+Result<struct stat> lstat_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  return st;
+}
+
+Result<struct stat> stat_path(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  return st;
+}
+
+Status chmod_path(const std::string& path, mode_t mode) {
+  if (::chmod(path.c_str(), mode) != 0) return make_error(errno, "{}: chmod 0{:o}: {}", path, mode, std::strerror(errno));
+  return {};
+}
+
+Status remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return make_error(errno, "unlink {}: {}", path, std::strerror(errno));
+  return {};
+}
+
+Status rename_file(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) return make_error(errno, "rename {}: {}", from, std::strerror(errno));
+  return {};
+}
+
+Status sync_dir(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd || ::fsync(fd.get()) != 0) return make_error(errno, "fsync {}: {}", path, std::strerror(errno));
+  return {};
+}
+
+Result<size_t> read_at(int fd, void* dst, size_t len, uint64_t offset) {
+  const iovec iov{dst, len};
+  return read_at(fd, std::span<const iovec>(&iov, 1), offset);
+}
+
+Result<size_t> read_at(int fd, std::span<const iovec> iov, uint64_t offset) {
+  for (;;) {
+    const ssize_t n = ::preadv(fd, iov.data(), static_cast<int>(iov.size()), static_cast<off_t>(offset));
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) return make_error(errno, "read: {}", std::strerror(errno));
+  }
+}
+
+Status write_all(int fd, std::span<const std::byte> data, size_t* written) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (written != nullptr) *written = done;
+      return make_error(errno, "write: {}", std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (written != nullptr) *written = done;
+  return {};
+}
+
+Status close_file(UniqueFd fd) {
+  if (::close(fd.release()) != 0) return make_error(errno, "close: {}", std::strerror(errno));
+  return {};
+}
+
+Status set_mtime(int fd, const std::string& path, const timespec& mtime) {
+  const timespec times[2] = {{0, UTIME_OMIT}, mtime};
+  const int r = fd >= 0 ? ::futimens(fd, times) : ::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW);
+  if (r != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  return {};
+}
+
+Status check_readable_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return make_error(errno, "{}: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{} is not a regular file", path);
+  if (::access(path.c_str(), R_OK) != 0) return make_error(errno, "{} is not readable: {}", path, std::strerror(errno));
+  return {};
+}
+
 Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode) {
   UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, mode));
   if (!fd) return make_error(errno, "{}: {}", path, std::strerror(errno));
@@ -66,6 +169,10 @@ Result<Mapping> map_anonymous(size_t len, const std::string& what) {
   void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return make_error(errno, "no {} of anonymous memory for {}: {}", len, what, std::strerror(errno));
   return Mapping(p, len);
+}
+
+void free_lazily(const Mapping& m) {
+  if (m.valid()) (void)::madvise(m.get(), m.size(), MADV_FREE);
 }
 
 Result<UniqueFd> dup_cloexec(int fd) {
@@ -133,7 +240,7 @@ Status write_file_atomic(const std::string& path, std::string_view data, mode_t 
   // The rename itself is durable once the directory is.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); d) (void)::fsync(d.get());
+  (void)sync_dir(dir);
   return {};
 }
 

@@ -1,14 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
 // Facts about files a client hands the daemon, and what the daemon does to
 // files it hands out: identity checks (the proof of read access every model
 // caller gives), revocation by truncation, and counting the descriptors a
-// process still holds of ours.
+// process still holds of ours. Also the plain file and directory calls the
+// layers above make (state directory, KV spill entries, GGUF reads), one
+// small function each, so no layer but this one calls the kernel.
 #pragma once
 
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
 
 #include <cstdint>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,6 +63,56 @@ struct FileId {
 // mkdir `path` with `mode` unless it exists (as a directory).
 [[nodiscard]] Status make_dir(const std::string& path, mode_t mode);
 
+// mkdir `path` 0700 unless it exists; it must then be a directory itself
+// (lstat: not a symlink to one), and is made 0700 when its mode is another.
+// Errors: "<path>: not a directory", "<path>: chmod 0700: <why>", mkdir's.
+[[nodiscard]] Status ensure_private_dir(const std::string& path);
+
+// The names in directory `path`, without "." and "..". Errors: "<path>: <why>".
+[[nodiscard]] Result<std::vector<std::string>> list_dir(const std::string& path);
+
+// lstat(path): the entry itself, never a symlink's target. Errors: "<path>: <why>".
+[[nodiscard]] Result<struct stat> lstat_path(const std::string& path);
+// stat(path), following symlinks. Errors: "<path>: <why>".
+[[nodiscard]] Result<struct stat> stat_path(const std::string& path);
+
+// chmod(path, mode). Errors: "<path>: chmod 0<octal mode>: <why>".
+[[nodiscard]] Status chmod_path(const std::string& path, mode_t mode);
+
+// unlink(path); a file already gone is no error. Errors: "unlink <path>: <why>".
+[[nodiscard]] Status remove_file(const std::string& path);
+
+// rename(from, to). Errors: "rename <from>: <why>".
+[[nodiscard]] Status rename_file(const std::string& from, const std::string& to);
+
+// fsync of directory `path`: the entries made or renamed in it are durable.
+// Errors: "fsync <path>: <why>".
+[[nodiscard]] Status sync_dir(const std::string& path);
+
+// One pread(v) at `offset` (retried on EINTR): the bytes it read, which may
+// be fewer than asked at the end of the file. Errors: "read: <why>".
+[[nodiscard]] Result<size_t> read_at(int fd, void* dst, size_t len, uint64_t offset);
+[[nodiscard]] Result<size_t> read_at(int fd, std::span<const iovec> iov, uint64_t offset);
+
+// write(fd) until all of `data` is written (retried on EINTR), at the
+// file's offset. Errors: "write: <why>", with the bytes written before in
+// `written` when given.
+[[nodiscard]] Status write_all(int fd, std::span<const std::byte> data, size_t* written = nullptr);
+
+// close(fd), reporting what close reports (a write-back error on some file
+// systems). Errors: "close: <why>".
+[[nodiscard]] Status close_file(UniqueFd fd);
+
+// Sets the modification time of the open file `fd`, or when `fd` is -1 of
+// `path` itself (never following a symlink); the access time is kept.
+// Errors: "<path>: <why>".
+[[nodiscard]] Status set_mtime(int fd, const std::string& path, const timespec& mtime);
+
+// `path` is a regular file this process may read (stat and access(R_OK)).
+// Errors: "<path>: <why>", "<path> is not a regular file", "<path> is not
+// readable: <why>".
+[[nodiscard]] Status check_readable_file(const std::string& path);
+
 // open(path, flags | O_CLOEXEC, mode). Errors: "<path>: <strerror>".
 [[nodiscard]] Result<UniqueFd> open_file(const std::string& path, int flags, mode_t mode = 0);
 
@@ -74,6 +130,10 @@ struct FileId {
 // `len` bytes of private anonymous memory, nothing populated or reserved
 // (MAP_NORESERVE). Errors name `what`.
 [[nodiscard]] Result<Mapping> map_anonymous(size_t len, const std::string& what);
+
+// The pages of anonymous mapping `m` go back to the kernel when it needs
+// them (MADV_FREE); the mapping stays, and a later write takes a page anew.
+void free_lazily(const Mapping& m);
 
 // fstat(fd), naming `what` in the error.
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nr_hugepages knobs: how many huge pages of one size the kernel keeps in the
 // hugetlb pool, globally and per NUMA node. Lowering the count hands *free*
 // pool pages back to the kernel at once (MemFree rises); raising it asks the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // hugetlbfs: mount discovery, file creation (unlinked files on a mount, or
 // memfd_create(MFD_HUGETLB), which is the same hugetlbfs), fallocate/punch,
 // statfs. Nothing here assumes a page size: callers pass the huge page size

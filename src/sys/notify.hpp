@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sd_notify(3) for Type=notify services: READY=1, STATUS=…, WATCHDOG=1,
 // STOPPING=1. A no-op when NOTIFY_SOCKET is not set (not under systemd).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NUMA placement of pool memory (mbind / set_mempolicy through libnuma's
 // numaif.h). The configured policy is applied on every machine, one node
 // included: MPOL_BIND / MPOL_INTERLEAVE over node 0 are valid there, so the

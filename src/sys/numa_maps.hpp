@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a mapping's pages really are: /proc/<pid>/numa_maps, one line per
 // VMA ("<start> <policy> [file=..] [huge] [anon=..] .. N<node>=<pages> ..
 // kernelpagesize_kB=<kB>"). The parser is pure (canned text in tests); the

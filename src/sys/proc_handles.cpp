@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sys/proc_handles.hpp"
 
 #include <fcntl.h>

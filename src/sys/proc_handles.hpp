@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small process-level handles: pidfds (client and daemon liveness), eventfds
 // (notifications), sealed memfds (read-only shared status pages).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Readers for /proc and /sys. Each takes its path as a parameter so tests can
 // point it at a fixture file; defaults are the real locations.
 #pragma once

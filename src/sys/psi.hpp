@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pressure stall information (PSI): reading /proc/pressure/memory (or a
 // cgroup's memory.pressure) and creating PSI triggers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // shmem files (memfds without MFD_HUGETLB, or files on a private tmpfs
 // mounted huge=within_size) and page pinning with mlock: the pool's memory on
 // kernels without hugetlbfs (the small-pages and cooperative modes).

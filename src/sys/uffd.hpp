@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // userfaultfd: creation, feature negotiation, registration and the range
 // ioctls the pager and the client library use. Debian 12's linux-libc-dev is
 // older than the kernels we run on, so missing constants are defined here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // io_uring for the pager's reads: a ring with an eventfd registered for the
 // event loop (the eventfd is only a hint: reap() takes every completion).
 // Never used with fixed buffers over pool pages (a later hole punch would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hashing for untrusted keys. Tensor names and metadata keys come from files
 // an attacker may craft; std::hash<string> in libstdc++ is unseeded, so a file
 // full of colliding names would turn duplicate detection quadratic. XXH3 with

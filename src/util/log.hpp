@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging set-up shared by airs-memd and the tools. Under systemd (stderr
 // connected to the journal, JOURNAL_STREAM set by systemd) lines carry a
 // "<N>" syslog priority prefix and no timestamp, which journald turns into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Result<T>: a value or an error, for the edges where failure is expected
 // (syscalls, parsing, requests from clients). Exceptions are used only at
 // start-up and to raise named D-Bus errors; everything below returns Result.

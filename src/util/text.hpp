@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names that reach a terminal, a log line or a metrics label: model names
 // come from callers and from GGUF metadata, so they are checked where they
 // enter and made printable wherever they are shown.

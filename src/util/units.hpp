@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Byte-count helpers. Sizes are uint64_t bytes everywhere; nothing here
 // assumes a page size (those come from sysconf/sysfs at run time).
 #pragma once

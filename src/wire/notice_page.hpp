@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The eviction notice page shared by the daemon (writer) and one session's
 // client (reader): a ring of evicted block ids, and beside it a ring of one
 // byte per id saying whether the block's bytes were spilled to the KV spill

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A cooperative client's record of the units of a streamed model it has
 // open (mapped PROT_READ): one bit per unit, in a memfd the client writes,
 // seals against shrinking and growing, and hands the daemon with

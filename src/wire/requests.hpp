@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The request socket between a cooperative client and the daemon (Model.Follow:
 // one end of a SOCK_SEQPACKET socket pair the client made): one 4-byte word
 // per message, host order (both ends run on one machine). The top two bits

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-model status page: a memfd the daemon writes and clients map
 // read-only (sealed F_SEAL_FUTURE_WRITE|SHRINK|GROW after the daemon mapped
 // it; clients get an O_RDONLY reopen). Header-only: shared by the daemon's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The three Debian packages (packaging/CPack.cmake), built and checked:
 #   packages.sh build BUILD_DIR  builds the packaged targets and runs cpack
 #                                into BUILD_DIR/packages (a ctest fixture)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Static checks of the system integration files, failing on any warning:
 #  - systemd-analyze verify of systemd/airs-memd.service (it exits 0 on
 #    unknown keys and bad values, so every line it prints is a failure);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the llama.cpp agreement tests: llama-ref's output (token ids
 // and logits of the real llama.cpp), the engine's on the same text, and
 // the measure they are compared by.

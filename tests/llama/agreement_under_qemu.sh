@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The engine on arm64 against the prebuilt arm64 llama.cpp, both under
 # qemu-user on the same CPU model: the same greedy tokens for a writer-made
 # llama model of each weight type the engine reads. Cortex-A53 runs our NEON

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine (src/infer) against the real llama.cpp (llama-ref, the
 // prebuilt libllama.so from npm) on writer-made llama models: tokenization,
 // greedy tokens and logits. Tolerances are relative to the largest

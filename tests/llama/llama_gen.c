@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * llama-gen: the smallest honest llama.cpp client. Links the prebuilt
  * libllama.so that npm's @node-llama-cpp/linux-x64 ships (headers come from

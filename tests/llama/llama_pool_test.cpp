@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real llama.cpp (prebuilt libllama.so from npm, driven by llama-gen) on
 // the pool through libairs-preload.so, against a private dbus-daemon and a
 // real airs-memd. Every test compares greedy token ids with a direct load of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * llama-ref: what the real llama.cpp says about a model, for the engine's
  * agreement tests (tests/llama/infer_agreement_test.cpp). Links the same

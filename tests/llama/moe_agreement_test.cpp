@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine (src/infer) against the real llama.cpp (llama-ref, the
 // prebuilt libllama.so from npm) on writer-made mixture-of-experts models:
 // the Mixtral layout (architecture llama with experts) and qwen3moe (its

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the prebuilt llama.cpp from npm (exact versions: package-lock.json)
 # into WORK and builds llama-gen and llama-ref against it. Needs node/npm and a C compiler;
 # fails loudly (never skips) when the registry or a tool is missing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs_soak: a randomized soak of the whole promise. Two real airs-memd
 // daemons on private buses (one lazy: "full" or "small-pages" by the seed;
 // one "cooperative"), each with a model bigger than its pool (streamed) and

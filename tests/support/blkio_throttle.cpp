@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "blkio_throttle.hpp"
 
 #include <sys/stat.h>

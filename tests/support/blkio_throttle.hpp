@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Limits block-device reads of the processes moved into it, on the disk
 // holding `file`: a cgroup v2 io.max rule where the io controller is on the
 // v2 hierarchy (stock Debian 12 and Raspberry Pi OS have only v2), else the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration-test plumbing: a private dbus-daemon and a real airs-memd on
 // it, started as child processes and stopped by pid. Nothing here fakes the
 // daemon or the bus.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test helper: a GGUF file read into memory and the engine's views of it.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A synthetic llama-shaped GGUF from the project's writer, for tests: a
 // fresh directory of its own and the model file in it. Header-only; the
 // test links airs_gguf_io.

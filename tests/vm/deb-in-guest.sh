@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The arm64 .deb under a real systemd, inside an arm64 guest booted with
 # systemd as PID 1 (run-vm.sh --init systemd; ctest vm.debian13-6.12-arm64-deb).
 # Runs in the guest as root, like the amd64 e2e test (scripts/e2e.sh) does in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # mmdebstrap --extract-hook of the systemd userland (run-vm.sh --init
 # systemd): records every package mmdebstrap extracted into ROOT (the .debs
 # still in ROOT/var/cache/apt/archives) as installed in ROOT's dpkg

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
 # PID 1 of the test VM's initramfs (built by run-vm.sh). Mounts the host's
 # root (read-only 9p) under an overlay whose upper layer is the scratch disk,
 # sets up the mounts a Debian machine has, runs the job in a chroot there,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Boots a Debian kernel in a small VM and runs a ctest selection of a build
 # tree inside it, on that kernel, with this machine's own userland.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer entry: any byte string through the reader must give a File that
 // satisfies its invariants or an error naming an offset — never a crash,
 // leak, UB, or unbounded time/memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes the fuzz seed corpus: small valid models from the writer (every
 // scheme, both versions, several alignments) and a few hand-built files.
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl's contract with scripts and people, against a real airs-memd on a
 // private bus: one exit-code scheme (usage errors 2, nothing on stdout,
 // the reason on stderr), a "schema" member in every --json document,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs_test_client: a real inference-like client process for the client
 // integration suite. It opens a model through libairs (lazily, exactly as a
 // user would) and checks the BYTES it reads against the GGUF file itself,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bus going away under a running airs-memd (a real private dbus-daemon
 // stopped with SIGTERM, then started again at the same address), and a
 // daemon started before its bus. The daemon must keep serving what needs no

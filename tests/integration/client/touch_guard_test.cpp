@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The touch guard (libairs' cooperative mode) on an unloaded model: a touch
 // is let through, to take the truncated region's SIGBUS, only once the
 // region really is truncated. A region still its full length has holes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recorded access order: recorded from a real lazy client the
 // first time a model is used, stored under its content id in
 // <state_dir>/order/, replayed as the warm-up's order by a restarted daemon

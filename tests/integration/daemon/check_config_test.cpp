@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `airs-memd --check-config` on configurations that only the host, or the
 // file's kind, makes wrong: the exit status is 2 and stderr names the
 // problem. Runs the built binary; needs no bus.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model's content id: the daemon finds it from the filled region, it is
 // the XXH3-128 of the file's bytes, it is remembered in daemon.state_dir so
 // a restarted daemon knows it before reading anything, and a changed file

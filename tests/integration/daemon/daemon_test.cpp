@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon on a real (private) bus: start-up, status, configuration
 // errors, clean shutdown.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every loading mode forced on this machine: the daemon says which one it
 // runs, and a client reads every tensor byte for byte (airs-demo compares
 // each tensor with the file) and uses a KV session.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bus edge's dictionaries (daemon/bus_dicts.hpp): a known snapshot in,
 // every key and its D-Bus signature checked exactly, so a misspelt, missing
 // or retyped key fails here instead of reading as a silent 0 in airsctl or

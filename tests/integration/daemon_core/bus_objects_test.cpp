@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The manager object below the process: registered on a real private
 // dbus-daemon with a fake ManagerOps (it needs no Daemon now), and called
 // from client processes. An admin method from another uid is refused before

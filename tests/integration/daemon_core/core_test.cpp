@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cross-policy cases of the one eviction order, on the core itself:
 // KV against models, equal priorities across arenas, pinned models, and an
 // eviction while a fill is in flight.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The KV spill tier's limit (daemon/kv_spill.hpp) on a real directory with
 // real io_uring writes: least recently used entries go first, a read counts
 // as a use, and the order survives a new store opened on the same directory

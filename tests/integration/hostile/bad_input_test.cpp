@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A hostile or confused D-Bus caller gets a named error that says what was
 // wrong, and the daemon goes on serving everyone else.
 #include <fcntl.h>

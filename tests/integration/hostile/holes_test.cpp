@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a client can do to the descriptors the daemon hands it, and to the
 // files it proves, must never crash the daemon, make it hold memory that
 // status does not count, spin its loop, or serve bytes the file does not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers every file of the hostile suite uses: a call as another uid, and
 // the check that a call fails with a named error saying what was wrong.
 #pragma once

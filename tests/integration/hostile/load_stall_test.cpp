@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A LoadModel whose header is slow to parse or never arrives does not stall
 // the daemon's event loop: a header of a million tensors (the last one past
 // the end of the file) from two connections at once, and a file on a FUSE

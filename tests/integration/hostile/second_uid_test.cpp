@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The hostile-client suite: a second uid, a flood, an impossible
 // load, a forced unload under every kind of holder, bad fds and hostile
 // options, against a real airs-memd on a private bus. Root is the daemon's

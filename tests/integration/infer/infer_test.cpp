@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs-generate (src/infer) with its KV cache in airs-memd's blocks, over a
 // real daemon on a private bus: the same tokens as on private memory, with
 // and without a matched prefix, after forced eviction + recompute, and two

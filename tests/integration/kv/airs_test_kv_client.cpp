@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airs_test_kv_client: a KV client process for the KV integration suite.
 // Lines "word key=value ..." on stdout, commands on stdin.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bytes KV tests write into blocks: a pure function of (seed, logical
 // block index, byte), so any process can check what another one wrote; and
 // the prefix hashes they publish blocks under.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Grafana dashboard (docs/grafana/airs-memd-dashboard.json) against a
 metrics file a real airs-memd wrote (daemon.metrics_file):
 

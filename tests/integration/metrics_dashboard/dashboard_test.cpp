@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every metric the Grafana dashboard (docs/grafana) queries is one a real
 // airs-memd writes, with the labels and values it writes, and every family
 // it writes is on the dashboard (check_dashboard.py).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pool's NUMA policy on the real kernel: for each backend (hugetlbfs,
 // shmem) and each policy (local, interleave over every node, bind to each
 // node) a pool and a model region are made through the real backend, the

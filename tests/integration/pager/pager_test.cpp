@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pool + Pager + LazyMapping on the real kernel: real hugetlbfs pages, real
 // userfaultfd, real io_uring. The "daemon" runs in this process on an
 // EventLoop (or in a forked process where it must die); clients are separate

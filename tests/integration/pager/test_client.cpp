@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A lazy client process for the pager integration tests: receives the model
 // region over a socket, maps it with LazyMapping, hands its uffd to the
 // in-test daemon and then touches the mapping according to its mode,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only wire format between the in-test "daemon" and the client helper
 // processes: fixed structs plus fds over a SOCK_SEQPACKET socketpair.
 #pragma once

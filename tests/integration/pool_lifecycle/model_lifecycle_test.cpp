@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The model life cycle users ask for: models preloaded at start, idle models
 // unloaded after keep_alive, and the pinned primary model's security floor,
 // each seen in status and in what `airsctl status` prints.

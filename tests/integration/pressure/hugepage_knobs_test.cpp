@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // nr_hugepages on the real sysfs: grow by 2 pages of 2 MiB and give them
 // back. Whatever happens, the pages this test added are given back at the
 // end (a relative undo, so a concurrent writer's change is not clobbered).

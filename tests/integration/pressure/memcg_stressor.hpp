@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real memory pressure for tests: a memory cgroup with a small limit and a
 // child process in it whose file-backed working set is larger than the
 // limit. The child keeps refaulting its own page cache, so it stalls in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PSI under real memory pressure: a memcg-limited child refaulting a working
 // set larger than its limit. The triggers are system-wide
 // (/proc/pressure/memory) with 2 s windows: this VM withholds

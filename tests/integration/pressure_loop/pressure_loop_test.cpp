@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pressure loop end to end: a real airs-memd on a private bus, sessions
 // of every priority and an idle model opened through libairs, real memory
 // pressure from a memory cgroup whose process refaults past its limit, and

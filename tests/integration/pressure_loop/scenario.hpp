@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared plumbing for the pressure-loop tests and bench: synthetic models on
 // disk, a bus observer that records the daemon's signals, block patterns,
 // and a MemAvailable sampler. Real daemon, real bus, real kernel.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShmemBackend on the real kernel: memfd or huge-folio tmpfs pages, mlock,
 // punch; /proc/meminfo read from a fixture file for the kernel view.
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cooperative-mode waits (client::wait_rank / wait_range / wait_resident)
 // against a status page written by another thread with real futex wakes.
 #include <sys/syscall.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cross-checks airs' GGUF reader against an independent parser, the npm
 // package @huggingface/gguf (version pinned by package-lock.json). For each
 // spec: airs-mkmodel writes a model, airs-gguf-dump --json prints our tensor

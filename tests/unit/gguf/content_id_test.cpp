@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Content ids: the hash of every byte (a one-byte change anywhere is another
 // model), the fd reader agrees with the in-memory hash, and the stat cache
 // keeps an id only while the file is unchanged and rejects malformed entries.

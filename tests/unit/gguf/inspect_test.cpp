@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // airsctl inspect as a library: JSON shape, one-line errors, nothing on
 // stdout for a malformed file.
 #include <gtest/gtest.h>

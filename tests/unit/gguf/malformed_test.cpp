@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Handcrafted malformed files, one per defect. Each asserts the error code
 // and the message fragment naming the field and its byte offset.
 #include <gtest/gtest.h>

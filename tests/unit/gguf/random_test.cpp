@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A seeded generator of random valid models: every one must parse and match
 // its spec exactly (shape, types, offsets, geometry, bytes).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writer → reader round trips: every field the writer puts in comes back.
 #include <gtest/gtest.h>
 

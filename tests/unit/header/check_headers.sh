@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The installed headers compile in every language standard they promise,
 # with -pedantic -Wall -Wextra -Werror, alone (nothing else included first):
 #   airs/airs.h    as C99, C11, C++17 and C++20 (a C API, used from C++ too)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # airs-generate cross-built for arm64, run under qemu-user the way a
 # developer runs it (the emulator the build was configured with, no -L
 # prefix): on each CPU model given, with one and with three threads, it

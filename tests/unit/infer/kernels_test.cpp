@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernels against naive double-precision references.
 #include <algorithm>
 #include <cmath>

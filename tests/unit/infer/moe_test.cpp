@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mixture-of-experts models in the engine: a prefill batch gives the same
 // bits as the same tokens one at a time (a batch reads each chosen expert
 // once for all its tokens), and malformed MoE files are refused with an

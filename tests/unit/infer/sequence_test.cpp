@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A sequence on private blocks: prefix matching skips prefill, eviction is
 // repaired by recomputing only the lost blocks; the output never changes.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SPM tokenizer: merge order, byte fallback, round trips.
 #include <random>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "kv/allocator.hpp"
 
 #include <gtest/gtest.h>
@@ -413,6 +414,24 @@ TEST_F(KvAllocatorTest, UidsNeverShare) {
   EXPECT_EQ(table(s2), (std::vector<BlockId>{0}));
   EXPECT_EQ(info(b, 0).refcount, 1u);
   EXPECT_EQ(info(a, 0).state, BlockState::Cached);
+  audit();
+}
+
+// The pool share of a uid's KV is checked against this one count: every
+// committed chunk of every arena of the uid, and nothing of another uid's.
+TEST_F(KvAllocatorTest, CommittedBytesOfUidCountsEveryArenaOfTheUid) {
+  const ArenaId a = arena(1, 1000), b = arena(2, 1000), c = arena(1, 1001);
+  EXPECT_EQ(alloc_.committed_bytes_of_uid(1000), 0u);
+  const SessionId sa = session(a), sb = session(b), sc = session(c);
+  allocate(sa, 3);  // 2 chunks
+  allocate(sb, 1);  // 1 chunk
+  allocate(sc, 1);  // 1 chunk, another uid
+  EXPECT_EQ(alloc_.committed_bytes_of_uid(1000), 3 * g_.chunk_bytes);
+  EXPECT_EQ(alloc_.committed_bytes_of_uid(1001), 1 * g_.chunk_bytes);
+  ASSERT_TRUE(alloc_.close(sb, kT0).ok());
+  ASSERT_TRUE(alloc_.close_arena(b).ok());
+  EXPECT_EQ(alloc_.committed_bytes_of_uid(1000), 2 * g_.chunk_bytes);
+  EXPECT_EQ(alloc_.committed_bytes_of_uid(4242), 0u);
   audit();
 }
 

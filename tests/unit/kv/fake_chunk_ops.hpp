@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A ChunkOps that keeps a ledger of committed chunks, a pool limit shared by
 // all arenas, and fake block contents (one tag per block) so tests can check
 // that copies happen and that no held block is ever handed out again.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Long seeded random operation sequences over several arenas, uids and
 // sessions, with a shared pool smaller than the arenas' capacity so commits
 // fail too. After EVERY step: the allocator's own audit, and independent

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The layer graph of airs-memd, enforced: every #include "<dir>/..." in
 src/ and daemon/ must go to the file's own layer or one it may use. A new
 crossing fails the build's unit tests; change ALLOWED here (and say why in
@@ -20,7 +21,7 @@ ALLOWED = {
     "gguf": {"util"},                                   # pure: parse and write GGUF (file_io: the byte source)
     "policy": {"util"},                                 # pure: (state, request, now) -> plan
     "kv": {"util", "policy"},                           # pure: the block allocator
-    "config": {"util"},                                 # TOML -> validated structs
+    "config": {"util", "sys"},                          # TOML -> validated structs; reads its files through sys
     "infer": {"util", "gguf", "airs"},                  # pure compute; its KV backend uses the C API
     "pool": {"util", "sys"},
     "pager": {"util", "sys", "pool", "wire"},

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Keeps the hand-written man pages in docs/man honest.
 
   check_man.py SOURCE_DIR pages

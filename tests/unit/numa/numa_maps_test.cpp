@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // numa_maps parsing on canned text: the lines a 6.x kernel prints for the
 // pool's mappings (hugetlbfs memfd, shmem memfd), other VMAs, and malformed
 // lines.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Node lists, policy names and node validation against fixture sysfs files.
 #include <sys/stat.h>
 #include <unistd.h>

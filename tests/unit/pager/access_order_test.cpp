@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recorded access order's file format (untrusted input) and its replay
 // as the fill plan's warm-up order.
 #include <algorithm>

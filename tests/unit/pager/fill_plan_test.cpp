@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pager/fill_plan.hpp"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StreamPolicy: the residency policy of streamed models, on plain values.
 // The simulations replay a client's per-token cycle against a budget and
 // count the units read, next to what LRU and Belady's MIN (the offline

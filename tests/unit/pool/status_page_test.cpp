@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "wire/status_page.hpp"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A per-test temporary directory with helpers to (re)write fixture files.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sys/hugepage_knobs.hpp"
 
 #include <gmock/gmock.h>

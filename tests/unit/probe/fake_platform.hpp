@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fake platforms for the probe tests: a procfs/sysfs/devfs tree in a
 // temporary directory plus KernelOps that answer from fields, so one test
 // can be a Raspberry Pi OS kernel and the next a Debian arm64 one.

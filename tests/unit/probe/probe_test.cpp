@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The platform probe against fake kernels: what it reads, the mode it
 // chooses and the advice it prints, line for line.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real probe on the real machine. The CI machine has hugetlbfs,
 // userfaultfd, io_uring and PSI (docs/kernel-facts.md): a missing one
 // here is a failure of the probe or of the machine, never a skip.

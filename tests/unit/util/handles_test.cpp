@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The small descriptor helpers of src/sys that the client library and the
 // daemon use instead of raw calls.
 #include <fcntl.h>

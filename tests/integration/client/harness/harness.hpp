@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared plumbing of the client and KV integration suites (issues 3 and 4):
 // synthetic model files, client processes (fork+exec of the helper
 // programs, talked to over pipes, killed by pid), a blkio throttle that slows
