@@ -39,18 +39,7 @@ class Loader {
       return make_error(EINVAL, "model: tensor '{}' has shape {} (expected [{}, {}])", name, fmt::join(t.dims, "x"),
                         cols, rows);
     }
-    Matrix mx;
-    if (!weight_type_from_ggml(t.type_id, &mx.type)) {
-      return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0, q4_0 and q4_K", name,
-                        t.type_name);
-    }
-    AIRS_TRY(bounds(t));
-    mx.data = m_.data() + t.offset;
-    mx.rows = rows;
-    mx.cols = cols;
-    mx.row_stride = row_bytes(mx.type, cols);
-    bytes_ += t.nbytes;
-    return mx;
+    return as_matrix(t, name, rows, cols);
   }
 
   // A 3-D expert tensor [cols, rows, n]: expert 0 as a Matrix.
@@ -62,6 +51,13 @@ class Loader {
       return make_error(EINVAL, "model: tensor '{}' has shape {} (expected [{}, {}, {}]: experts outermost)", name,
                         fmt::join(t.dims, "x"), cols, rows, n);
     }
+    expert_bytes_ += t.nbytes;
+    return as_matrix(t, name, rows, cols);
+  }
+
+  // The first `rows` × `cols` of a tensor whose shape was checked, counted
+  // in the bytes the model reads.
+  Result<Matrix> as_matrix(const gguf::TensorInfo& t, const std::string& name, uint64_t rows, uint64_t cols) {
     Matrix mx;
     if (!weight_type_from_ggml(t.type_id, &mx.type)) {
       return make_error(ENOTSUP, "model: tensor '{}' is {}; the engine reads f32, f16, q8_0, q4_0 and q4_K", name,
@@ -73,7 +69,6 @@ class Loader {
     mx.cols = cols;
     mx.row_stride = row_bytes(mx.type, cols);
     bytes_ += t.nbytes;
-    expert_bytes_ += t.nbytes;
     return mx;
   }
 

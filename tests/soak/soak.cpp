@@ -64,18 +64,8 @@ constexpr uint64_t kBig = 128 * kMiB;  // about 1.7 pools once written: streamed
 constexpr uint64_t kSmall = 12 * kMiB;  // resident
 constexpr int kClientDeadlineS = 180;  // a client's alarm: a hang, not slowness
 
-// Triggers that one memcg stressor crosses within seconds (as the pressure
-// loop tests use them).
-const char* kPressure = R"(source = "psi"
-some_threshold = "50ms"
-some_window = "2000ms"
-full_threshold = "20ms"
-full_window = "2000ms"
-target_some_bytes = "1G"
-target_full_bytes = "1G"
-min_eviction_interval = "500ms"
-grow_after = "3s"
-)";
+// Triggers that one memcg stressor crosses within seconds.
+const char* const kPressure = airs::test::kStressorPsiTriggers;
 
 struct Event {
   uint64_t seq = 0;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 3 end to end: models through the real airs-memd, a private D-Bus and
+// End to end: models through the real airs-memd, a private D-Bus and
 // the real kernel (hugetlbfs, userfaultfd, io_uring), used by real client
 // processes (airs_test_client, linking libairs) that compare every tensor
 // they read with the GGUF file. Loads are slowed with a blkio throttle on the

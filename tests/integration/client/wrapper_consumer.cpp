@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program of a libairs user, written against the installed C++ wrapper
 // only (<airs/airs.hpp>: RAII airs::Client, Model, Session) and built by
 // wrapper_test.cpp with nothing but `pkg-config --cflags --libs airs`, as

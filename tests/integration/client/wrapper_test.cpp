@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C++ wrapper as a user gets it: libairs and its headers installed (the
 // `lib` and `dev` components, as in the libairs0 and libairs-dev packages)
 // into a scratch root, a program built against them with only

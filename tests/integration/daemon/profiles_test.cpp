@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device profiles (pool.profile) end to end: a real airs-memd started with
 // each one, and what the profile promises checked from a client: 2gb is
 // cloud only (no pool; what needs one is refused naming the profile), 4gb

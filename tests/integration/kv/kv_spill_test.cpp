@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 17 part 1 end to end: the KV spill tier over the real airs-memd.
+// End to end: the KV spill tier over the real airs-memd.
 // Published blocks evicted from a too-small arena are written to
 // <state_dir>/kv; another process's MatchPrefix restores them byte for byte,
 // also after the model was unloaded and loaded again and after a daemon

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 4 end to end: KV sessions over the real airs-memd and a private
+// End to end: KV sessions over the real airs-memd and a private
 // D-Bus, through libairs in this process and in other client processes
 // (airs_test_kv_client), one of them running as another uid. Bytes written
 // to blocks are checked where they must (and must not) be visible; errors

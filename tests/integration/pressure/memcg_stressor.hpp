@@ -24,6 +24,21 @@
 
 namespace airs::test {
 
+// Triggers that one stressor crosses within seconds (it stalls ~75-160
+// ms/s "some" and ~30-65 ms/s "full" here), 2 s windows (a VM may withhold
+// CAP_SYS_RESOURCE), and a target larger than everything evictable, so one
+// event shows the whole eviction order: the [pressure] table of a config.
+inline constexpr const char* kStressorPsiTriggers = R"(source = "psi"
+some_threshold = "50ms"
+some_window = "2000ms"
+full_threshold = "20ms"
+full_window = "2000ms"
+target_some_bytes = "1G"
+target_full_bytes = "1G"
+min_eviction_interval = "500ms"
+grow_after = "3s"
+)";
+
 class MemcgStressor {
  public:
   // Prefers cgroup v2 where its hierarchy has the memory controller, else

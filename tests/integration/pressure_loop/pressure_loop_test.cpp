@@ -47,20 +47,7 @@ idle_threshold = "{}"
                      pool_size, idle, pressure);
 }
 
-// Triggers that real memcg pressure crosses quickly (one stressor stalls
-// ~75–160 ms/s "some" and ~30–65 ms/s "full" here), 2 s windows (this VM
-// withholds CAP_SYS_RESOURCE), and a target larger than everything
-// evictable so one event shows the whole order.
-const char* kPsiPressure = R"(source = "psi"
-some_threshold = "50ms"
-some_window = "2000ms"
-full_threshold = "20ms"
-full_window = "2000ms"
-target_some_bytes = "1G"
-target_full_bytes = "1G"
-min_eviction_interval = "500ms"
-grow_after = "3s"
-)";
+const char* const kPsiPressure = kStressorPsiTriggers;
 
 // No pressure can reach these (95 % stalled): admin tests run undisturbed.
 const char* kQuietPressure = R"(source = "poll"

@@ -330,7 +330,7 @@ TEST_F(KvAllocatorTest, CachedBlocksAreDroppedLruWhenMemoryIsNeeded) {
   audit();
 }
 
-// Issue 17: every published block freed for memory is offered to the spill
+// Every published block freed for memory is offered to the spill
 // tier first, while its chunk is still committed; the notice says which.
 TEST_F(KvAllocatorTest, EvictedPublishedBlocksAreOfferedToTheSpillTier) {
   const ArenaId a = arena(1, 1000, 2);  // 4 blocks
