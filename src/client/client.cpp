@@ -169,8 +169,9 @@ void airs_model::start_fallback(const char* why) {
     // mmap over the range: the bytes read before and after are the same),
     // and the threads asleep in a fault the dead daemon never answered are
     // woken to touch it again, on the file.
-    coop = std::make_unique<airs::client::CooperativeFallback>(const_cast<std::byte*>(lazy->data()), lazy->size(),
-                                                               gguf.get(), daemon_pidfd.get(), nullptr);
+    // `coop` was made before the watcher started (map_lazy): callers of
+    // airs_model_in_fallback read it from their own threads.
+    if (!coop) return;
     if (auto st = coop->take_over(); !st) {
       std::fprintf(stderr, "airs: model %s: %s\n", object.c_str(), st.error().message.c_str());
       return;
@@ -395,6 +396,12 @@ static int map_lazy(airs_model* m, airs::sys::UniqueFd proof_uffd) {
   // The daemon's pid, to notice its death (a uffd never reports it).
   if (auto pidfd = daemon_pidfd(*m->client); !pidfd) return fail(pidfd.error());
   else m->daemon_pidfd = std::move(pidfd).value();
+  // A streamed model's fallback maps the file in the region's place: made
+  // here, before the watcher that may use it exists.
+  if (m->streamed)
+    m->coop = std::make_unique<airs::client::CooperativeFallback>(const_cast<std::byte*>(m->lazy->data()),
+                                                                  m->lazy->size(), m->gguf.get(),
+                                                                  m->daemon_pidfd.get(), nullptr);
   auto ufd = m->lazy->dup_uffd();
   if (!ufd) return fail(ufd.error());
   try {
