@@ -92,6 +92,13 @@ inline EngineRun run_engine(const airs::test::LoadedModel& m, const std::string&
 }
 
 // Largest |a - b| over the step, relative to the step's largest |logit|.
+// How many tokens from the start two runs agree on.
+inline size_t same_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0, mx = 1e-30;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {

@@ -68,8 +68,7 @@ TEST_P(Agreement, GreedyTokensAndLogits) {
   ASSERT_EQ(ref.logits.size(), static_cast<size_t>(kN));
   const double step0 = max_rel_diff(ours.logits[0], ref.logits[0]);
   // Compare the steps where both fed the same tokens.
-  size_t same = 0;
-  while (same < ours.tokens.size() && ours.tokens[same] == ref.tokens[same]) ++same;
+  const size_t same = same_prefix(ours.tokens, ref.tokens);
   const double all = worst(ours.logits, ref.logits, same + 1);
   // How far llama.cpp moves from itself when only the KV type changes
   // (f32 -> f16): the scale of rounding that is not a bug.

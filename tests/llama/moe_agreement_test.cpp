@@ -87,13 +87,11 @@ TEST_P(MoeAgreement, GreedyTokensAndLogits) {
   ASSERT_GT(ref.prompt.size(), 48U) << "the prompt must span several KV blocks";
   ASSERT_EQ(ref.logits.size(), static_cast<size_t>(kN));
   const double step0 = max_rel_diff(ours.logits[0], ref.logits[0]);
-  size_t same = 0;
-  while (same < ours.tokens.size() && ours.tokens[same] == ref.tokens[same]) ++same;
+  const size_t same = same_prefix(ours.tokens, ref.tokens);
   const double all = worst(ours.logits, ref.logits, same + 1);
   const auto ref16 = run_llama(path, kPrompt, kN, "f16");
   const double self = worst(ref16.logits, ref.logits, 1);
-  size_t same16 = 0;
-  while (same16 < ref16.tokens.size() && ref16.tokens[same16] == ref.tokens[same16]) ++same16;
+  const size_t same16 = same_prefix(ref16.tokens, ref.tokens);
   std::printf("[%s] prompt %zu tokens; greedy tokens equal for %zu of %d steps; step-0 rel diff %.3g; worst over "
               "%zu matching steps %.3g; llama.cpp f32 vs f16 KV: step 0 %.3g, worst over %zu steps %.3g\n",
               tag(s).c_str(), ref.prompt.size(), same, kN, step0, std::min<size_t>(same + 1, kN), all, self,
