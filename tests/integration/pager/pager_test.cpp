@@ -235,6 +235,15 @@ class PagerTest : public ::testing::Test {
     return c;
   }
 
+  // One byte from a client's socket; a signal that interrupts the wait
+  // does not end it (the socket's own 20 s timeout does).
+  static ssize_t recv_byte(int fd, char* b) {
+    ssize_t r;
+    do r = ::recv(fd, b, 1, 0);
+    while (r < 0 && errno == EINTR);
+    return r;
+  }
+
   // Cooperative mode: hand out an O_RDONLY region fd and the status page;
   // nothing comes back (no uffd).
   static Status hand_out(Daemon& d, ModelId id, Child& c) {
@@ -597,8 +606,9 @@ TEST_P(PagerModeTest, AFaultLeftAsleepOnARangeNoLongerRegisteredIsWoken) {
   // The loop stays still until the client's reader sleeps and its range is
   // replaced: only then may the daemon read the fault.
   char go = 0;
-  ASSERT_EQ(::recv(c.sock.get(), &go, 1, 0), 1) << "the client did not get its reader asleep: "
-                                                  << describe(wait_child(nullptr, c.pid, 5s));
+  const ssize_t got = recv_byte(c.sock.get(), &go);
+  ASSERT_EQ(got, 1) << "the client did not get its reader asleep (recv: " << std::strerror(errno)
+                    << "): " << describe(wait_child(nullptr, c.pid, 15s));
   const int st = wait_child(&d, c.pid, 30s);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
   EXPECT_EQ(stats(d, id).clients, 0U) << "the client whose range is gone stays attached";
@@ -1287,7 +1297,7 @@ TEST_P(CooperativeTest, ClientWaitsPerRankWhileTheFillRuns) {
   pollfd p{c.sock.get(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 60'000), 1) << "the client never said it waits";
   char said = 0;
-  ASSERT_EQ(::recv(c.sock.get(), &said, 1, 0), 1);
+  ASSERT_EQ(recv_byte(c.sock.get(), &said), 1) << std::strerror(errno);
   EXPECT_EQ(said, 'w');
   const int st = wait_child_slowly(d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
