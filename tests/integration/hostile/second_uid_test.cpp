@@ -206,6 +206,25 @@ class Hostile2 : public ::testing::Test {
   // A connection of the calling (child) process.
   std::unique_ptr<sdbus::IConnection> connect() { return sdbus::createSessionBusConnectionWithAddress(bus_->address()); }
 
+  // `method` ("Open" on model `obj`, or "LoadModel") called with `fd`, from
+  // this process: what came back ("opened, fd mode N", "loaded PATH"); a
+  // refusal throws (as_user gives its name and message).
+  std::string call_with_fd(const std::string& method, const std::string& obj, const sdbus::UnixFd& fd) {
+    auto c = connect();
+    if (method == "Open") {
+      auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
+      sdbus::UnixFd region, status;
+      uint64_t size = 0;
+      Dict info;
+      p->callMethod("Open").onInterface(kModelIf).withArguments(fd, Dict{}).storeResultsTo(region, size, status, info);
+      return "opened, fd mode " + std::to_string(::fcntl(region.get(), F_GETFL) & O_ACCMODE);
+    }
+    auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    sdbus::ObjectPath path;
+    mgr->callMethod("LoadModel").onInterface(kManagerIf).withArguments(fd, Dict{}).storeResultsTo(path);
+    return "loaded " + std::string(path);
+  }
+
   TempDir dir_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<DaemonProcess> daemon_;
@@ -234,21 +253,7 @@ TEST_F(Hostile2, AnotherUidCannotOpenAModelItCannotRead) {
   // and for LoadModel (which must not hand back root's model either).
   for (const char* method : {"Open", "LoadModel"}) {
     auto o = as_user(kNobody, [&] {
-      auto c = connect();
-      sdbus::UnixFd fd(::open(secret.path.c_str(), O_PATH | O_CLOEXEC), sdbus::adopt_fd);
-      if (std::string(method) == "Open") {
-        auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
-        sdbus::UnixFd region, status;
-        uint64_t size = 0;
-        Dict info;
-        p->callMethod("Open").onInterface(kModelIf).withArguments(fd, Dict{}).storeResultsTo(region, size, status,
-                                                                                             info);
-        return std::string("opened");
-      }
-      auto m = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
-      sdbus::ObjectPath path;
-      m->callMethod("LoadModel").onInterface(kManagerIf).withArguments(fd, Dict{}).storeResultsTo(path);
-      return "loaded " + std::string(path);
+      return call_with_fd(method, obj, sdbus::UnixFd(::open(secret.path.c_str(), O_PATH | O_CLOEXEC), sdbus::adopt_fd));
     });
     EXPECT_EQ(o.rfind("org.aios.Airs1.Error.InvalidArgument", 0), 0u) << method << ": " << o;
     EXPECT_NE(o.find("O_PATH"), std::string::npos) << method << ": " << o;
@@ -270,22 +275,9 @@ TEST_F(Hostile2, WriteOnlyFdsAreInvalidArgument) {
   const std::string inval = "org.aios.Airs1.Error.InvalidArgument";
   for (const char* method : {"LoadModel", "Open"}) {
     auto r = as_user(kNobody, [&] {
-      auto c = connect();
       sdbus::UnixFd fd(::open(m.path.c_str(), O_WRONLY | O_CLOEXEC), sdbus::adopt_fd);
       if (fd.get() < 0) return std::string("the premise: nobody cannot open the file O_WRONLY");
-      if (std::string(method) == "Open") {
-        auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
-        sdbus::UnixFd region, status;
-        uint64_t size = 0;
-        Dict info;
-        p->callMethod("Open").onInterface(kModelIf).withArguments(fd, Dict{}).storeResultsTo(region, size, status,
-                                                                                             info);
-        return "opened, fd mode " + std::to_string(::fcntl(region.get(), F_GETFL) & O_ACCMODE);
-      }
-      auto mgr = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
-      sdbus::ObjectPath path;
-      mgr->callMethod("LoadModel").onInterface(kManagerIf).withArguments(fd, Dict{}).storeResultsTo(path);
-      return "loaded " + std::string(path);
+      return call_with_fd(method, obj, fd);
     });
     EXPECT_EQ(r, inval + ": " + method + ": gguf_fd: the descriptor is not open for reading") << method;
   }
