@@ -220,8 +220,10 @@ for rep in "${reports[@]}"; do
   echo "targets: decode /mmap >= 1.80:$(for m in $modes; do printf ' %s %s' "$m" "$(ratio "${tps[$sp.$m]}" "${tps[$sp.mmap]}")"; done)"
   echo "         bytes per pass / MIN <= 1.20:$(for m in $modes; do printf ' %s %s' "$m" "$(ratio "${bpp[$sp.$m]}" "${bmin[$sp.$m]}")"; done)"
   if [[ $sp == sd ]]; then
-    echo "         storage limit, tok/s / (bandwidth / read per token):$(for m in mmap $modes; do k=$sp.$m; printf ' %s %s' "$m" \
-      "$(awk -v t="${tps[$k]}" -v b="$sd_bps" -v r="${bpt[$k]}" 'BEGIN{ if (r > 0) printf "%.2f", t / (b / r); else printf "-" }')"; done)"
+    # A decode token reads one pass (the daemon's own count, the load not
+    # in it): at most bandwidth / pass tokens per second.
+    echo "         storage limit, decode tok/s / (bandwidth / bytes per pass):$(for m in $modes; do k=$sp.$m; printf ' %s %s' "$m" \
+      "$(awk -v t="${tps[$k]}" -v b="$sd_bps" -v r="${bpp[$k]}" 'BEGIN{ if (r > 0) printf "%.2f", t / (b / r); else printf "-" }')"; done)"
   fi
 done
 echo
