@@ -11,25 +11,41 @@
 #   scripts/test.sh                  # everything
 #   FUZZ_SECONDS=30 scripts/test.sh  # shorter fuzzing
 #
-# Where the time goes (2 cores): compiling is most of it, and a test stage
-# keeps the processor mostly idle (its tests wait on the kernel, a device,
-# a bus). So the next build runs beside each test stage, at the lowest CPU
-# priority (nice 19, idle I/O class): the tests get the processor whenever
-# they want it, the compiler the rest. Every build is a unity build
-# (CMAKE_UNITY_BUILD: a directory's sources compiled as one unit, so the
-# big headers are parsed once per directory instead of once per file).
-# Each stage prints when it starts; the end prints each stage's time.
+# Where the time goes (2 cores): compiling is about half of it, the VM
+# guests (emulated under TCG, about one core each) most of the rest, and a
+# test stage keeps the processor mostly idle (its tests wait on the kernel,
+# a device, a bus). So:
+# - the next build runs beside each test stage, at the lowest CPU priority
+#   (nice 19, idle I/O class): the tests get the processor whenever they
+#   want it, the compiler the rest;
+# - every build is a unity build (CMAKE_UNITY_BUILD: a directory's sources
+#   compiled as one unit, so the big headers are parsed once per directory);
+# - the VM guests' kernels and userlands are fetched beside the first build
+#   (network and disk, not the processor);
+# - after the ASan tests, two lanes run side by side: Debian 12's own kernel
+#   in a VM, then the TSan tests; and the arm64 tests under qemu, the arm64
+#   guests, then the fuzzer. Each lane waits only for the build it needs.
+# Each stage prints when it starts; the end prints each stage's (and each
+# lane step's) time and how busy the processor was meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/root.sh; become_root "$@"
 
 t_start=$SECONDS
 elapsed() { printf '%dm%02ds' $(((SECONDS - t_start) / 60)) $(((SECONDS - t_start) % 60)); }
-stage_names=(); stage_secs=()
-stage_t0=$SECONDS; stage_name=""
+# Jiffies the processor was busy, and in all, since boot (every core).
+cpu_jiffies() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat; }
+busy_since() {  # "BUSY TOTAL" from cpu_jiffies -> percent busy since then
+  local b0 t0 b1 t1; read -r b0 t0 <<<"$1"; read -r b1 t1 < <(cpu_jiffies)
+  echo $(( t1 > t0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))
+}
+stage_names=(); stage_secs=(); stage_busy=()
+stage_t0=$SECONDS; stage_name=""; stage_cpu=$(cpu_jiffies)
 stage() {  # NAME: ends the running stage, starts the next
-  if [[ -n $stage_name ]]; then stage_names+=("$stage_name"); stage_secs+=($((SECONDS - stage_t0))); fi
-  stage_name=$1; stage_t0=$SECONDS
+  if [[ -n $stage_name ]]; then
+    stage_names+=("$stage_name"); stage_secs+=($((SECONDS - stage_t0))); stage_busy+=("$(busy_since "$stage_cpu")")
+  fi
+  stage_name=$1; stage_t0=$SECONDS; stage_cpu=$(cpu_jiffies)
   [[ -z $1 ]] || echo "==> $1 (at $(elapsed))"
 }
 
@@ -92,18 +108,26 @@ bg_wait() {  # dir: 0 when its build succeeded
   return $rc
 }
 
-run_ctest() {  # dir, label, stage name, prefix command...
-  local dir=$1 label=$2 name=$3; shift 3
-  echo "==> tests [$label] in $dir (at $(elapsed))"
+run_ctest() {  # dir, label[:name regex], stage name, prefix command...
+  local dir=$1 spec=$2 name=$3 sel=(); shift 3
+  sel=(-L "${spec%%:*}"); [[ $spec != *:* ]] || sel+=(-R "${spec#*:}")
+  echo "==> tests [$spec] in $dir (at $(elapsed))"
   set +e
-  "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" -L "$label" --timeout 600 \
+  "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${sel[@]}" --timeout 600 \
     --output-junit "$results/$name.xml" 2>&1 | tee "$dir/ctest-$name.log"
   set -e
   [[ -s $results/$name.xml ]] ||
-    echo "ctest [$label] in $dir wrote no results (see $dir/ctest-$name.log)" >"$results/$name.missing"
+    echo "ctest [$spec] in $dir wrote no results (see $dir/ctest-$name.log)" >"$results/$name.missing"
 }
 
-stage "plain build"
+stage "plain build (the VM guests' kernels and userlands fetched beside)"
+# What the guests boot, into /var/cache/airs-vm: the network and the disk
+# work while the compiler has the processor. A failure here is only a log:
+# the vm tests fetch again and fail there, naming it.
+mkdir -p build
+cmake -S . -B build "${common[@]}" "${plain[@]}" >build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+(AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true) &
+vm_prepare=$!
 build build "${plain[@]}"
 
 stage "plain tests, packages, systemd, llama.cpp (ASan build beside)"
@@ -118,13 +142,16 @@ run_ctest build package package timeout 1200
 run_ctest build e2e e2e timeout 600
 # An unmodified llama.cpp (prebuilt, from npm) on the pool.
 run_ctest build llama llama timeout 900
+wait "$vm_prepare" || true
 
-stage "ASan tests (arm64 and TSan builds beside)"
+stage "ASan tests (arm64, TSan and fuzzer builds beside)"
 asan_ok=0; bg_wait build-asan || asan_ok=$?
-# Beside the ASan tests: the arm64 cross build (the vm stage's arm64 guests
-# run it), then the TSan build of the tests of code that has threads
-# (tsan_tests in tests/CMakeLists.txt), not of the single-threaded pure
-# cores a third time. Each leaves its exit code in DIR.rc.
+# Beside the ASan tests, one after the other at the lowest priority: the
+# arm64 cross build (the arm64 lane's tests and guests run it), the TSan
+# build of the tests of code that has threads (tsan_tests in
+# tests/CMakeLists.txt, not the single-threaded pure cores a third time),
+# and the fuzzer. Each leaves its exit code in DIR.rc as it ends.
+rm -f build-arm64.rc build-tsan.rc build-fuzz.rc
 (
   AIRS_CMAKE_ARGS="${common[*]:1}" nice -n 19 ionice -c 3 scripts/cross-arm64.sh --no-deps --build-only \
     >build-arm64.log 2>&1
@@ -132,56 +159,85 @@ asan_ok=0; bg_wait build-asan || asan_ok=$?
   nice -n 19 ionice -c 3 bash -c "$(declare -f build); common=(${common[*]@Q}); jobs=$jobs; build \"\$@\"" _ \
     build-tsan "${san_debug[@]}" -DAIRS_SANITIZE=thread -- tsan_tests >build-tsan.log 2>&1
   echo $? >build-tsan.rc
+  CC=clang CXX=clang++ nice -n 19 ionice -c 3 bash -c "$(declare -f build); common=(${common[*]@Q}); jobs=$jobs; build \"\$@\"" _ \
+    build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAIRS_FUZZ=ON -DAIRS_FUZZ_SECONDS="$fuzz_seconds" \
+    -DAIRS_BUILD_BENCH=OFF -- gguf_fuzz gguf_fuzz_seeds >build-fuzz.log 2>&1
+  echo $? >build-fuzz.rc
 ) &
 beside=$!
 if ((asan_ok == 0)); then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_ctest build-asan 'unit|integration' asan
 fi
-built() {  # dir: its background build succeeded (else its failure is recorded)
+built() {  # dir: waits for its background build; 0 when it succeeded (else its failure is recorded)
+  while [[ ! -s $1.rc ]] && kill -0 "$beside" 2>/dev/null; do sleep 2; done
   [[ $(cat "$1.rc" 2>/dev/null) == 0 ]] && return 0
   echo "==> the build of $1 FAILED:"; tail -40 "$1.log"
   echo "the build of $1 failed (exit $(cat "$1.rc" 2>/dev/null || echo '?')), see $1.log" >"$results/build-$1.missing"
   return 1
 }
 
-stage "arm64: unit tests under qemu, .deb"
-wait "$beside" || true
+# Two lanes side by side, each about one core: the VM guests are emulated
+# (TCG: one busy host thread per guest), the TSan tests run one at a time.
+# Lane "amd64" (its output in lane-amd64.log, printed when it ends): the
+# integration suite on Debian 12's own 6.1 kernel in a VM (this build tree,
+# this machine's root over 9p), then the TSan tests. Lane "arm64" (here):
+# the unit tests under qemu-user and the .deb, Debian 13's arm64 kernels
+# with 16 KiB and 4 KiB pages and the .deb under systemd in VMs (the
+# build-arm64 tree), then the fuzzer. Everything but the TSan tests runs at
+# nice 19, as the builds still running beside them do: the builds share
+# the processor evenly with the guests, and the TSan tests (whose own
+# checks watch the daemon's loop) get it first. tests/vm and
+# docs/vm-tests.md say what each guest runs. Kernels and userlands are in
+# /var/cache/airs-vm; a guest that cannot run (no qemu, no mmdebstrap)
+# skips, naming why.
+stage "two lanes: [6.1 VM, TSan] | [arm64 qemu, arm64 VMs, fuzz]"
+lane_steps=()
+lane_step() {  # lane, step, seconds: recorded for the table at the end
+  lane_steps+=("$(printf '  %-60s %4dm%02ds' "  [$1] $2" $(($3 / 60)) $(($3 % 60)))")
+}
+rm -f lane-amd64.steps
+(
+  step() { printf 'amd64\t%s\t%d\n' "$1" $((SECONDS - t)) >>lane-amd64.steps; t=$SECONDS; }
+  t=$SECONDS
+  run_ctest build 'vm:^vm\.debian12-' vm-amd64 timeout 3000 nice -n 19
+  step "Debian 12 6.1 VM"
+  if built build-tsan; then
+    step "waiting for the TSan build"
+    # TSan maps shadow memory at fixed ranges; kernels with 32 bits of mmap
+    # randomisation break that, so run without ASLR (setarch -R).
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      run_ctest build-tsan 'unit|integration' tsan setarch "$(uname -m)" -R
+    step "TSan tests"
+  fi
+) >lane-amd64.log 2>&1 &
+lane_amd64=$!
+t=$SECONDS
 if built build-arm64; then
+  lane_step arm64 "waiting for the arm64 build" $((SECONDS - t)); t=$SECONDS
   set +e
-  timeout 1200 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
+  timeout 1200 nice -n 19 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
   set -e
   [[ -s $results/arm64.xml ]] ||
     echo "the arm64 unit tests wrote no results, see build-arm64.log" >"$results/arm64.missing"
+  lane_step arm64 "unit tests under qemu-user, .deb" $((SECONDS - t)); t=$SECONDS
+  run_ctest build 'vm:^vm\.debian13-' vm-arm64 timeout 3000 nice -n 19
+  lane_step arm64 "Debian 13 arm64 VMs (16k, 4k, .deb)" $((SECONDS - t)); t=$SECONDS
 fi
-
-# The integration suite on other kernels, each booted in a VM (tests/vm,
-# docs/vm-tests.md): Debian 12's own 6.1 (amd64, this machine's root over
-# 9p, under TCG where KVM cannot boot a stock kernel) and Debian 13's arm64
-# kernels with 16 KiB and 4 KiB pages (TCG, the build-arm64 tree in an
-# extracted arm64 userland), and the arm64 .deb under systemd as PID 1.
-# Each runs a selection of the tests that reach the kernel. Kernels and the
-# userland are cached in /var/cache/airs-vm. A test that cannot run (no
-# qemu, no mmdebstrap, no KVM when forced) skips, naming why.
-stage "vm"
-run_ctest build vm vm timeout 3000
-
-stage "TSan tests (fuzzer build beside)"
-CC=clang CXX=clang++ bg_build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAIRS_FUZZ=ON \
-  -DAIRS_FUZZ_SECONDS="$fuzz_seconds" -DAIRS_BUILD_BENCH=OFF -- gguf_fuzz gguf_fuzz_seeds
-if built build-tsan; then
-  # TSan maps shadow memory at fixed ranges; kernels with 32 bits of mmap
-  # randomisation break that, so run without ASLR (setarch -R).
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    run_ctest build-tsan 'unit|integration' tsan setarch "$(uname -m)" -R
-fi
-
-stage "fuzzing"
-if bg_wait build-fuzz; then run_ctest build-fuzz fuzz fuzz; fi
+if built build-fuzz; then run_ctest build-fuzz fuzz fuzz nice -n 19; fi
+lane_step arm64 "fuzzing" $((SECONDS - t))
+wait "$lane_amd64" || true
+echo "==> lane amd64 (6.1 VM, TSan), its output:"
+cat lane-amd64.log
+while IFS=$'\t' read -r lane what secs; do lane_step "$lane" "$what" "$secs"; done < <(cat lane-amd64.steps 2>/dev/null)
+wait "$beside" || true
 stage ""
 
 echo
-echo "==> done (at $(elapsed)); stage times:"
-for i in "${!stage_names[@]}"; do printf '  %-60s %4dm%02ds\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60)); done
+echo "==> done (at $(elapsed)); stage times (and how busy the processor was, in % of all cores):"
+for i in "${!stage_names[@]}"; do
+  printf '  %-60s %4dm%02ds  %3d%% busy\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60)) "${stage_busy[$i]}"
+  [[ ${stage_names[$i]} != "two lanes"* ]] || printf '%s\n' "${lane_steps[@]}"
+done
 echo
 python3 scripts/tally.py "$results"

@@ -33,6 +33,12 @@
 #                                matches GLOB (what the job needs from the
 #                                build tree, such as the .deb)
 #
+# With AIRS_VM_PREPARE=1 it only fetches and builds what the guest boots
+# (the kernel, busybox, the initramfs, its own userland) into the cache and
+# exits 0, without a build tree: scripts/test.sh does this beside the first
+# build, so the network and disk work of a fresh machine is off the VM
+# stage's clock.
+#
 # What the guest is:
 # - the kernel (vmlinuz and its modules) of the given package, downloaded for
 #   the given Debian suite and architecture with `apt-get download` (a private
@@ -105,15 +111,18 @@ done
 [[ -n $kernel_pkg && -n $build ]] || { echo "run-vm.sh: --kernel and --build are required" >&2; exit 2; }
 [[ $init == chroot || $init == systemd ]] || { echo "run-vm.sh: --init is chroot or systemd" >&2; exit 2; }
 [[ -n $label || -n $regex ]] || label=integration
-[[ -f $build/CTestTestfile.cmake ]] || { echo "SKIP: ${name:-$kernel_pkg-$arch}: no build tree at $build (for arm64: scripts/cross-arm64.sh builds build-arm64)"; exit 77; }
-build=$(cd "$build" && pwd -P)
+prepare=${AIRS_VM_PREPARE:-}
+if [[ -z $prepare ]]; then
+  [[ -f $build/CTestTestfile.cmake ]] || { echo "SKIP: ${name:-$kernel_pkg-$arch}: no build tree at $build (for arm64: scripts/cross-arm64.sh builds build-arm64)"; exit 77; }
+  build=$(cd "$build" && pwd -P)
+fi
 [[ $build != *[[:space:]]* ]] || { echo "run-vm.sh: the build path must not contain spaces" >&2; exit 2; }
 host_suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 suite=${suite:-$host_suite}
 name=${name:-$suite-$kernel_pkg-$arch}
 [[ -n $ctest_jobs ]] || ctest_jobs=$smp
 skip() { echo "SKIP: $name: $*"; exit 77; }
-if [[ -n $require ]]; then
+if [[ -n $require && -z $prepare ]]; then
   compgen -G "$require" >/dev/null || skip "no $require (for arm64: scripts/cross-arm64.sh builds the tree and its .deb)"
 fi
 stamp() { date +%s.%N; }
@@ -169,7 +178,7 @@ for tool in apt-get dpkg-deb depmod cpio mkfs.ext4 timeout; do
   command -v "$tool" >/dev/null || skip "$tool is not installed"
 done
 [[ $EUID -eq 0 ]] || skip "must run as root (the guest mounts the host root as root)"
-[[ -d $build/Testing || -f $build/CTestTestfile.cmake ]] || { echo "run-vm.sh: $build is not a ctest build tree" >&2; exit 2; }
+[[ -n $prepare || -d $build/Testing || -f $build/CTestTestfile.cmake ]] || { echo "run-vm.sh: $build is not a ctest build tree" >&2; exit 2; }
 
 cache=${AIRS_VM_CACHE:-/var/cache/airs-vm}
 kdir=$cache/$suite-$kernel_pkg-$arch
@@ -270,6 +279,9 @@ guest_root=/ overlays=""
 if [[ $userland == own ]]; then
   command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap): it builds the $arch userland"
   guest_root=$cache/userland-$host_suite-$arch$ul_variant
+  # Guests of other kernels (16k and 4k pages) share this userland.
+  exec 7>"$guest_root.lock"
+  flock 7
   if [[ ! -f $guest_root/.done || $(cat "$guest_root/.done") != "$ul_recipe" ]]; then
     t=$(stamp)
     src_list=""
@@ -299,17 +311,20 @@ if [[ $userland == own ]]; then
     mv "$guest_root.tmp" "$guest_root"
     echo "vm-timing: $name userland ($arch, $host_suite) $(took "$t") s"
   fi
+  flock -u 7
 fi
 # The build tree's source and build directories, at their own paths: always
 # in the guest's own userland; in this machine's root only where the guest
 # mounts its own directories over them (/tmp and /var/tmp are on its scratch
 # disk), or the guest would find an empty directory and no tests.
-src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 tree=()
-for d in $src_dir $build; do
-  [[ ${#tree[@]} -gt 0 && $d == "${tree[0]}"/* ]] && continue
-  tree+=("$d")
-done
+if [[ -z $prepare ]]; then
+  src_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  for d in $src_dir $build; do
+    [[ ${#tree[@]} -gt 0 && $d == "${tree[0]}"/* ]] && continue
+    tree+=("$d")
+  done
+fi
 masked() { [[ $1 == /tmp/* || $1 == /var/tmp/* || $1 == /run/* || $1 == /dev/shm/* ]]; }
 for d in "${tree[@]}"; do
   if [[ $userland == own ]] || masked "$d"; then overlays=${overlays:+$overlays,}$d; fi
@@ -372,11 +387,17 @@ if [[ ! -f $initrd || $initrd -ot $0 || $initrd -ot $(dirname "$0")/guest-init.s
   echo "vm-timing: $name initramfs $(took "$t") s"
 fi
 flock -u 8
+if [[ -n $prepare ]]; then echo "==> $name: prepared (kernel $kver, initramfs, ${userland} userland) in $cache"; exit 0; fi
 
 if [[ -n $host_setup ]]; then
   t=$(stamp)
+  # One host setup at a time (guests may boot side by side; npm's cache
+  # and the setup's downloads are shared).
+  exec 6>"$cache/.host-setup.lock"
+  flock 6
   timeout 900 ctest --test-dir "$build" --output-on-failure -R "$host_setup" > "$kdir/host-setup.log" 2>&1 ||
     { cat "$kdir/host-setup.log"; echo "FAIL: $name: the host-side setup ($host_setup) failed"; exit 1; }
+  flock -u 6
   echo "vm-timing: $name host setup ($host_setup) $(took "$t") s"
 fi
 
