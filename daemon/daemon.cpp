@@ -89,11 +89,37 @@ Result<std::unique_ptr<Daemon>> Daemon::create(Options options) {
   return d;
 }
 
+// Start-up, each step after what it needs: the profile says whether there
+// is a pool at all; the loop carries everything after it; the mode decides
+// the pool's backend; the services stand on the pool; the bus comes last,
+// so that every model it shows is there already.
 Status Daemon::init() {
+  AIRS_TRY(read_profile());
+  AIRS_TRY(start_loop());
+  auto mode = choose_mode();
+  if (!mode) return std::move(mode).error();
+  if (cloud_only()) {
+    // The one other path: no pool, no services on it; loads and sessions
+    // are refused naming the profile (refuse_cloud_only).
+    mode_ = "cloud-only";
+    spdlog::info("profile {}: no local model pool (cloud inference only)", profile_);
+  } else {
+    AIRS_TRY(start_local(*mode));
+  }
+  AIRS_TRY(start_timers());
+  AIRS_TRY(start_bus());
+  if (!cloud_only()) preload_models();
+  return {};
+}
+
+Error Daemon::refuse_cloud_only(std::string_view what) const {
+  return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only){}", profile_, what);
+}
+
+Status Daemon::read_profile() {
   auto meminfo = sys::read_meminfo();
   if (!meminfo) return std::move(meminfo).error();
   const uint64_t mem_total = meminfo->count("MemTotal") ? meminfo->at("MemTotal") : 0;
-
   const auto prof = config::effective_profile(cfg_.pool, mem_total);
   profile_ = prof.name;
   pool_target_ = prof.pool_bytes;
@@ -101,7 +127,10 @@ Status Daemon::init() {
   if (page_size_ == 0 && meminfo->count("Hugepagesize")) page_size_ = meminfo->at("Hugepagesize");
   spdlog::info("profile {} (MemTotal {}): pool {}, huge page {}", profile_, format_bytes(mem_total),
                format_bytes(pool_target_), format_bytes(page_size_));
+  return {};
+}
 
+Status Daemon::start_loop() {
   auto loop = sys::EventLoop::create();
   if (!loop) return std::move(loop).error();
   loop_ = std::move(loop).value();
@@ -124,9 +153,12 @@ Status Daemon::init() {
     }));
     spdlog::info("watchdog: pinging every {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(*wd / 2).count());
   }
+  return {};
+}
 
-  // What the kernel offers decides the mode (full / small-pages /
-  // cooperative); status explains it and what would enable more.
+// What the kernel offers decides the mode (full / small-pages /
+// cooperative); status explains it and what would enable more.
+Result<probe::Mode> Daemon::choose_mode() {
   auto caps = probe::probe(probe::ProbePaths{});
   spdlog::info("platform:\n{}", probe::format_report(caps));
   capabilities_ = probe::to_key_values(caps);
@@ -152,165 +184,210 @@ Status Daemon::init() {
   // daemon sends SIGBUS to the client process through its pidfd. Either way
   // the client never hangs and never reads zeros.
   read_error_ = caps.uffd.has(UFFD_FEATURE_POISON) ? "poison" : "sigbus";
+  return choice->mode;
+}
 
-  if (pool_target_ > 0) {
-    const sys::NumaPolicy numa = cfg_.pool.numa_policy == config::NumaPolicy::Bind ? sys::NumaPolicy::Bind
-                                 : cfg_.pool.numa_policy == config::NumaPolicy::Interleave
-                                     ? sys::NumaPolicy::Interleave
-                                     : sys::NumaPolicy::Local;
-    auto nodes = sys::resolve_numa_nodes(numa, cfg_.pool.numa_nodes);
-    if (!nodes) return std::move(nodes).error();
-    numa_ = numa == sys::NumaPolicy::Local ? std::string("local")
-                                           : fmt::format("{} over {}", sys::to_string(numa), sys::format_node_list(*nodes));
-    spdlog::info("pool NUMA policy: {} ({} node(s) with memory)", numa_, sys::numa_node_count());
-    // full: huge pages from hugetlbfs. small-pages and cooperative: shmem
-    // (huge folios on a private tmpfs where the kernel allows, else memfds)
-    // pinned with mlock, for kernels without hugetlbfs or forced.
-    std::unique_ptr<pool::PoolBackend> backend;
-    const bool use_shmem =
-        choice->mode != probe::Mode::Full || cfg_.pool.backend == config::Backend::Shmem;
-    if (use_shmem) {
-      pool::ShmemOptions so;
-      so.unit = cfg_.pool.page_size;
-      so.numa_policy = numa;
-      so.numa_nodes = cfg_.pool.numa_nodes;
-      so.huge_dir = cfg_.pool.shmem_mount;
-      auto b = pool::ShmemBackend::create(so);
-      if (!b) return std::move(b).error();
-      spdlog::info("pool: {}", (*b)->huge_folios_note());
-      backend = std::move(b).value();
-    } else {
-      pool::HugetlbfsOptions ho;
-      ho.page_size = cfg_.pool.page_size;
-      ho.mount_path = cfg_.pool.hugetlbfs_mount;
-      ho.numa_policy = numa;
-      ho.numa_nodes = cfg_.pool.numa_nodes;
-      auto b = pool::HugetlbfsBackend::create(ho);
-      if (!b) return std::move(b).error();
-      backend = std::move(b).value();
-    }
-    // Regions an earlier daemon filled, handed back by the service manager:
-    // their pages are in use, so the reserve is made without them.
-    // Without its state directory the daemon still serves; it only keeps
-    // nothing across restarts (said once, here).
-    if (!cfg_.daemon.state_dir.empty())
-      if (auto st = sys::make_dir(cfg_.daemon.state_dir, 0700); !st) {
-        spdlog::warn("daemon.state_dir: {}; keeping nothing across restarts (no content-id cache, KV spill tier, "
-                     "access orders or kept regions)",
-                     st.error().message);
-        cfg_.daemon.state_dir.clear();
-      }
-    kept_ = std::make_unique<KeptModels>(cfg_.daemon.state_dir);
-    auto kept = kept_->collect();
-    uint64_t kept_bytes = 0;
-    for (const auto& k : kept) kept_bytes += k.region_bytes;
-    pool::PoolOptions po;
-    po.size_bytes = pool_target_ > kept_bytes ? pool_target_ - kept_bytes : backend->page_size();
-    po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
-    po.allow_partial = true;
-    auto pool = pool::Pool::create(std::move(backend), po);
-    if (!pool) return std::move(pool).error();
-    pool_ = std::move(pool).value();
-    page_size_ = pool_->page_size();
-    if (pool_->counts().total_bytes() < pool_target_)
-      spdlog::warn("pool: started with {} of its {} (the kernel had no more free {} pages now: memory fragmented or in "
-                   "use); it grows toward its size as memory allows — status shows both",
-                   format_bytes(pool_->counts().total_bytes()), format_bytes(pool_target_), format_bytes(page_size_));
-    pager::PagerOptions pgo;
-    pgo.queue_depth = cfg_.models.queue_depth;
-    pgo.prefetch_window = cfg_.models.prefetch_window;
-    pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
-    pgo.allocate_ahead = cfg_.models.allocate_ahead;
-    pgo.direct_io = cfg_.models.direct_io == config::DirectIo::On    ? pager::DirectIo::On
-                    : cfg_.models.direct_io == config::DirectIo::Off ? pager::DirectIo::Off
-                                                                     : pager::DirectIo::Auto;
-    pgo.uffd_clients = choice->mode != probe::Mode::Cooperative;
-    auto pg = pager::Pager::create(*loop_, *pool_, pgo);
-    if (!pg) return std::move(pg).error();
-    pager_ = std::move(pg).value();
-    Models::Hooks mh;
-    mh.make_room = [this](uint64_t bytes, const std::string& why) {
-      return evictor_->make_room(policy::Request::for_model_load(bytes), why);
-    };
-    mh.dropped = [this](const ModelEntry& m, bool forced, const std::string& reason) {
-      on_model_dropped(m, forced, reason);
-    };
-    models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, choice->mode == probe::Mode::Cooperative,
-                                       std::move(mh));
-    pager_->set_state_listener([this](pager::ModelId id, wire::ModelLoadState st) { on_model_state(id, st); });
-    // An eviction's pages are back in the pool: what the pressure loop
-    // meant to give the kernel goes now, then the calls parked for pages
-    // on their way (DrainWaits) run again.
-    pager_->set_drain_listener([this](pager::ModelId, pager::Pager::Drained) {
-      if (pressure_) pressure_->pages_returned();
-      if (drain_waits_) drain_waits_->pages_returned();
-    });
-    auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
-    if (!waits) return std::move(waits).error();
-    drain_waits_ = std::move(waits).value();
-    auto reader = HeaderReader::create(*loop_, cfg_.models.header_timeout);
-    if (!reader) return std::move(reader).error();
-    header_reader_ = std::move(reader).value();
-    if (!cfg_.daemon.state_dir.empty()) {
-      models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
-      models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
-    }
-    auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
-      on_content_id(model_id, std::move(id));
-    });
-    if (!hasher) return std::move(hasher).error();
-    hasher_ = std::move(hasher).value();
-    // Eviction notices reach the client through its notice page and
-    // eventfd in any case; the signals are for the bus's other listeners.
-    kv_ = std::make_unique<KvService>(*pool_, *models_, cfg_.kv,
-                                      [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
-                                             const std::string& reason) {
-                                        emit("Session.Evicted of " + s.path, [&] {
-                                          if (auto it = session_objects_.find(s.path); it != session_objects_.end())
-                                            it->second->emitEvicted(blocks, reason);
-                                        });
-                                        emit("Manager.Evicted of " + s.path, [&] {
-                                          if (manager_)
-                                            manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
-                                        });
-                                      });
-    if (!cfg_.daemon.state_dir.empty() && cfg_.kv.spill_limit > 0) {
-      // Without the tier the daemon still serves: evicted prefixes are recomputed.
-      if (auto st = SpillStore::open(*loop_, cfg_.daemon.state_dir + "/kv", cfg_.kv.spill_limit))
-        kv_->set_spill_store(std::move(st).value());
-      else
-        spdlog::warn("KV spill tier off: {}", st.error().message);
-    }
-    policy::Config pc;
-    pc.idle_threshold = cfg_.kv.idle_threshold;
-    pc.target_some_bytes = cfg_.pressure.target_some_bytes;
-    pc.target_full_bytes = cfg_.pressure.target_full_bytes;
-    evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
-    kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
-    // --- pressure loop ---
-    PressureLoop::Hooks hooks;
-    hooks.level_changed = [this](policy::Level level, const PressureChange& details) {
-      emit("PressureChanged", [&] {
-        if (manager_) manager_->emitPressureChanged(policy::to_string(level), to_dict(details));
-      });
-    };
-    auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
-    if (!pl) return std::move(pl).error();
-    pressure_ = std::move(pl).value();
-    adopt_kept(std::move(kept));
-    // --- end pressure loop ---
-    // Pinned as status's pinned_how says: hugetlb pages by construction,
-    // shmem pages only where each model's mlock works.
-    const bool hugetlb = std::string_view(pool_->backend().name()) == "hugetlbfs";
-    spdlog::info("pool: {} in {} pages of {} ({}), pinned: {}", format_bytes(pool_->counts().total_bytes()),
-                 pool_->counts().total_pages(), format_bytes(page_size_), pool_->backend().name(),
-                 hugetlb ? "hugetlb pages are never swapped or reclaimed"
-                         : "shmem pages are locked with mlock per model (status says where that failed)");
-  } else {
-    mode_ = "cloud-only";
-    spdlog::info("profile {}: no local model pool (cloud inference only)", profile_);
+// The pool and what stands on it: its backend, the regions an earlier
+// daemon filled (kept: their pages are in use, so the reserve is made
+// without them), the pool, the services, then the kept models adopted.
+Status Daemon::start_local(probe::Mode mode) {
+  auto backend = make_backend(mode);
+  if (!backend) return std::move(backend).error();
+  open_state_dir();
+  kept_ = std::make_unique<KeptModels>(cfg_.daemon.state_dir);
+  auto kept = kept_->collect();
+  uint64_t kept_bytes = 0;
+  for (const auto& k : kept) kept_bytes += k.region_bytes;
+  AIRS_TRY(make_pool(std::move(backend).value(), kept_bytes));
+  AIRS_TRY(start_services(mode));
+  adopt_kept(std::move(kept));
+  // Pinned as status's pinned_how says: hugetlb pages by construction,
+  // shmem pages only where each model's mlock works.
+  const bool hugetlb = std::string_view(pool_->backend().name()) == "hugetlbfs";
+  spdlog::info("pool: {} in {} pages of {} ({}), pinned: {}", format_bytes(pool_->counts().total_bytes()),
+               pool_->counts().total_pages(), format_bytes(page_size_), pool_->backend().name(),
+               hugetlb ? "hugetlb pages are never swapped or reclaimed"
+                       : "shmem pages are locked with mlock per model (status says where that failed)");
+  return {};
+}
+
+// full: huge pages from hugetlbfs. small-pages and cooperative: shmem (huge
+// folios on a private tmpfs where the kernel allows, else memfds) pinned
+// with mlock, for kernels without hugetlbfs or forced. Either on the
+// configured NUMA nodes.
+Result<std::unique_ptr<pool::PoolBackend>> Daemon::make_backend(probe::Mode mode) {
+  const sys::NumaPolicy numa = cfg_.pool.numa_policy == config::NumaPolicy::Bind ? sys::NumaPolicy::Bind
+                               : cfg_.pool.numa_policy == config::NumaPolicy::Interleave
+                                   ? sys::NumaPolicy::Interleave
+                                   : sys::NumaPolicy::Local;
+  auto nodes = sys::resolve_numa_nodes(numa, cfg_.pool.numa_nodes);
+  if (!nodes) return std::move(nodes).error();
+  numa_ = numa == sys::NumaPolicy::Local ? std::string("local")
+                                         : fmt::format("{} over {}", sys::to_string(numa), sys::format_node_list(*nodes));
+  spdlog::info("pool NUMA policy: {} ({} node(s) with memory)", numa_, sys::numa_node_count());
+  if (mode != probe::Mode::Full || cfg_.pool.backend == config::Backend::Shmem) {
+    pool::ShmemOptions so;
+    so.unit = cfg_.pool.page_size;
+    so.numa_policy = numa;
+    so.numa_nodes = cfg_.pool.numa_nodes;
+    so.huge_dir = cfg_.pool.shmem_mount;
+    auto b = pool::ShmemBackend::create(so);
+    if (!b) return std::move(b).error();
+    spdlog::info("pool: {}", (*b)->huge_folios_note());
+    return std::unique_ptr<pool::PoolBackend>(std::move(b).value());
   }
+  pool::HugetlbfsOptions ho;
+  ho.page_size = cfg_.pool.page_size;
+  ho.mount_path = cfg_.pool.hugetlbfs_mount;
+  ho.numa_policy = numa;
+  ho.numa_nodes = cfg_.pool.numa_nodes;
+  auto b = pool::HugetlbfsBackend::create(ho);
+  if (!b) return std::move(b).error();
+  return std::unique_ptr<pool::PoolBackend>(std::move(b).value());
+}
 
+// Without its state directory the daemon still serves; it only keeps
+// nothing across restarts (said once, here).
+void Daemon::open_state_dir() {
+  if (cfg_.daemon.state_dir.empty()) return;
+  if (auto st = sys::make_dir(cfg_.daemon.state_dir, 0700); !st) {
+    spdlog::warn("daemon.state_dir: {}; keeping nothing across restarts (no content-id cache, KV spill tier, "
+                 "access orders or kept regions)",
+                 st.error().message);
+    cfg_.daemon.state_dir.clear();
+  }
+}
+
+Status Daemon::make_pool(std::unique_ptr<pool::PoolBackend> backend, uint64_t kept_bytes) {
+  pool::PoolOptions po;
+  po.size_bytes = pool_target_ > kept_bytes ? pool_target_ - kept_bytes : backend->page_size();
+  po.grow_nr_hugepages = cfg_.pool.grow_nr_hugepages;
+  po.allow_partial = true;
+  auto pool = pool::Pool::create(std::move(backend), po);
+  if (!pool) return std::move(pool).error();
+  pool_ = std::move(pool).value();
+  page_size_ = pool_->page_size();
+  if (pool_->counts().total_bytes() < pool_target_)
+    spdlog::warn("pool: started with {} of its {} (the kernel had no more free {} pages now: memory fragmented or in "
+                 "use); it grows toward its size as memory allows — status shows both",
+                 format_bytes(pool_->counts().total_bytes()), format_bytes(pool_target_), format_bytes(page_size_));
+  return {};
+}
+
+// The services on the pool, each after what it is built on: the loop's
+// helpers, the pager, the model table, KV, the evictor over both, and the
+// pressure loop that drives the evictor.
+Status Daemon::start_services(probe::Mode mode) {
+  auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
+  if (!waits) return std::move(waits).error();
+  drain_waits_ = std::move(waits).value();
+  auto reader = HeaderReader::create(*loop_, cfg_.models.header_timeout);
+  if (!reader) return std::move(reader).error();
+  header_reader_ = std::move(reader).value();
+  AIRS_TRY(make_pager(mode));
+  Models::Hooks mh;
+  mh.dropped = [this](const ModelEntry& m, bool forced, const std::string& reason) {
+    on_model_dropped(m, forced, reason);
+  };
+  models_ = std::make_unique<Models>(*pool_, *pager_, cfg_.models, mode == probe::Mode::Cooperative, std::move(mh));
+  if (!cfg_.daemon.state_dir.empty()) {
+    models_->set_content_ids(gguf::ContentIdCache(cfg_.daemon.state_dir + "/identity"));
+    models_->set_access_orders(AccessOrders(cfg_.daemon.state_dir + "/order"));
+  }
+  auto hasher = ContentHasher::create(*loop_, [this](uint64_t model_id, Result<gguf::ContentId> id) {
+    on_content_id(model_id, std::move(id));
+  });
+  if (!hasher) return std::move(hasher).error();
+  hasher_ = std::move(hasher).value();
+  make_kv();
+  make_evictor();
+  PressureLoop::Hooks hooks;
+  hooks.level_changed = [this](policy::Level level, const PressureChange& details) {
+    emit("PressureChanged", [&] {
+      if (manager_) manager_->emitPressureChanged(policy::to_string(level), to_dict(details));
+    });
+  };
+  auto pl = PressureLoop::create(*loop_, *pool_, *models_, *evictor_, cfg_, pool_target_, std::move(hooks));
+  if (!pl) return std::move(pl).error();
+  pressure_ = std::move(pl).value();
+  return {};
+}
+
+// The pager's events go up to what is built on it (the model table, the
+// pressure loop, the parked calls): none fires before a model is loaded,
+// after start-up.
+Status Daemon::make_pager(probe::Mode mode) {
+  pager::PagerOptions pgo;
+  pgo.queue_depth = cfg_.models.queue_depth;
+  pgo.prefetch_window = cfg_.models.prefetch_window;
+  pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
+  pgo.allocate_ahead = cfg_.models.allocate_ahead;
+  pgo.direct_io = cfg_.models.direct_io == config::DirectIo::On    ? pager::DirectIo::On
+                  : cfg_.models.direct_io == config::DirectIo::Off ? pager::DirectIo::Off
+                                                                   : pager::DirectIo::Auto;
+  pgo.uffd_clients = mode != probe::Mode::Cooperative;
+  pager::Pager::Listeners pl;
+  pl.state = [this](pager::ModelId id, wire::ModelLoadState st) { on_model_state(id, st); };
+  // An eviction's pages are back in the pool: what the pressure loop meant
+  // to give the kernel goes now, then the calls parked for pages on their
+  // way (DrainWaits) run again.
+  pl.drain = [this](pager::ModelId, pager::Pager::Drained) {
+    pressure_->pages_returned();
+    drain_waits_->pages_returned();
+  };
+  // The pager is the record of who is attached: the table forgets a client
+  // the pager let go (its process died, its socket hung up, a detach).
+  pl.client_left = [this](pager::ModelId id, pager::ClientKey key) { models_->client_left(id, key); };
+  auto pg = pager::Pager::create(*loop_, *pool_, pgo, std::move(pl));
+  if (!pg) return std::move(pg).error();
+  pager_ = std::move(pg).value();
+  return {};
+}
+
+void Daemon::make_kv() {
+  kv_ = std::make_unique<KvService>(
+      *pool_, *models_, cfg_.kv,
+      [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes, const std::string& reason) {
+        on_kv_evicted(s, blocks, bytes, reason);
+      });
+  if (!cfg_.daemon.state_dir.empty() && cfg_.kv.spill_limit > 0) {
+    // Without the tier the daemon still serves: evicted prefixes are recomputed.
+    if (auto st = SpillStore::open(*loop_, cfg_.daemon.state_dir + "/kv", cfg_.kv.spill_limit))
+      kv_->set_spill_store(std::move(st).value());
+    else
+      spdlog::warn("KV spill tier off: {}", st.error().message);
+  }
+}
+
+// Eviction notices reach the client through its notice page and eventfd in
+// any case; the signals are for the bus's other listeners.
+void Daemon::on_kv_evicted(const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
+                           const std::string& reason) {
+  emit("Session.Evicted of " + s.path, [&] {
+    if (auto it = session_objects_.find(s.path); it != session_objects_.end()) it->second->emitEvicted(blocks, reason);
+  });
+  emit("Manager.Evicted of " + s.path, [&] {
+    if (manager_) manager_->emitEvicted(sdbus::ObjectPath(s.path), blocks, bytes, reason);
+  });
+}
+
+// The one cycle among the services: a model load and a KV allocation ask
+// the evictor for room, and the evictor reads and evicts the models and KV
+// it is built on. So the two get their room maker once it exists.
+void Daemon::make_evictor() {
+  policy::Config pc;
+  pc.idle_threshold = cfg_.kv.idle_threshold;
+  pc.target_some_bytes = cfg_.pressure.target_some_bytes;
+  pc.target_full_bytes = cfg_.pressure.target_full_bytes;
+  evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
+  Evictor& ev = *evictor_;
+  models_->set_room_maker([&ev](uint64_t bytes, const std::string& why) {
+    return ev.make_room(policy::Request::for_model_load(bytes), why);
+  });
+  kv_->set_room_maker([&ev](const policy::Request& r, const std::string& why) { return ev.make_room(r, why); });
+}
+
+Status Daemon::start_timers() {
   auto hk = sys::PeriodicTimer::create(std::chrono::milliseconds(250));
   if (!hk) return std::move(hk).error();
   housekeeping_.emplace(std::move(hk).value());
@@ -318,20 +395,20 @@ Status Daemon::init() {
     housekeeping_->acknowledge();
     housekeeping();
   }));
+  if (cfg_.daemon.metrics_file.empty()) return {};
+  auto mt = sys::PeriodicTimer::create(cfg_.daemon.metrics_interval);
+  if (!mt) return std::move(mt).error();
+  metrics_timer_.emplace(std::move(mt).value());
+  return loop_->add(metrics_timer_->fd(), EPOLLIN, [this](uint32_t) {
+    metrics_timer_->acknowledge();
+    write_metrics();
+  });
+}
 
-  if (!cfg_.daemon.metrics_file.empty()) {
-    auto mt = sys::PeriodicTimer::create(cfg_.daemon.metrics_interval);
-    if (!mt) return std::move(mt).error();
-    metrics_timer_.emplace(std::move(mt).value());
-    AIRS_TRY(loop_->add(metrics_timer_->fd(), EPOLLIN, [this](uint32_t) {
-      metrics_timer_->acknowledge();
-      write_metrics();
-    }));
-  }
-
-  // The bus: every model and session gets its object on each connection
-  // (attach_bus), so models adopted above, preloaded below or loaded while
-  // the bus is away are all reachable once it is there.
+// The bus: every model and session gets its object on each connection
+// (attach_bus), so models adopted above, preloaded below or loaded while the
+// bus is away are all reachable once it is there.
+Status Daemon::start_bus() {
   lost_callers_ = std::make_unique<LostCallers>(*loop_, [this](const std::string& key) {
     caller_gone(key, "exited (its connection had died with a lost bus)");
   });
@@ -346,9 +423,7 @@ Status Daemon::init() {
   auto link = BusLink::create(*loop_, bus_address_, std::move(bh));
   if (!link) return std::move(link).error();
   link_ = std::move(link).value();
-  AIRS_TRY(link_->start(cfg_.daemon.start_without_bus));
-  if (models_) preload_models();
-  return {};
+  return link_->start(cfg_.daemon.start_without_bus);
 }
 
 void Daemon::write_metrics() {
@@ -362,8 +437,9 @@ void Daemon::write_metrics() {
 void Daemon::housekeeping() {
   // Session objects whose Close() replied are destroyed here, outside the handler.
   retired_sessions_.clear();
-  if (kv_) kv_->restore_arenas();
-  if (!models_ || cfg_.models.keep_alive.count() == 0) return;
+  if (cloud_only()) return;
+  kv_->restore_arenas();
+  if (cfg_.models.keep_alive.count() == 0) return;
   // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
   const auto now = Clock::now();
   for (auto* m : models_->all()) {
@@ -519,11 +595,13 @@ ModelStatus Daemon::model_status(const ModelEntry& m) const {
   d.adopted = m.adopted;
   d.content_id = m.content_id ? m.content_id->hex() : std::string();
   d.refcount = m.refcount();
-  for (auto& [k, v] : m.clients) d.clients += static_cast<uint32_t>(v.size());
   d.pinned = m.pinned;
   d.layers = static_cast<uint64_t>(m.meta.n_layers);
   d.tensors = static_cast<uint64_t>(m.meta.tensors.size());
   d.stats = models_->stats(m);
+  // Who is attached is the pager's record (ModelEntry::clients only says
+  // whose keys they are).
+  d.clients = d.stats ? d.stats->clients : 0;
   return d;
 }
 
@@ -535,15 +613,13 @@ std::vector<ModelStatus> Daemon::model_statuses() const {
 }
 
 Status Daemon::read_header(const dbus::Caller& caller, int gguf_fd, const std::string& what, HeaderDone done) {
-  if (!header_reader_)
-    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
+  if (cloud_only()) return refuse_cloud_only();
   return header_reader_->read({caller.uid, access_.is_admin(caller), caller.name, what}, gguf_fd, std::move(done));
 }
 
 Result<std::string> Daemon::load_model(const dbus::Caller& caller, int gguf_fd, const std::string& name,
                                        const Header& header) {
-  if (!models_)
-    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only)", profile_);
+  if (cloud_only()) return refuse_cloud_only();
   LoadRequest req;
   req.gguf_fd = gguf_fd;
   req.name = name;
@@ -574,7 +650,7 @@ void Daemon::add_model_object(const ModelEntry& m, sdbus::IConnection& bus) {
 }
 
 Status Daemon::unload_model(const std::string& path, bool force, const std::string& who) {
-  if (!models_) return make_error(ENOENT, "no model {}", path);
+  if (cloud_only()) return make_error(ENOENT, "no model {}", path);
   auto* m = models_->find_by_path(path);
   if (m == nullptr) m = models_->find_by_name(path);
   if (m == nullptr) return make_error(ENOENT, "no model {} is loaded", path);
@@ -583,9 +659,7 @@ Status Daemon::unload_model(const std::string& path, bool force, const std::stri
 
 Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller, const std::string& model_path,
                                                      const std::string& priority) {
-  if (!kv_)
-    return make_error(ENOTSUP, "no local model pool on this device (profile {}: cloud inference only): no KV sessions",
-                      profile_);
+  if (cloud_only()) return refuse_cloud_only(": no KV sessions");
   auto prio = policy::parse_priority(priority);
   if (!prio)
     return make_error(EINVAL, "CreateSession: priority '{}' is not one of interactive, system, background", priority);

@@ -24,6 +24,7 @@
 #include "daemon/status.hpp"
 #include "pager/pager.hpp"
 #include "pool/pool.hpp"
+#include "probe/mode.hpp"
 #include "dbus/identity.hpp"
 #include "dbus/variant.hpp"
 #include "sys/event_loop.hpp"
@@ -77,7 +78,28 @@ class Daemon final : public ManagerOps {
 
  private:
   explicit Daemon(Options options);
+  // Start-up, in steps (daemon.cpp says their order).
   Status init();
+  Status read_profile();
+  Status start_loop();
+  Result<probe::Mode> choose_mode();
+  Status start_local(probe::Mode mode);
+  Result<std::unique_ptr<pool::PoolBackend>> make_backend(probe::Mode mode);
+  void open_state_dir();
+  Status make_pool(std::unique_ptr<pool::PoolBackend> backend, uint64_t kept_bytes);
+  Status start_services(probe::Mode mode);
+  Status make_pager(probe::Mode mode);
+  void make_kv();
+  void make_evictor();
+  Status start_timers();
+  Status start_bus();
+  // The cloud-only profile (no pool: its size is 0): no pool, pager, models,
+  // KV or pressure loop exist, and what would need them is refused with
+  // refuse_cloud_only (`what` is appended to its message).
+  [[nodiscard]] bool cloud_only() const { return pool_target_ == 0; }
+  [[nodiscard]] Error refuse_cloud_only(std::string_view what = {}) const;
+  void on_kv_evicted(const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
+                     const std::string& reason);
   // BusLink's hooks: the bus objects made on a new connection (manager,
   // every model's and session's object, the NameOwnerChanged match), and
   // dropped before it goes; on a lost bus, what its callers held moves to

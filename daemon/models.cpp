@@ -155,8 +155,8 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
                         format_bytes(c.page_size), c.free_pages, format_bytes(floor));
   }
   const std::string why = "load of model '" + e->name + "'";
-  if (budget == 0 && pool_.counts().free_bytes() < region && hooks_.make_room)
-    AIRS_TRY(hooks_.make_room(region - pool_.counts().free_bytes(), why));
+  if (budget == 0 && pool_.counts().free_bytes() < region && make_room_)
+    AIRS_TRY(make_room_(region - pool_.counts().free_bytes(), why));
   if (budget != 0 && !req.exempt) {
     // A user's streamed model takes the free pages (within its share) and
     // pushes out others' idle models only as far as it must to stream at
@@ -164,10 +164,10 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
     const uint64_t floor = pager_.stream_floor_bytes(spec);
     budget = std::min(budget, std::max(pool_.counts().free_bytes() / page * page, floor));
   }
-  if (budget != 0 && pool_.counts().free_bytes() < budget && hooks_.make_room) {
+  if (budget != 0 && pool_.counts().free_bytes() < budget && make_room_) {
     // An admin's streamed model takes what eviction can free for it, down
     // to what is free, never below its floor.
-    auto st = hooks_.make_room(budget - pool_.counts().free_bytes(), why);
+    auto st = make_room_(budget - pool_.counts().free_bytes(), why);
     if (!st && st.error().code != ENOMEM) return std::move(st).error();
     if (!st) {
       const uint64_t have = pool_.counts().free_bytes() / page * page;
@@ -385,10 +385,7 @@ Status Models::release(ModelEntry& m, const std::string& caller) {
   if (it == m.refs.end()) return make_error(ENOENT, "Release on model '{}': the caller holds no reference", m.name);
   if (--it->second == 0) {
     m.refs.erase(it);
-    if (auto c = m.clients.find(caller); c != m.clients.end()) {
-      for (auto key : c->second) pager_.detach(m.pager_id, key);
-      m.clients.erase(c);
-    }
+    detach_all(m, caller);
   }
   m.last_used = Clock::now();
   return {};
@@ -396,11 +393,26 @@ Status Models::release(ModelEntry& m, const std::string& caller) {
 
 void Models::drop_caller(const std::string& caller) {
   for (auto& [id, m] : models_) {
-    if (auto c = m->clients.find(caller); c != m->clients.end()) {
-      for (auto key : c->second) pager_.detach(m->pager_id, key);
-      m->clients.erase(c);
-    }
+    detach_all(*m, caller);
     if (m->refs.erase(caller) > 0) spdlog::debug("model '{}': references of {} dropped (left the bus)", m->name, caller);
+  }
+}
+
+void Models::detach_all(ModelEntry& m, const std::string& caller) {
+  // Out of the entry first: each detach is told back (client_left).
+  auto node = m.clients.extract(caller);
+  if (node)
+    for (auto key : node.mapped()) pager_.detach(m.pager_id, key);
+}
+
+void Models::client_left(pager::ModelId id, pager::ClientKey key) {
+  ModelEntry* m = find(id);  // the pager's id is the entry's
+  if (m == nullptr) return;
+  for (auto c = m->clients.begin(); c != m->clients.end(); ++c) {
+    auto& keys = c->second;
+    if (std::erase(keys, key) == 0) continue;
+    if (keys.empty()) m->clients.erase(c);
+    return;
   }
 }
 

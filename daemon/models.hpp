@@ -69,7 +69,11 @@ struct ModelEntry {
   // LoadModel or Open) while this entry lives: only they (and admins) may
   // have KV sessions on it (SECURITY.md rule 5).
   std::set<uid_t> readers;
-  std::map<std::string, std::vector<pager::ClientKey>> clients;  // bus unique name → attached mappings
+  // Bus unique name → the pager's keys of its attached mappings (Attach,
+  // Follow): whom to detach when it releases or leaves. Who is attached is
+  // the pager's record (pager::ModelStats::clients); a key it lets go is
+  // pruned here (Models::client_left).
+  std::map<std::string, std::vector<pager::ClientKey>> clients;
   Clock::time_point last_used{};
   bool pinned = false;
   bool adopted = false;  // its filled region came from the previous daemon (nothing was read)
@@ -112,11 +116,6 @@ struct Charge {
 class Models {
  public:
   struct Hooks {
-    // Frees `bytes` more in the pool for a model load, with the daemon's one
-    // eviction order (policy::Request::for_model_load); acts only on a plan
-    // that covers the request. ENOMEM (with the shortfall) otherwise;
-    // EINPROGRESS when the room is in pages still on their way back.
-    std::function<Status(uint64_t bytes, const std::string& why)> make_room;
     // A model left the table (unload or eviction); called before the entry
     // is destroyed: drop its bus object, KV arenas, pending opens.
     std::function<void(const ModelEntry&, bool forced, const std::string& reason)> dropped;
@@ -125,6 +124,16 @@ class Models {
   // cooperative: no userfaultfd clients; regions are handed out read-only
   // and clients wait per layer on the status page.
   Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks);
+
+  // Frees `bytes` more in the pool for a model load, with the daemon's one
+  // eviction order (policy::Request::for_model_load); acts only on a plan
+  // that covers the request. ENOMEM (with the shortfall) otherwise;
+  // EINPROGRESS when the room is in pages still on their way back. Set
+  // after construction: the evictor that makes the room reads this table,
+  // so it is built after it (the one cycle of the daemon's services).
+  // Without one, a load takes only what is free.
+  using RoomMaker = std::function<Status(uint64_t bytes, const std::string& why)>;
+  void set_room_maker(RoomMaker f) { make_room_ = std::move(f); }
 
   // Where content ids are remembered (default: nowhere, every load misses).
   void set_content_ids(gguf::ContentIdCache cache) { content_ids_ = std::move(cache); }
@@ -168,6 +177,9 @@ class Models {
   Status release(ModelEntry& m, const std::string& caller);
   // Everything `caller` held (it left the bus).
   void drop_caller(const std::string& caller);
+  // The pager let client `key` of model `id` go (pager::Pager::Listeners::
+  // client_left): it is no longer among its caller's clients.
+  void client_left(pager::ModelId id, pager::ClientKey key);
   // What `from` holds (references, attached mappings) is held by `to` from
   // now on (its bus is gone, its process lives). True if it holds any.
   bool rename_caller(const std::string& from, const std::string& to);
@@ -220,12 +232,15 @@ class Models {
   std::unique_ptr<ModelEntry> new_entry(const sys::FileId& file, const struct stat& st, gguf::File meta,
                                         const LoadRequest& req);
   void store_order(const ModelEntry& m, const std::vector<uint32_t>& order);
+  // Detaches every mapping `caller` attached to `m`.
+  void detach_all(ModelEntry& m, const std::string& caller);
   pool::Pool& pool_;
   pager::Pager& pager_;
   std::set<std::string> pinned_;
   uint32_t max_models_per_uid_;
   config::PoolShare max_pool_share_;
   Hooks hooks_;
+  RoomMaker make_room_;
   gguf::ContentIdCache content_ids_{""};
   AccessOrders orders_{""};
   std::map<uint64_t, std::unique_ptr<ModelEntry>> models_;

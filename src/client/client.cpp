@@ -415,6 +415,81 @@ static int map_lazy(airs_model* m, airs::sys::UniqueFd proof_uffd) {
   return 0;
 }
 
+// What Model.OpenLazy or Model.Open answered.
+struct OpenReply {
+  sdbus::UnixFd region, status;
+  uint64_t size = 0;
+  airs::dbus::Dict info;
+  airs::sys::UniqueFd proof_uffd;  // valid when opened lazily
+};
+
+// Lazy (a writable region, our own userfaultfd) where the daemon trusts us
+// and we can make a userfaultfd; else the read-only region at once, opened
+// unit by unit (map_cooperative). Under mlockall(MCL_FUTURE) a lazy mapping
+// would be locked, so filled with zero pages, at mmap, before the daemon
+// could fill it (LazyMapping::create refuses it): such a process takes the
+// read-only path, which maps only filled units (or waits for residency) and
+// so locks the model's bytes, never zeros. Throws sdbus::Error.
+static OpenReply open_region(airs_model* m, const std::string& mode) {
+  OpenReply r;
+  if (mode != "cooperative" && airs::client::check_no_mlock_future()) {
+    if (auto u = airs::sys::uffd_create()) {
+      try {
+        std::tie(r.region, r.size, r.status, r.info) =
+            m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
+        r.proof_uffd = std::move(u).value();
+        return r;
+      } catch (const sdbus::Error& e) {
+        if (e.getName() != airs::dbus::kErrAccessDenied) throw;
+      }
+    }
+  }
+  airs::dbus::Dict oopts;
+  oopts["wait"] = sdbus::Variant(false);
+  std::tie(r.region, r.size, r.status, r.info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
+  return r;
+}
+
+// LoadModel holds no reference: under pressure the daemon may evict the
+// model, unused, before our Open reaches it (its object is gone then).
+// Load it again: a few times, not for ever. Throws sdbus::Error.
+static OpenReply load_and_open(airs_model* m, const airs::dbus::Dict& opts, const std::string& mode) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      m->object = m->client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
+      m->proxy = std::make_unique<airs::dbus::ModelCalls>(*m->client->bus, m->object);
+      return open_region(m, mode);
+    } catch (const sdbus::Error& e) {
+      if (attempt >= 3 || e.getName() != airs::dbus::kErrUnknownObject) throw;
+      if (!m->quiet)
+        std::fprintf(stderr, "airs: %s went before it was opened (evicted under pressure?); loading it again\n",
+                     m->object.c_str());
+    }
+  }
+}
+
+// Maps what the daemon opened: lazily, plainly (resident), or unit by unit.
+static int map_region(airs_model* m, OpenReply r, const std::string& mode, const airs_model_options* opt) {
+  m->region = dup_cloexec(r.region.get());
+  m->region_size = r.size;
+  auto sp = map_whole_readonly(r.status.get(), "status page");
+  if (!sp) return fail(sp.error());
+  m->status_map = std::move(sp).value();
+  m->status = airs::wire::StatusPageView(m->status_map.get(), m->status_map.size());
+  const bool lazy = r.proof_uffd.get() >= 0;
+  const bool resident = airs::dbus::get<bool>(r.info, "resident").value_or(false);
+  const bool streamed = airs::dbus::get<bool>(r.info, "streamed").value_or(false);
+  m->streamed = streamed;
+  m->mode = airs::dbus::get<std::string>(r.info, "mode").value_or(mode);
+  if (lazy && !resident) return map_lazy(m, std::move(r.proof_uffd));
+  if (!lazy && !resident) return map_cooperative(m, resident, streamed, opt);
+  // Fully resident: a plain read-only mapping, no userfaultfd at all.
+  auto p = airs::sys::map_shared(m->region.get(), r.size, PROT_READ, 0, "model");
+  if (!p) return fail(p.error());
+  m->plain = std::move(p).value();
+  return 0;
+}
+
 static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_model_options* opt, airs_model** out) {
   if (client == nullptr || out == nullptr) return fail(EINVAL, "airs_model_open: NULL argument");
   auto m = std::make_unique<airs_model>();
@@ -428,74 +503,7 @@ static int open_model(airs_client* client, airs::sys::UniqueFd gguf, const airs_
     airs::dbus::Dict opts;
     if (opt != nullptr && opt->name != nullptr) opts["name"] = sdbus::Variant(std::string(opt->name));
     const std::string mode = client->manager->Mode();
-    sdbus::UnixFd region, status;
-    uint64_t size = 0;
-    airs::dbus::Dict info;
-    // Lazy (a writable region, our own userfaultfd) where the daemon trusts
-    // us and we can make a userfaultfd; else the read-only region at once,
-    // opened unit by unit (map_cooperative).
-    // Under mlockall(MCL_FUTURE) a lazy mapping would be locked, so filled
-    // with zero pages, at mmap, before the daemon could fill it
-    // (LazyMapping::create refuses it): such a process takes the read-only
-    // path, which maps only filled units (or waits for residency) and so
-    // locks the model's bytes, never zeros.
-    airs::sys::UniqueFd proof_uffd;
-    bool lazy = false;
-    // LoadModel holds no reference: under pressure the daemon may evict the
-    // model, unused, before our Open reaches it (its object is gone then).
-    // Load it again: a few times, not for ever.
-    for (int attempt = 1;; ++attempt) {
-      try {
-        m->object = client->manager->LoadModel(sdbus::UnixFd(m->gguf.get()), opts);
-        m->proxy = std::make_unique<airs::dbus::ModelCalls>(*client->bus, m->object);
-        if (mode != "cooperative" && airs::client::check_no_mlock_future()) {
-          if (auto u = airs::sys::uffd_create()) {
-            try {
-              std::tie(region, size, status, info) =
-                  m->proxy->OpenLazy(sdbus::UnixFd(m->gguf.get()), sdbus::UnixFd(u->get()), airs::dbus::Dict{});
-              proof_uffd = std::move(u).value();
-              lazy = true;
-            } catch (const sdbus::Error& e) {
-              if (e.getName() != airs::dbus::kErrAccessDenied) throw;
-            }
-          }
-        }
-        if (!lazy) {
-          airs::dbus::Dict oopts;
-          oopts["wait"] = sdbus::Variant(false);
-          std::tie(region, size, status, info) = m->proxy->Open(sdbus::UnixFd(m->gguf.get()), oopts);
-        }
-        break;
-      } catch (const sdbus::Error& e) {
-        if (attempt >= 3 || e.getName() != airs::dbus::kErrUnknownObject) throw;
-        if (!m->quiet)
-          std::fprintf(stderr, "airs: %s went before it was opened (evicted under pressure?); loading it again\n",
-                       m->object.c_str());
-      }
-    }
-    m->region = dup_cloexec(region.get());
-    m->region_size = size;
-    auto sp = map_whole_readonly(status.get(), "status page");
-    if (!sp) return fail(sp.error());
-    m->status_map = std::move(sp).value();
-    m->status = airs::wire::StatusPageView(m->status_map.get(), m->status_map.size());
-
-    const bool resident = airs::dbus::get<bool>(info, "resident").value_or(false);
-    const bool streamed = airs::dbus::get<bool>(info, "streamed").value_or(false);
-    m->streamed = streamed;
-    m->mode = airs::dbus::get<std::string>(info, "mode").value_or(mode);
-    int rc = 0;
-    if (lazy && !resident) {
-      rc = map_lazy(m.get(), std::move(proof_uffd));
-    } else if (lazy || resident) {
-      // Fully resident: a plain read-only mapping, no userfaultfd at all.
-      auto p = airs::sys::map_shared(m->region.get(), size, PROT_READ, 0, "model");
-      if (!p) return fail(p.error());
-      m->plain = std::move(p).value();
-    } else {
-      rc = map_cooperative(m.get(), resident, streamed, opt);
-    }
-    if (rc != 0) return rc;
+    if (int rc = map_region(m.get(), load_and_open(m.get(), opts, mode), mode, opt); rc != 0) return rc;
   } catch (const sdbus::Error& e) {
     return fail(e);
   }

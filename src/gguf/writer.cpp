@@ -274,7 +274,11 @@ void skew_router(const ModelSpec& s, const PlannedTensor& t, uint32_t index, uin
 
 // ---- planning --------------------------------------------------------------
 
-Result<ModelPlan> plan_model(const ModelSpec& s) {
+namespace {
+
+// The spec's numbers, each against what a reader and the runtimes accept.
+Status check_spec(const ModelSpec& s) {
+  const bool qwen3moe = s.architecture == "qwen3moe";
   if (s.architecture.empty()) return make_error(EINVAL, "model spec: architecture is empty");
   if (s.version != 2 && s.version != 3) return make_error(EINVAL, "model spec: version {} is not 2 or 3", s.version);
   AIRS_TRY(check_u32("n_layers", s.n_layers));
@@ -293,8 +297,6 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   if (!is_pow2(s.alignment) || s.alignment > (uint32_t{1} << 30)) {
     return make_error(EINVAL, "model spec: alignment {} is not a power of two up to 1 GiB", s.alignment);
   }
-  const bool qwen3moe = s.architecture == "qwen3moe";
-  const bool a_is_qwen3 = s.architecture == "qwen3";  // dense, with q/k norms too
   if (s.n_expert == 0) {
     if (s.n_expert_used != 0) {
       return make_error(EINVAL, "model spec: n_expert_used {} without experts (n_expert 0)", s.n_expert_used);
@@ -319,13 +321,13 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   if (s.router_skew != 0.0 && (s.n_expert == 0 || !s.llama_compatible)) {
     return make_error(EINVAL, "model spec: router_skew needs experts and llama-compatible weights");
   }
-  const uint64_t kl = s.key_length.value_or(s.n_embd / s.n_head);
-  const uint64_t vl = s.value_length.value_or(s.n_embd / s.n_head);
-  AIRS_TRY(check_u32("key_length", kl));
-  AIRS_TRY(check_u32("value_length", vl));
+  return {};
+}
 
-  ModelPlan plan;
-  plan.spec = s;
+// Every tensor in file order: the embeddings, each block's, the output.
+Status plan_tensors(const ModelSpec& s, uint64_t kl, uint64_t vl, ModelPlan& plan) {
+  const bool qwen3moe = s.architecture == "qwen3moe";
+  const bool a_is_qwen3 = s.architecture == "qwen3";  // dense, with q/k norms too
   auto add = [&](std::string name, std::string_view role, std::vector<uint64_t> dims) -> Status {
     uint32_t t = fit_type(scheme_type(s.types, role), dims[0]);
     if (s.type_override) t = s.type_override(name, t);
@@ -364,6 +366,11 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   AIRS_TRY(add("output_norm.weight", "output_norm", {s.n_embd}));
   AIRS_TRY(add("output.weight", "output", {s.n_embd, s.n_vocab}));
 
+  return {};
+}
+
+// Each tensor's offset in the data section (aligned); returns its size.
+Result<uint64_t> lay_out_data(const ModelSpec& s, ModelPlan& plan) {
   uint64_t rel = 0;
   for (auto& t : plan.tensors) {
     const auto start = round_up(rel, s.alignment);
@@ -372,11 +379,22 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
     }
     t.rel_offset = *start;
   }
+  return rel;
+}
 
-  const std::string& a = s.architecture;
+struct Vocabulary {
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> token_types;
+};
+
+// A llama-compatible vocabulary (specials and byte tokens), or placeholder
+// tokens for the first n_vocab_tokens_written ids.
+Result<Vocabulary> plan_vocabulary(const ModelSpec& s) {
+  Vocabulary v;
+  auto& tokens = v.tokens;
+  auto& scores = v.scores;
+  auto& token_types = v.token_types;
   if (s.llama_compatible) {
     if (s.n_vocab < kLlamaMinVocab) {
       return make_error(EINVAL, "model spec: n_vocab {} is below {} (a llama-compatible vocabulary needs 3 specials and "
@@ -391,6 +409,17 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
       scores.push_back(-static_cast<float>(i));
     }
   }
+  return v;
+}
+
+// The header: metadata (architecture, shape, tokenizer) and tensor infos.
+std::vector<std::byte> write_header(const ModelSpec& s, const ModelPlan& plan, uint64_t kl, uint64_t vl,
+                                   const Vocabulary& v) {
+  const std::string& a = s.architecture;
+  const bool qwen3moe = a == "qwen3moe";
+  const auto& tokens = v.tokens;
+  const auto& scores = v.scores;
+  const auto& token_types = v.token_types;
   Builder b;
   const size_t kv_count_at = 16;
   b.header(s.version, plan.tensors.size(), 0);
@@ -431,14 +460,32 @@ Result<ModelPlan> plan_model(const ModelSpec& s) {
   }
   b.patch_u64(kv_count_at, n_kv);
   for (const auto& t : plan.tensors) b.tensor_info(t.name, t.dims, t.type_id, t.rel_offset);
-  plan.header = b.take();
+  return b.take();
+}
+
+}  // namespace
+
+Result<ModelPlan> plan_model(const ModelSpec& s) {
+  AIRS_TRY(check_spec(s));
+  const uint64_t kl = s.key_length.value_or(s.n_embd / s.n_head);
+  const uint64_t vl = s.value_length.value_or(s.n_embd / s.n_head);
+  AIRS_TRY(check_u32("key_length", kl));
+  AIRS_TRY(check_u32("value_length", vl));
+  ModelPlan plan;
+  plan.spec = s;
+  AIRS_TRY(plan_tensors(s, kl, vl, plan));
+  auto rel = lay_out_data(s, plan);
+  if (!rel) return std::move(rel).error();
+  auto vocab = plan_vocabulary(s);
+  if (!vocab) return std::move(vocab).error();
+  plan.header = write_header(s, plan, kl, vl, *vocab);
   plan.data_offset = *round_up(plan.header.size(), s.alignment);
   for (auto& t : plan.tensors) {
     if (__builtin_add_overflow(plan.data_offset, t.rel_offset, &t.offset)) {
       return make_error(EINVAL, "model spec: file size overflows at tensor '{}'", t.name);
     }
   }
-  const auto end = round_up(rel, s.alignment);
+  const auto end = round_up(*rel, s.alignment);
   if (!end || __builtin_add_overflow(plan.data_offset, *end, &plan.file_size)) {
     return make_error(EINVAL, "model spec: file size overflows");
   }

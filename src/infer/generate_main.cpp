@@ -47,6 +47,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -153,217 +154,248 @@ struct Disconnect {
   void operator()(airs_client* c) const { airs_disconnect(c); }
 };
 
-int run(const Options& o) {
-  // Declared first, so destroyed last: after the engine and the sequence
-  // that read the mapping and the blocks, on every return path.
-  std::unique_ptr<airs_client, Disconnect> client_owner;
-  std::unique_ptr<airs_model, CloseModel> model_owner;
-  std::unique_ptr<airs_session, CloseSession> session_owner;
-  airs_client* client = nullptr;
-  airs_model* amodel = nullptr;
-  airs_session* session = nullptr;
-  FileMapping fm;
+// Where the model's bytes and the KV blocks live: the daemon's (its client,
+// model and session) or, without it, a private mapping and private blocks.
+// Declared first in run(), so destroyed last: after the engine and the
+// sequence that read the mapping and the blocks, on every return path.
+struct Backing {
+  std::unique_ptr<airs_client, Disconnect> client;
+  std::unique_ptr<airs_model, CloseModel> model;
+  std::unique_ptr<airs_session, CloseSession> session;
+  FileMapping file;
   std::span<const std::byte> mapping;
-  if (!o.no_daemon) {
-    if (airs_connect(o.bus.c_str(), &client) < 0) {
-      std::fprintf(stderr, "airs-generate: no airs-memd reachable (%s); running on private memory\n",
-                   airs_last_error());
-      client = nullptr;
-    } else {
-      client_owner.reset(client);
-      if (airs_model_open(client, o.model.c_str(), nullptr, &amodel) < 0) {
-        std::fprintf(stderr, "airs-generate: airs-memd could not open %s (%s); running on private memory\n",
-                     o.model.c_str(), airs_last_error());
-        amodel = nullptr;
-      }
-    }
-  }
-  model_owner.reset(amodel);
-  if (amodel != nullptr) {
-    mapping = {static_cast<const std::byte*>(airs_model_data(amodel)), airs_model_size(amodel)};
-  } else {
-    const int fd = ::open(o.model.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd < 0 || ::fstat(fd, &st) != 0) {
-      std::fprintf(stderr, "airs-generate: cannot open %s: %s\n", o.model.c_str(), std::strerror(errno));
-      return 1;
-    }
-    fm.n = static_cast<size_t>(st.st_size);
-    // Shared and populated, as llama.cpp maps a model: the page cache's
-    // large folios stay mapped large (fewer TLB misses in the mat-vecs).
-    fm.p = ::mmap(nullptr, fm.n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-    ::close(fd);
-    if (fm.p == MAP_FAILED) {
-      std::fprintf(stderr, "airs-generate: cannot map %s: %s\n", o.model.c_str(), std::strerror(errno));
-      return 1;
-    }
-    mapping = {static_cast<const std::byte*>(fm.p), fm.n};
-  }
+};
 
-  const gguf::MemorySource src(mapping);
+// The model through airs-memd, or nothing (said on stderr) when it is not
+// reachable or cannot open it.
+void open_on_daemon(const Options& o, Backing& b) {
+  airs_client* client = nullptr;
+  if (airs_connect(o.bus.c_str(), &client) < 0) {
+    std::fprintf(stderr, "airs-generate: no airs-memd reachable (%s); running on private memory\n", airs_last_error());
+    return;
+  }
+  b.client.reset(client);
+  airs_model* model = nullptr;
+  if (airs_model_open(client, o.model.c_str(), nullptr, &model) < 0) {
+    std::fprintf(stderr, "airs-generate: airs-memd could not open %s (%s); running on private memory\n",
+                 o.model.c_str(), airs_last_error());
+    return;
+  }
+  b.model.reset(model);
+  b.mapping = {static_cast<const std::byte*>(airs_model_data(model)), airs_model_size(model)};
+}
+
+// The private fallback. False (said on stderr) when the file cannot be mapped.
+bool map_privately(const Options& o, Backing& b) {
+  const int fd = ::open(o.model.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    std::fprintf(stderr, "airs-generate: cannot open %s: %s\n", o.model.c_str(), std::strerror(errno));
+    return false;
+  }
+  FileMapping& fm = b.file;
+  fm.n = static_cast<size_t>(st.st_size);
+  // Shared and populated, as llama.cpp maps a model: the page cache's
+  // large folios stay mapped large (fewer TLB misses in the mat-vecs).
+  fm.p = ::mmap(nullptr, fm.n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  if (fm.p == MAP_FAILED) {
+    std::fprintf(stderr, "airs-generate: cannot map %s: %s\n", o.model.c_str(), std::strerror(errno));
+    return false;
+  }
+  b.mapping = {static_cast<const std::byte*>(fm.p), fm.n};
+  return true;
+}
+
+// The system prompt (with BOS) and the prompt after it (without), or the
+// prompt alone. nullopt (said on stderr) when --system cannot be read.
+std::optional<std::vector<int32_t>> encode_prompt(const Options& o, const Tokenizer& tok) {
+  if (o.system_file.empty()) return tok.encode(o.prompt, true);
+  std::ifstream in(o.system_file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "airs-generate: cannot read --system %s\n", o.system_file.c_str());
+    return std::nullopt;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto prompt = tok.encode(ss.str(), true);
+  const auto rest = tok.encode(o.prompt, false);
+  prompt.insert(prompt.end(), rest.begin(), rest.end());
+  return prompt;
+}
+
+// KV geometry: the daemon's. Its blocks are sized for its kv_type and
+// tokens_per_block, and it checks lengths and commits in those tokens, so
+// the engine stores that type with exactly that many positions per block
+// (f32 K/V in f16-sized blocks would commit blocks the daemon counts as
+// half full). Private memory: --kv, f16 by default, 16 per block. nullopt
+// (said on stderr) for daemon blocks this engine cannot use.
+std::optional<KvLayout> kv_layout(const Options& o, const Model& model, airs_session* session) {
+  if (session == nullptr) return kv_layout_for(model.config, 16, o.kv.value_or(KvElem::kF16));
+  const std::string daemon_kv = airs_session_kv_type(session);
+  if (daemon_kv != "f16") {
+    std::fprintf(stderr,
+                 "airs-generate: the daemon stores KV as '%s' ([kv] kv_type in airs-memd.conf); this engine "
+                 "reads f16 or f32 KV: set kv_type = \"f16\" there, or run with --no-daemon\n",
+                 daemon_kv.c_str());
+    return std::nullopt;
+  }
+  if (o.kv && *o.kv != KvElem::kF16) {
+    std::fprintf(stderr,
+                 "airs-generate: --kv f32, but the daemon's KV blocks are f16 ([kv] kv_type in airs-memd.conf); "
+                 "drop --kv or run with --no-daemon\n");
+    return std::nullopt;
+  }
+  airs_kv_geometry geo{};
+  (void)airs_session_geometry(session, &geo);
+  const uint32_t tpb = geo.tokens_per_block;
+  const uint64_t need = kv_layout_for(model.config, tpb, KvElem::kF16).block_bytes();
+  if (tpb == 0 || need > geo.block_bytes) {
+    std::fprintf(stderr,
+                 "airs-generate: the daemon's KV block (%u bytes, %u tokens) does not hold %u positions of this "
+                 "model (%llu bytes): a daemon of another version?\n",
+                 geo.block_bytes, tpb, tpb, static_cast<unsigned long long>(need));
+    return std::nullopt;
+  }
+  return kv_layout_for(model.config, tpb, KvElem::kF16);
+}
+
+// The start-up line: the model's shape and weight type, the kernels, the
+// threads, where the KV cache lives.
+void say_start(const Options& o, const Model& model, const char* kernels, bool daemon_kv) {
+  const std::string experts = model.config.n_expert == 0 ? std::string()
+                              : fmt::format(", {} of {} experts per token", model.config.n_expert_used,
+                                            model.config.n_expert);
+  std::fprintf(stderr, "airs-generate: %s: %u layers%s, %s weights; kernels %s, %u thread%s, KV in %s\n",
+               o.model.c_str(), model.config.n_layer, experts.c_str(),
+               weight_type_name(model.layers.empty() ? model.output.type : model.layers[0].wq.type), kernels,
+               o.threads, o.threads == 1 ? "" : "s", daemon_kv ? "the daemon's blocks" : "private memory");
+}
+
+// What a generation produced and how long it took.
+struct Generated {
+  std::vector<int32_t> tokens;
+  double ttft_ms = 0;
+  double decode_s = 0;  // a --pause-at wait excluded
+  double max_token_ms = 0;  // the slowest decode step
+};
+
+// Waits for a line on stdin after saying "paused" (--pause-at).
+void pause_for_a_line(const Options& o) {
+  std::printf("%spaused\n", o.json ? "" : "\n");
+  std::fflush(stdout);
+  std::string line;
+  for (char c = 0; ::read(0, &c, 1) == 1 && c != '\n';) line += c;
+}
+
+// Prefill, then o.n tokens in all, each printed as it comes (not with --json).
+Result<Generated> generate(const Options& o, Sequence& seq, Sampler& sampler, const Tokenizer& tok,
+                           const std::vector<int32_t>& prompt) {
+  Generated g;
+  const auto t0 = Clock::now();
+  auto logits = seq.prefill(prompt);
+  if (!logits) return make_error(logits.error().code, "prefill: {}", logits.error().message);
+  g.tokens.push_back(sampler.sample(*logits));
+  const auto t_first = Clock::now();
+  if (!o.json) {
+    std::fputs(tok.decode(g.tokens, true).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::chrono::duration<double> paused{0};
+  while (static_cast<int>(g.tokens.size()) < o.n) {
+    if (static_cast<int>(g.tokens.size()) == o.pause_at) {
+      const auto p0 = Clock::now();
+      pause_for_a_line(o);
+      paused += Clock::now() - p0;
+    }
+    const auto s0 = Clock::now();
+    logits = seq.append(g.tokens.back());
+    g.max_token_ms = std::max(g.max_token_ms, std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
+    if (!logits) return make_error(logits.error().code, "decode: {}", logits.error().message);
+    g.tokens.push_back(sampler.sample(*logits));
+    if (!o.json) {
+      std::fputs(tok.piece(g.tokens.back()).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  g.ttft_ms = std::chrono::duration<double, std::milli>(t_first - t0).count();
+  g.decode_s = std::chrono::duration<double>(Clock::now() - t_first - paused).count();
+  return g;
+}
+
+void print_json(const Generated& g, const std::vector<int32_t>& prompt, const Sequence& seq, const Model& model,
+                const KvLayout& layout, const char* kernels, bool daemon_kv) {
+  const auto& out = g.tokens;
+  nlohmann::json j;
+  j["token_ids"] = out;
+  j["prompt_tokens"] = prompt.size();
+  j["matched_tokens"] = seq.matched_tokens();
+  j["restored_tokens"] = seq.restored_tokens();
+  j["ttft_ms"] = g.ttft_ms;
+  j["decode_tok_s"] = out.size() > 1 && g.decode_s > 0 ? static_cast<double>(out.size() - 1) / g.decode_s : 0.0;
+  j["max_token_ms"] = g.max_token_ms;
+  j["kv_blocks"] = seq.block_ids();
+  j["backend"] = daemon_kv ? "daemon" : "private";
+  j["recomputed_blocks"] = seq.recomputed_blocks();
+  j["tokens_per_block"] = layout.tokens_per_block;
+  j["kv_block_bytes"] = layout.block_bytes();
+  j["kernels"] = kernels;
+  j["weight_bytes_per_token"] = model.weight_bytes;
+  if (model.config.n_expert > 0) {
+    j["experts"] = model.config.n_expert;
+    j["experts_used"] = model.config.n_expert_used;
+  }
+  std::printf("%s\n", j.dump().c_str());
+}
+
+int fail(const Options& o, const std::string& message) {
+  std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), message.c_str());
+  return 1;
+}
+
+int run(const Options& o) {
+  Backing b;
+  if (!o.no_daemon) open_on_daemon(o, b);
+  if (!b.model && !map_privately(o, b)) return 1;
+  const gguf::MemorySource src(b.mapping);
   auto file = gguf::parse(src);
-  if (!file) {
-    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), file.error().message.c_str());
-    return 1;
-  }
-  auto model = load_model(*file, mapping);
-  if (!model) {
-    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), model.error().message.c_str());
-    return 1;
-  }
-  auto tok = Tokenizer::from_gguf(*file, mapping);
-  if (!tok) {
-    std::fprintf(stderr, "airs-generate: %s: %s\n", o.model.c_str(), tok.error().message.c_str());
-    return 1;
-  }
+  if (!file) return fail(o, file.error().message);
+  auto model = load_model(*file, b.mapping);
+  if (!model) return fail(o, model.error().message);
+  auto tok = Tokenizer::from_gguf(*file, b.mapping);
+  if (!tok) return fail(o, tok.error().message);
+  auto prompt = encode_prompt(o, *tok);
+  if (!prompt) return 1;
 
-  std::vector<int32_t> prompt;
-  if (!o.system_file.empty()) {
-    std::ifstream in(o.system_file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "airs-generate: cannot read --system %s\n", o.system_file.c_str());
-      return 1;
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = tok->encode(ss.str(), true);
-    const auto rest = tok->encode(o.prompt, false);
-    prompt.insert(prompt.end(), rest.begin(), rest.end());
-  } else {
-    prompt = tok->encode(o.prompt, true);
-  }
-
-  // KV geometry: the daemon's. Its blocks are sized for its kv_type and
-  // tokens_per_block, and it checks lengths and commits in those tokens, so
-  // the engine stores that type with exactly that many positions per block
-  // (f32 K/V in f16-sized blocks would commit blocks the daemon counts as
-  // half full). Private memory: --kv, f16 by default, 16 per block.
-  uint32_t tpb = 16;
-  if (amodel != nullptr && airs_session_create(client, amodel, o.priority, &session) < 0) {
+  airs_session* session = nullptr;
+  if (b.model && airs_session_create(b.client.get(), b.model.get(), o.priority, &session) < 0) {
     std::fprintf(stderr, "airs-generate: cannot create a KV session (%s); running on private blocks\n",
                  airs_last_error());
     session = nullptr;
   }
-  session_owner.reset(session);
-  KvElem kv_elem = o.kv.value_or(KvElem::kF16);
-  if (session != nullptr) {
-    const std::string daemon_kv = airs_session_kv_type(session);
-    if (daemon_kv != "f16") {
-      std::fprintf(stderr,
-                   "airs-generate: the daemon stores KV as '%s' ([kv] kv_type in airs-memd.conf); this engine "
-                   "reads f16 or f32 KV: set kv_type = \"f16\" there, or run with --no-daemon\n",
-                   daemon_kv.c_str());
-      return 1;
-    }
-    if (o.kv && *o.kv != KvElem::kF16) {
-      std::fprintf(stderr,
-                   "airs-generate: --kv f32, but the daemon's KV blocks are f16 ([kv] kv_type in airs-memd.conf); "
-                   "drop --kv or run with --no-daemon\n");
-      return 1;
-    }
-    kv_elem = KvElem::kF16;
-    airs_kv_geometry geo{};
-    (void)airs_session_geometry(session, &geo);
-    tpb = geo.tokens_per_block;
-    const uint64_t need = kv_layout_for(model->config, tpb, kv_elem).block_bytes();
-    if (tpb == 0 || need > geo.block_bytes) {
-      std::fprintf(stderr,
-                   "airs-generate: the daemon's KV block (%u bytes, %u tokens) does not hold %u positions of this "
-                   "model (%llu bytes): a daemon of another version?\n",
-                   geo.block_bytes, tpb, tpb, static_cast<unsigned long long>(need));
-      return 1;
-    }
-  }
-  const KvLayout layout = kv_layout_for(model->config, tpb, kv_elem);
+  b.session.reset(session);
+  const auto layout = kv_layout(o, *model, session);
+  if (!layout) return 1;
   const char* kernels = kernel_path_name(kernel_path());
-  const std::string experts = model->config.n_expert == 0 ? std::string()
-                              : fmt::format(", {} of {} experts per token", model->config.n_expert_used,
-                                            model->config.n_expert);
-  std::fprintf(stderr, "airs-generate: %s: %u layers%s, %s weights; kernels %s, %u thread%s, KV in %s\n",
-               o.model.c_str(), model->config.n_layer, experts.c_str(),
-               weight_type_name(model->layers.empty() ? model->output.type : model->layers[0].wq.type),
-               kernels, o.threads, o.threads == 1 ? "" : "s", session != nullptr ? "the daemon's blocks" : "private memory");
+  say_start(o, *model, kernels, session != nullptr);
   ThreadPool pool(o.threads);
-  Engine engine(*model, layout, pool);
+  Engine engine(*model, *layout, pool);
   std::optional<AirsKv> dkv;
   std::optional<PrivateKv> pkv;
-  KvBackend* kv = nullptr;
-  if (session != nullptr) {
-    kv = &dkv.emplace(session);
-  } else {
-    kv = &pkv.emplace(layout.block_bytes());
-  }
+  KvBackend* kv = session != nullptr ? static_cast<KvBackend*>(&dkv.emplace(session))
+                                     : static_cast<KvBackend*>(&pkv.emplace(layout->block_bytes()));
   Sequence seq(engine, *kv);
   Sampler sampler(o.sampling);
-
-  const auto t0 = Clock::now();
-  auto logits = seq.prefill(prompt);
-  if (!logits) {
-    std::fprintf(stderr, "airs-generate: prefill: %s\n", logits.error().message.c_str());
+  auto g = generate(o, seq, sampler, *tok, *prompt);
+  if (!g) {
+    std::fprintf(stderr, "airs-generate: %s\n", g.error().message.c_str());
     return 1;
   }
-  std::vector<int32_t> out;
-  out.push_back(sampler.sample(*logits));
-  const auto t_first = Clock::now();
-  if (!o.json) {
-    std::fputs(tok->decode(out, true).c_str(), stdout);
-    std::fflush(stdout);
-  }
-  // Decode time excludes a --pause-at wait; the slowest step is kept too.
-  std::chrono::duration<double> paused{0};
-  double max_token_ms = 0;
-  while (static_cast<int>(out.size()) < o.n) {
-    if (static_cast<int>(out.size()) == o.pause_at) {
-      const auto p0 = Clock::now();
-      std::printf("%spaused\n", o.json ? "" : "\n");
-      std::fflush(stdout);
-      std::string line;
-      for (char c = 0; ::read(0, &c, 1) == 1 && c != '\n';) line += c;
-      paused += Clock::now() - p0;
-    }
-    const auto s0 = Clock::now();
-    logits = seq.append(out.back());
-    max_token_ms = std::max(max_token_ms, std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
-    if (!logits) {
-      std::fprintf(stderr, "airs-generate: decode: %s\n", logits.error().message.c_str());
-      return 1;
-    }
-    out.push_back(sampler.sample(*logits));
-    if (!o.json) {
-      std::fputs(tok->piece(out.back()).c_str(), stdout);
-      std::fflush(stdout);
-    }
-  }
-  const auto t_end = Clock::now();
   // The decode steps posted their lengths one way; one round trip makes sure
   // the daemon applied the last before the output says we are done.
   if (dkv) (void)dkv->set_length(seq.size());
-  const double ttft = std::chrono::duration<double, std::milli>(t_first - t0).count();
-  const double decode_s = std::chrono::duration<double>(t_end - t_first - paused).count();
-  if (o.json) {
-    nlohmann::json j;
-    j["token_ids"] = out;
-    j["prompt_tokens"] = prompt.size();
-    j["matched_tokens"] = seq.matched_tokens();
-    j["restored_tokens"] = seq.restored_tokens();
-    j["ttft_ms"] = ttft;
-    j["decode_tok_s"] = out.size() > 1 && decode_s > 0 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
-    j["max_token_ms"] = max_token_ms;
-    j["kv_blocks"] = seq.block_ids();
-    j["backend"] = session != nullptr ? "daemon" : "private";
-    j["recomputed_blocks"] = seq.recomputed_blocks();
-    j["tokens_per_block"] = tpb;
-    j["kv_block_bytes"] = layout.block_bytes();
-    j["kernels"] = kernels;
-    j["weight_bytes_per_token"] = model->weight_bytes;
-    if (model->config.n_expert > 0) {
-      j["experts"] = model->config.n_expert;
-      j["experts_used"] = model->config.n_expert_used;
-    }
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("\n");
-  }
+  if (o.json) print_json(*g, *prompt, seq, *model, *layout, kernels, session != nullptr);
+  else std::printf("\n");
   std::fflush(stdout);
   if (o.hold) {
     char buf[64];

@@ -567,6 +567,23 @@ struct Allocator::Impl {
     }
     return {};
   }
+
+  // ---- audit (Allocator::audit), one arena at a time ------------------
+  // Expected holders of each block, from the sessions' tables.
+  using HeldBy = std::unordered_map<BlockId, std::vector<Holder>>;
+  // What the committed chunks hold, against the arena's counters.
+  struct AuditCounts {
+    uint32_t committed = 0;
+    uint32_t free_blocks = 0;
+    uint32_t held = 0;
+    uint32_t cached = 0;
+    uint32_t chunks_with_free = 0;  // the length the arena's free list must have
+  };
+  Status audit_session(ArenaId aid, uint32_t slot, HeldBy& held_by) const;
+  Status audit_chunk(ArenaId aid, uint32_t c, const HeldBy& held_by, AuditCounts& n) const;
+  Status audit_block(ArenaId aid, BlockId b, const HeldBy& held_by, AuditCounts& n) const;
+  Status audit_holders(ArenaId aid, BlockId b, const std::vector<Holder>& expected) const;
+  Status audit_lists(ArenaId aid, const AuditCounts& n) const;
 };
 
 // ---- public API -----------------------------------------------------------
@@ -1120,6 +1137,170 @@ Result<KvGeometry> Allocator::arena_geometry(ArenaId aid) const {
 
 size_t Allocator::arena_count() const { return impl_->arenas.size(); }
 
+namespace {
+Error audit_error(ArenaId aid, const std::string& what) {
+  return make_error(EUCLEAN, "KV audit: arena {}: {}", aid, what);
+}
+}  // namespace
+
+// A session's table against its entries and length, its chunks against
+// their owner marks, its own free list against its chunks with free blocks.
+// Its blocks go to `held_by`.
+Status Allocator::Impl::audit_session(ArenaId aid, uint32_t slot, HeldBy& held_by) const {
+  const ArenaRec& a = *arenas[aid];
+  const SessionRec& s = sessions[slot];
+  auto fail = [&](const std::string& what) { return audit_error(aid, what); };
+  if (!s.live || s.arena != aid) return fail(fmt::format("session slot {} listed but not live here", slot));
+  uint32_t entries = 0;
+  for (uint32_t i = 0; i < s.table.size(); ++i) {
+    if (s.table[i] == kNoBlock) continue;
+    ++entries;
+    held_by[s.table[i]].push_back(Holder{s.id, i});
+  }
+  if (entries != s.entries) return fail(fmt::format("session {} entries {} != {}", s.id, s.entries, entries));
+  if (!s.table.empty() && s.table.back() == kNoBlock) return fail(fmt::format("session {} trailing hole", s.id));
+  if (s.length > s.table.size() * uint64_t{a.g.tokens_per_block}) return fail("length beyond table");
+  uint32_t spares = 0;
+  for (const uint32_t c : s.owned) {
+    if (!a.chunks[c].committed || a.chunks[c].owner != s.id) return fail(fmt::format("session {} owns chunk {} wrongly", s.id, c));
+    if (a.chunks[c].spare) ++spares;
+  }
+  if (spares != s.spare) return fail(fmt::format("session {} spare count {} != {}", s.id, s.spare, spares));
+  uint32_t own_list = 0;
+  for (uint32_t c = s.own_free_head; c != kNil; c = a.chunks[c].own_next) {
+    if (a.chunks[c].owner != s.id || a.chunks[c].free_count == 0) return fail("own free list holds a wrong chunk");
+    if (++own_list > a.max_chunks) return fail("own free list cycles");
+  }
+  uint32_t own_with_free = 0;
+  for (const uint32_t c : s.owned) own_with_free += a.chunks[c].free_count > 0;
+  if (own_list != own_with_free) return fail(fmt::format("session {} own free list {} != {}", s.id, own_list, own_with_free));
+  return {};
+}
+
+// One block of a committed chunk: its refcount against its holders, its
+// state against them, its holder list and its index entry.
+Status Allocator::Impl::audit_block(ArenaId aid, BlockId b, const HeldBy& held_by, AuditCounts& n) const {
+  const ArenaRec& a = *arenas[aid];
+  const Block& bl = a.blocks[b];
+  auto fail = [&](const std::string& what) { return audit_error(aid, what); };
+  const auto hb = held_by.find(b);
+  const size_t holders = hb == held_by.end() ? 0 : hb->second.size();
+  if (bl.refcount != holders) return fail(fmt::format("block {} refcount {} but {} holders", b, bl.refcount, holders));
+  switch (bl.state) {
+    case BlockState::Free:
+      ++n.free_blocks;
+      if (bl.published || holders) return fail(fmt::format("free block {} published or held", b));
+      break;
+    case BlockState::Held:
+      ++n.held;
+      if (holders == 0) return fail(fmt::format("held block {} without holders", b));
+      AIRS_TRY(audit_holders(aid, b, hb->second));
+      break;
+    case BlockState::Cached:
+      ++n.cached;
+      if (!bl.published || holders) return fail(fmt::format("cached block {} unpublished or held", b));
+      break;
+    case BlockState::Uncommitted:
+      return fail(fmt::format("uncommitted block {} in committed chunk", b));
+  }
+  if (bl.published) {
+    const auto it = a.index.find(bl.hash);
+    if (it == a.index.end() || it->second != b) return fail(fmt::format("published block {} not indexed", b));
+  }
+  return {};
+}
+
+// A held block's hint (one holder) or holder list (shared: published, and
+// listing exactly the sessions whose tables hold it).
+Status Allocator::Impl::audit_holders(ArenaId aid, BlockId b, const std::vector<Holder>& expected) const {
+  const ArenaRec& a = *arenas[aid];
+  const Block& bl = a.blocks[b];
+  auto fail = [&](const std::string& what) { return audit_error(aid, what); };
+  if (expected.size() == 1) {
+    if (bl.hint_sid != expected[0].sid || bl.hint_idx != expected[0].idx) return fail(fmt::format("block {} hint wrong", b));
+    if (a.holders.count(b)) return fail(fmt::format("block {} has a holder list at refcount 1", b));
+    return {};
+  }
+  if (!bl.published) return fail(fmt::format("shared block {} not published", b));
+  const auto it = a.holders.find(b);
+  if (it == a.holders.end() || it->second.size() != expected.size()) return fail(fmt::format("block {} holder list wrong", b));
+  for (const Holder& h : it->second) {
+    bool found = false;
+    for (const Holder& e : expected) found |= e.sid == h.sid && e.idx == h.idx;
+    if (!found) return fail(fmt::format("block {} holder list has a stranger", b));
+  }
+  return {};
+}
+
+// One chunk: uncommitted ones hold no blocks; a committed one's blocks, its
+// counts, its free list, its owner and its spare mark.
+Status Allocator::Impl::audit_chunk(ArenaId aid, uint32_t c, const HeldBy& held_by, AuditCounts& n) const {
+  const ArenaRec& a = *arenas[aid];
+  const uint32_t bpc = a.g.blocks_per_chunk;
+  const Chunk& ch = a.chunks[c];
+  auto fail = [&](const std::string& what) { return audit_error(aid, what); };
+  if (!ch.committed) {
+    if (c < a.high_water)
+      for (uint32_t i = 0; i < bpc; ++i)
+        if (a.blocks[c * bpc + i].state != BlockState::Uncommitted) return fail(fmt::format("block in uncommitted chunk {}", c));
+    return {};
+  }
+  if (c >= a.high_water) return fail("committed chunk above high water");
+  ++n.committed;
+  if (ch.pending) return fail(fmt::format("chunk {} still pending after a call", c));
+  const AuditCounts before = n;
+  for (uint32_t i = 0; i < bpc; ++i) AIRS_TRY(audit_block(aid, c * bpc + i, held_by, n));
+  const uint32_t nfree = n.free_blocks - before.free_blocks;
+  const uint32_t nused = (n.held - before.held) + (n.cached - before.cached);
+  if (nfree != ch.free_count || nused != ch.used) return fail(fmt::format("chunk {} counts wrong", c));
+  uint32_t walked = 0;
+  for (uint32_t b = ch.free_head; b != kNil; b = a.blocks[b].next) {
+    if (a.g.chunk_of(b) != c || a.blocks[b].state != BlockState::Free || ++walked > bpc) return fail(fmt::format("chunk {} free list broken", c));
+  }
+  if (walked != nfree) return fail(fmt::format("chunk {} free list length", c));
+  if (nfree > 0) ++n.chunks_with_free;
+  if (ch.owner != 0) {
+    const SessionRec* o = find_session(ch.owner);
+    if (o == nullptr || o->arena != aid) return fail(fmt::format("chunk {} owned by a dead session", c));
+    if (std::find(o->owned.begin(), o->owned.end(), c) == o->owned.end()) return fail("owner does not list chunk");
+  }
+  if (ch.spare && (ch.used != 0 || ch.owner == 0)) return fail(fmt::format("spare chunk {} not empty or ownerless", c));
+  if (ch.used == 0 && !ch.spare) return fail(fmt::format("empty chunk {} neither released nor spare", c));
+  return {};
+}
+
+// The arena's lists (free chunks, LRU), its index and holder lists, and its
+// counters against what the chunks hold (`n`).
+Status Allocator::Impl::audit_lists(ArenaId aid, const AuditCounts& n) const {
+  const ArenaRec& a = *arenas[aid];
+  auto fail = [&](const std::string& what) { return audit_error(aid, what); };
+  uint32_t arena_list = 0;
+  for (uint32_t c = a.free_chunks_head; c != kNil; c = a.chunks[c].ar_next) {
+    if (a.chunks[c].free_count == 0 || ++arena_list > a.max_chunks) return fail("arena free list broken");
+  }
+  if (arena_list != n.chunks_with_free) return fail("arena free list length");
+  uint32_t lru = 0;
+  TimePoint prev{};
+  for (uint32_t b = a.lru_head; b != kNil; b = a.blocks[b].next) {
+    if (a.blocks[b].state != BlockState::Cached || ++lru > a.blocks.size()) return fail("LRU list broken");
+    if (a.blocks[b].cached_at < prev) return fail("LRU out of order");
+    prev = a.blocks[b].cached_at;
+  }
+  if (lru != n.cached) return fail("LRU length");
+  for (const auto& [h, b] : a.index) {
+    if (b >= a.blocks.size() || !a.blocks[b].published || a.blocks[b].hash != h) return fail("index entry stale");
+  }
+  for (const auto& [b, hv] : a.holders) {
+    if (b >= a.blocks.size() || a.blocks[b].refcount < 2) return fail("holder list for unshared block");
+  }
+  if (n.committed != a.committed || n.free_blocks != a.free_blocks || n.held != a.held || n.cached != a.cached) {
+    return fail(fmt::format("counters: committed {}/{} free {}/{} held {}/{} cached {}/{}", a.committed, n.committed,
+                            a.free_blocks, n.free_blocks, a.held, n.held, a.cached, n.cached));
+  }
+  if (!a.pending.empty()) return fail("pending list not empty");
+  return {};
+}
+
 Status Allocator::audit() const {
   const Impl& m = *impl_;
   std::unordered_map<uint32_t, uint64_t> uid_blocks;
@@ -1127,136 +1308,14 @@ Status Allocator::audit() const {
   for (ArenaId aid = 0; aid < m.arenas.size(); ++aid) {
     const ArenaRec& a = *m.arenas[aid];
     if (!a.live) continue;
-    const uint32_t bpc = a.g.blocks_per_chunk;
-    auto fail = [&](std::string what) { return make_error(EUCLEAN, "KV audit: arena {}: {}", aid, what); };
     // Expected refcounts and holders from the block tables.
-    std::unordered_map<BlockId, std::vector<Holder>> held_by;
-    for (const uint32_t slot : a.sessions) {
-      const SessionRec& s = m.sessions[slot];
-      if (!s.live || s.arena != aid) return fail(fmt::format("session slot {} listed but not live here", slot));
-      ++uid_sessions[a.uid];
-      uint32_t entries = 0;
-      for (uint32_t i = 0; i < s.table.size(); ++i) {
-        if (s.table[i] == kNoBlock) continue;
-        ++entries;
-        held_by[s.table[i]].push_back(Holder{s.id, i});
-      }
-      if (entries != s.entries) return fail(fmt::format("session {} entries {} != {}", s.id, s.entries, entries));
-      if (!s.table.empty() && s.table.back() == kNoBlock) return fail(fmt::format("session {} trailing hole", s.id));
-      if (s.length > s.table.size() * uint64_t{a.g.tokens_per_block}) return fail("length beyond table");
-      uint32_t spares = 0;
-      for (const uint32_t c : s.owned) {
-        if (!a.chunks[c].committed || a.chunks[c].owner != s.id) return fail(fmt::format("session {} owns chunk {} wrongly", s.id, c));
-        if (a.chunks[c].spare) ++spares;
-      }
-      if (spares != s.spare) return fail(fmt::format("session {} spare count {} != {}", s.id, s.spare, spares));
-      uint32_t own_list = 0;
-      for (uint32_t c = s.own_free_head; c != kNil; c = a.chunks[c].own_next) {
-        if (a.chunks[c].owner != s.id || a.chunks[c].free_count == 0) return fail("own free list holds a wrong chunk");
-        if (++own_list > a.max_chunks) return fail("own free list cycles");
-      }
-      uint32_t own_with_free = 0;
-      for (const uint32_t c : s.owned) own_with_free += a.chunks[c].free_count > 0;
-      if (own_list != own_with_free) return fail(fmt::format("session {} own free list {} != {}", s.id, own_list, own_with_free));
-    }
-    uint32_t committed = 0, free_blocks = 0, held = 0, cached = 0, arena_list_expected = 0;
-    for (uint32_t c = 0; c < a.max_chunks; ++c) {
-      const Chunk& ch = a.chunks[c];
-      if (!ch.committed) {
-        if (c < a.high_water) {
-          for (uint32_t i = 0; i < bpc; ++i) {
-            if (a.blocks[c * bpc + i].state != BlockState::Uncommitted) return fail(fmt::format("block in uncommitted chunk {}", c));
-          }
-        }
-        continue;
-      }
-      if (c >= a.high_water) return fail("committed chunk above high water");
-      ++committed;
-      if (ch.pending) return fail(fmt::format("chunk {} still pending after a call", c));
-      uint32_t nfree = 0, nused = 0;
-      for (uint32_t i = 0; i < bpc; ++i) {
-        const BlockId b = c * bpc + i;
-        const Block& bl = a.blocks[b];
-        const auto hb = held_by.find(b);
-        const size_t holders = hb == held_by.end() ? 0 : hb->second.size();
-        if (bl.refcount != holders) return fail(fmt::format("block {} refcount {} but {} holders", b, bl.refcount, holders));
-        switch (bl.state) {
-          case BlockState::Free:
-            ++nfree;
-            if (bl.published || holders) return fail(fmt::format("free block {} published or held", b));
-            break;
-          case BlockState::Held:
-            ++nused;
-            ++held;
-            if (holders == 0) return fail(fmt::format("held block {} without holders", b));
-            if (holders == 1) {
-              if (bl.hint_sid != hb->second[0].sid || bl.hint_idx != hb->second[0].idx) return fail(fmt::format("block {} hint wrong", b));
-              if (a.holders.count(b)) return fail(fmt::format("block {} has a holder list at refcount 1", b));
-            } else {
-              if (!bl.published) return fail(fmt::format("shared block {} not published", b));
-              const auto it = a.holders.find(b);
-              if (it == a.holders.end() || it->second.size() != holders) return fail(fmt::format("block {} holder list wrong", b));
-              for (const Holder& h : it->second) {
-                bool found = false;
-                for (const Holder& e : hb->second) found |= e.sid == h.sid && e.idx == h.idx;
-                if (!found) return fail(fmt::format("block {} holder list has a stranger", b));
-              }
-            }
-            break;
-          case BlockState::Cached:
-            ++nused;
-            ++cached;
-            if (!bl.published || holders) return fail(fmt::format("cached block {} unpublished or held", b));
-            break;
-          case BlockState::Uncommitted:
-            return fail(fmt::format("uncommitted block {} in committed chunk", b));
-        }
-        if (bl.published) {
-          const auto it = a.index.find(bl.hash);
-          if (it == a.index.end() || it->second != b) return fail(fmt::format("published block {} not indexed", b));
-        }
-      }
-      if (nfree != ch.free_count || nused != ch.used) return fail(fmt::format("chunk {} counts wrong", c));
-      uint32_t walked = 0;
-      for (uint32_t b = ch.free_head; b != kNil; b = a.blocks[b].next) {
-        if (a.g.chunk_of(b) != c || a.blocks[b].state != BlockState::Free || ++walked > bpc) return fail(fmt::format("chunk {} free list broken", c));
-      }
-      if (walked != nfree) return fail(fmt::format("chunk {} free list length", c));
-      free_blocks += nfree;
-      if (nfree > 0) ++arena_list_expected;
-      if (ch.owner != 0) {
-        const SessionRec* o = m.find_session(ch.owner);
-        if (o == nullptr || o->arena != aid) return fail(fmt::format("chunk {} owned by a dead session", c));
-        if (std::find(o->owned.begin(), o->owned.end(), c) == o->owned.end()) return fail("owner does not list chunk");
-      }
-      if (ch.spare && (ch.used != 0 || ch.owner == 0)) return fail(fmt::format("spare chunk {} not empty or ownerless", c));
-      if (ch.used == 0 && !ch.spare) return fail(fmt::format("empty chunk {} neither released nor spare", c));
-    }
-    uint32_t arena_list = 0;
-    for (uint32_t c = a.free_chunks_head; c != kNil; c = a.chunks[c].ar_next) {
-      if (a.chunks[c].free_count == 0 || ++arena_list > a.max_chunks) return fail("arena free list broken");
-    }
-    if (arena_list != arena_list_expected) return fail("arena free list length");
-    uint32_t lru = 0;
-    TimePoint prev{};
-    for (uint32_t b = a.lru_head; b != kNil; b = a.blocks[b].next) {
-      if (a.blocks[b].state != BlockState::Cached || ++lru > a.blocks.size()) return fail("LRU list broken");
-      if (a.blocks[b].cached_at < prev) return fail("LRU out of order");
-      prev = a.blocks[b].cached_at;
-    }
-    if (lru != cached) return fail("LRU length");
-    for (const auto& [h, b] : a.index) {
-      if (b >= a.blocks.size() || !a.blocks[b].published || a.blocks[b].hash != h) return fail("index entry stale");
-    }
-    for (const auto& [b, hv] : a.holders) {
-      if (b >= a.blocks.size() || a.blocks[b].refcount < 2) return fail("holder list for unshared block");
-    }
-    if (committed != a.committed || free_blocks != a.free_blocks || held != a.held || cached != a.cached) {
-      return fail(fmt::format("counters: committed {}/{} free {}/{} held {}/{} cached {}/{}", a.committed, committed,
-                              a.free_blocks, free_blocks, a.held, held, a.cached, cached));
-    }
-    if (!a.pending.empty()) return fail("pending list not empty");
-    uid_blocks[a.uid] += held;
+    Impl::HeldBy held_by;
+    for (const uint32_t slot : a.sessions) AIRS_TRY(m.audit_session(aid, slot, held_by));
+    uid_sessions[a.uid] += static_cast<uint32_t>(a.sessions.size());
+    Impl::AuditCounts n;
+    for (uint32_t c = 0; c < a.max_chunks; ++c) AIRS_TRY(m.audit_chunk(aid, c, held_by, n));
+    AIRS_TRY(m.audit_lists(aid, n));
+    uid_blocks[a.uid] += n.held;
   }
   for (const auto& [uid, rec] : m.uids) {
     if (rec->blocks != uid_blocks[uid] || rec->sessions != uid_sessions[uid]) {

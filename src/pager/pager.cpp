@@ -42,13 +42,12 @@ struct Pager::Model {
   bool pin_warned_adopt = false;
 };
 
-Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts)
-    : loop_(loop), pool_(pool), opts_(opts), clients_(loop, *this) {}
+Pager::Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, Listeners listeners)
+    : loop_(loop), pool_(pool), opts_(opts), clients_(loop, *this), listeners_(std::move(listeners)) {}
 
 Pager::~Pager() {
   // Nothing above us may hear of what still completes.
-  state_listener_ = {};
-  drain_listener_ = {};
+  listeners_ = {};
   if (engine_ && !engine_->shutdown()) {
     // Reads still write through the daemon's mappings: those regions stay
     // mapped (leaked, the process is exiting) so no read lands in memory
@@ -60,10 +59,11 @@ Pager::~Pager() {
   if (close_timer_) loop_.remove(close_timer_->fd());
 }
 
-Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts) {
+Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts,
+                                             Listeners listeners) {
   if (opts.queue_depth == 0) opts.queue_depth = 1;
   if (!opts.uffd_clients) opts.background_warmup = true;
-  auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts));
+  auto p = std::unique_ptr<Pager>(new Pager(loop, pool, opts, std::move(listeners)));
   FillOptions fo;
   fo.queue_depth = opts.queue_depth;
   fo.allocate_ahead = opts.allocate_ahead;
@@ -481,7 +481,7 @@ void Pager::shrink_to_target(Model& m) {
                  target);
   }
   m.shrink_to.reset();
-  if (drain_listener_) drain_listener_(m.id, Drained::Shrunk);
+  if (listeners_.drain) listeners_.drain(m.id, Drained::Shrunk);
 }
 
 Result<Pager::Drain> Pager::set_budget(ModelId id, uint64_t bytes) {
@@ -501,10 +501,10 @@ Result<Pager::Drain> Pager::set_budget(ModelId id, uint64_t bytes) {
     return Drain::Done;
   }
   m->shrink_to = target;
-  const DrainListener keep = std::move(drain_listener_);
-  drain_listener_ = {};  // a cut finished inside this call is Done, not an event
+  const DrainListener keep = std::move(listeners_.drain);
+  listeners_.drain = {};  // a cut finished inside this call is Done, not an event
   shrink_to_target(*m);
-  drain_listener_ = keep;
+  listeners_.drain = keep;
   return m->shrink_to ? Drain::Pending : Drain::Done;
 }
 
@@ -532,7 +532,7 @@ void Pager::unit_read_failed(ModelId id, uint32_t unit, int err) {
   publish(*m);
   spdlog::error("model '{}': reading bytes [{}, +{}) failed: {}; faults there get SIGBUS", m->name,
                 uint64_t{unit} * m->unit, m->unit, std::strerror(err));
-  if (state_listener_) state_listener_(m->id, wire::ModelLoadState::Failed);
+  if (listeners_.state) listeners_.state(m->id, wire::ModelLoadState::Failed);
   clients_.poison(m->id, unit);
 }
 
@@ -581,7 +581,7 @@ void Pager::check_resident(Model& m) {
   publish(m);
   clients_.notify_resident(m.id);
   spdlog::info("model '{}': fully resident ({} read)", m.name, format_bytes(m.fill.bytes_read));
-  if (state_listener_) state_listener_(m.id, wire::ModelLoadState::Resident);
+  if (listeners_.state) listeners_.state(m.id, wire::ModelLoadState::Resident);
 }
 
 // --- clients ----------------------------------------------------------------
@@ -654,6 +654,7 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
 void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
+  if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);
   if (m->res->streamed()) m->res->policy().forget(key);
   std::vector<uint32_t> free_now;
   for (auto& [u, c] : m->closes)
@@ -720,8 +721,8 @@ void Pager::end_drains() {
     engine_->remove(it->first);
     it = unloading_.erase(it);  // the region's destructor returns the pages: counted free from here on
   }
-  if (drain_listener_)
-    for (ModelId id : ended) drain_listener_(id, Drained::Unloaded);
+  if (listeners_.drain)
+    for (ModelId id : ended) listeners_.drain(id, Drained::Unloaded);
 }
 
 uint64_t Pager::returning_pages() const {

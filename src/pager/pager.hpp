@@ -148,8 +148,38 @@ struct ModelStats {
 
 class Pager final : FillListener, TouchListener {
  public:
+  // How an unload or a budget cut ended.
+  enum class Drain : uint8_t {
+    Done,     // finished inside the call, no event follows
+    Pending,  // the DrainListener fires once it ended
+  };
+  // What a pending drain ended in (DrainListener).
+  enum class Drained : uint8_t {
+    Unloaded,  // the unloaded model's pages are back in the pool (its id is long gone)
+    Shrunk,    // a streamed model's budget was cut: the pages are free in the pool
+  };
+  // Called on the loop when a model becomes Resident or Failed (events, not
+  // polls).
+  using StateListener = std::function<void(ModelId, wire::ModelLoadState)>;
+  // Called on the loop (from a ring completion, never inside unload or
+  // set_budget) once per Drain::Pending, when that drain ended.
+  using DrainListener = std::function<void(ModelId, Drained)>;
+  // Called on the loop when a client of a loaded model is gone, whatever
+  // took it (detach(), its process exited, its socket hung up, its
+  // userfaultfd failed); not for the clients an unload() takes. The pager
+  // is the one record of who is attached: a caller that keeps its own list
+  // of keys prunes it here.
+  using ClientListener = std::function<void(ModelId, ClientKey)>;
+  // Each may be empty.
+  struct Listeners {
+    StateListener state;
+    DrainListener drain;
+    ClientListener client_left;
+  };
+
   // `loop` and `pool` must outlive the pager. Errors: io_uring setup.
-  static Result<std::unique_ptr<Pager>> create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts);
+  static Result<std::unique_ptr<Pager>> create(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts,
+                                               Listeners listeners = {});
   ~Pager() override;
   Pager(const Pager&) = delete;
   Pager& operator=(const Pager&) = delete;
@@ -204,16 +234,6 @@ class Pager final : FillListener, TouchListener {
   // the model's size, ESRCH process gone, EEXIST key.
   [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened);
 
-  // How an unload or a budget cut ended.
-  enum class Drain : uint8_t {
-    Done,     // finished inside the call, no event follows
-    Pending,  // the DrainListener fires once it ended
-  };
-  // What a pending drain ended in (DrainListener).
-  enum class Drained : uint8_t {
-    Unloaded,  // the unloaded model's pages are back in the pool (its id is long gone)
-    Shrunk,    // a streamed model's budget was cut: the pages are free in the pool
-  };
   // Forget the model, at once for every caller: the id is unknown from the
   // return on, the status page says Unloaded, clients are woken and
   // detached, and the region is truncated (every mapping of it, in any
@@ -232,14 +252,9 @@ class Pager final : FillListener, TouchListener {
   // The model's floor (stream_floor_bytes), 0 for a model that is not streamed.
   [[nodiscard]] uint64_t floor_bytes(ModelId id) const;
 
-  // Called on the loop when a model becomes Resident or Failed (events, not
-  // polls). May be empty.
-  using StateListener = std::function<void(ModelId, wire::ModelLoadState)>;
-  void set_state_listener(StateListener l) { state_listener_ = std::move(l); }
-  // Called on the loop (from a ring completion, never inside unload or
-  // set_budget) once per Drain::Pending, when that drain ended. May be empty.
-  using DrainListener = std::function<void(ModelId, Drained)>;
-  void set_drain_listener(DrainListener l) { drain_listener_ = std::move(l); }
+  // Replace a listener (Listeners above); an owner that goes first clears them.
+  void set_state_listener(StateListener l) { listeners_.state = std::move(l); }
+  void set_drain_listener(DrainListener l) { listeners_.drain = std::move(l); }
   // Pool pages that drains will give back (still counted as model pages by
   // the pool until they do): planners count them as on their way, so
   // nobody evicts twice for the same need.
@@ -275,7 +290,7 @@ class Pager final : FillListener, TouchListener {
 
  private:
   struct Model;
-  Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts);
+  Pager(sys::EventLoop& loop, pool::Pool& pool, PagerOptions opts, Listeners listeners);
   Model* find(ModelId id) const;
   Model* find_any(ModelId id) const;
   Result<ModelId> install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled);
@@ -320,8 +335,7 @@ class Pager final : FillListener, TouchListener {
   // every caller, kept whole (region, mapping) until their drain ended.
   std::map<ModelId, std::unique_ptr<Model>> unloading_;
   ModelId next_id_ = 1;
-  StateListener state_listener_;
-  DrainListener drain_listener_;
+  Listeners listeners_;
   std::optional<sys::OneShotTimer> close_timer_;
 };
 

@@ -102,6 +102,162 @@ void sort_coldest_first(std::vector<const SessionState*>& v) {
   });
 }
 
+// One plan in the making: the request, the state it plans over, and what
+// the rules kept out of it (for the shortfall message).
+struct Planning {
+  const PoolState& state;
+  const Request& request;
+  Clock::time_point now;
+  const Config& config;
+  bool targeted;  // the request names sessions or models
+  Builder& b;
+  uint64_t active_interactive = 0;
+  uint64_t pinned = 0;
+  uint64_t referenced = 0;
+  uint64_t own = 0;
+};
+
+// 0. Unreferenced prefix-cache blocks, least recently used arena first.
+void plan_cached(Planning& p) {
+  std::vector<const CachedBlocks*> cached;
+  for (const auto& c : p.state.cached) cached.push_back(&c);
+  std::sort(cached.begin(), cached.end(), [](const CachedBlocks* x, const CachedBlocks* y) {
+    return x->last_used != y->last_used ? x->last_used < y->last_used : x->arena_id < y->arena_id;
+  });
+  for (const CachedBlocks* c : cached) {
+    p.b.take_blocks(ActionKind::DropCached, c->arena_id, c->blocks, c->block_bytes,
+                    fmt::format("cached prefix blocks unused for {} s", idle_seconds(p.now, c->last_used)));
+  }
+}
+
+// The sessions of priority `prio` the request may take KV from, coldest
+// first; what the rules keep (the requester's own, active interactive KV)
+// is counted in `p`.
+std::vector<const SessionState*> victims_of_level(Planning& p, Priority prio) {
+  const Request& request = p.request;
+  const bool allowed = request.priorities.empty() ||
+                       std::find(request.priorities.begin(), request.priorities.end(), prio) != request.priorities.end();
+  std::vector<const SessionState*> level;
+  for (const auto& s : p.state.sessions) {
+    if (s.priority != prio || s.blocks == 0 || s.block_bytes == 0) continue;
+    const uint64_t bytes = sat_mul(s.blocks, s.block_bytes);
+    if (p.targeted && !contains(request.sessions, s.id)) continue;
+    if (request.requester && *request.requester == s.id) {
+      p.own = sat_add(p.own, bytes);
+      continue;
+    }
+    // Interactive KV is a victim only once idle strictly longer than the
+    // threshold: a user waiting on it must never lose it.
+    if (prio == Priority::Interactive && !(p.now - s.last_used > p.config.idle_threshold)) {
+      p.active_interactive = sat_add(p.active_interactive, bytes);
+      continue;
+    }
+    if (!allowed) continue;
+    level.push_back(&s);
+  }
+  sort_coldest_first(level);
+  return level;
+}
+
+// 1–3. KV by priority level: background, system, idle interactive.
+void plan_sessions(Planning& p) {
+  for (Priority prio : {Priority::Background, Priority::System, Priority::Interactive}) {
+    const std::vector<const SessionState*> level = victims_of_level(p, prio);
+    if (level.empty()) continue;
+    const bool all_rated =
+        std::all_of(level.begin(), level.end(), [](auto* x) { return x->access_rate.has_value(); });
+    auto reason = [&](const SessionState& s, const char* what) {
+      std::string r = prio == Priority::Interactive
+                          ? fmt::format("interactive KV idle {} s", idle_seconds(p.now, s.last_used))
+                          : std::string(level_label(prio));
+      if (s.access_rate && all_rated) r += fmt::format(", {:.1f} accesses/s", *s.access_rate);
+      return r + what;
+    };
+    // Partially filled blocks first: they hold the fewest tokens per byte,
+    // so recomputing them costs the least.
+    for (const SessionState* s : level)
+      p.b.take_blocks(ActionKind::EvictBlocks, s->id, std::min(s->partial_blocks, s->blocks), s->block_bytes,
+                      reason(*s, ", partial blocks"));
+    for (const SessionState* s : level) {
+      const uint32_t full = s->blocks - std::min(s->partial_blocks, s->blocks);
+      p.b.take_blocks(ActionKind::EvictBlocks, s->id, full, s->block_bytes, reason(*s, ""));
+    }
+  }
+}
+
+// 4. Models nobody references, least recently used first; never pinned.
+// An unused streamed model first gives back its budget above its floor (it
+// streams on, slower), then unused models go whole.
+void plan_unused_models(Planning& p) {
+  std::vector<const ModelState*> models;
+  for (const auto& m : p.state.models) {
+    if (p.targeted && !contains(p.request.models, m.id)) continue;
+    if (m.pinned) {
+      p.pinned = sat_add(p.pinned, m.resident_bytes);
+      continue;
+    }
+    if (m.refcount > 0) {
+      p.referenced = sat_add(p.referenced, m.resident_bytes);
+      continue;
+    }
+    models.push_back(&m);
+  }
+  std::sort(models.begin(), models.end(), [](const ModelState* x, const ModelState* y) {
+    return x->last_used != y->last_used ? x->last_used < y->last_used : x->id < y->id;
+  });
+  const uint64_t unit = p.state.unit_bytes == 0 ? 1 : p.state.unit_bytes;
+  for (const ModelState* m : models)
+    p.b.take_budget(m->id, m->spare_bytes, unit,
+                    fmt::format("streamed model '{}' unused for {} s: a smaller budget", m->name,
+                                idle_seconds(p.now, m->last_used)));
+  for (const ModelState* m : models) {
+    p.b.take_model(m->id, m->resident_bytes - std::min(m->resident_bytes, p.b.taken_from(m->id)),
+                   fmt::format("model '{}' unused for {} s", m->name, idle_seconds(p.now, m->last_used)));
+  }
+}
+
+// 5. Streamed models in use give back budget above their floor, the
+// largest spare first (pinned ones too: pinning keeps a model loaded, and a
+// smaller budget keeps it serving).
+void plan_streamed_budgets(Planning& p) {
+  std::vector<const ModelState*> streamed;
+  for (const auto& m : p.state.models) {
+    if (p.targeted && !contains(p.request.models, m.id)) continue;
+    if (m.spare_bytes > 0 && (m.refcount > 0 || m.pinned)) streamed.push_back(&m);
+  }
+  std::sort(streamed.begin(), streamed.end(), [](const ModelState* x, const ModelState* y) {
+    return x->spare_bytes != y->spare_bytes ? x->spare_bytes > y->spare_bytes : x->id < y->id;
+  });
+  for (const ModelState* m : streamed)
+    p.b.take_budget(m->id, m->spare_bytes, p.state.unit_bytes == 0 ? 1 : p.state.unit_bytes,
+                    fmt::format("streamed model '{}': a smaller budget", m->name));
+}
+
+// Why a plan falls short: what the rules kept, or that nothing (more) was
+// there, and whether the request's own filters narrowed it.
+std::string shortfall_reason(const Planning& p, const Plan& plan) {
+  std::vector<std::pair<const char*, uint64_t>> blockers;
+  if (p.active_interactive != 0) blockers.emplace_back("active interactive KV", p.active_interactive);
+  if (p.pinned != 0) blockers.emplace_back("pinned models", p.pinned);
+  if (p.referenced != 0) blockers.emplace_back("models in use", p.referenced);
+  if (p.own != 0) blockers.emplace_back("the requesting session's own KV", p.own);
+  std::string why;
+  if (blockers.empty()) {
+    why = plan.actions.empty() ? "nothing evictable" : "nothing more evictable";
+  } else if (blockers.size() == 1) {
+    why = fmt::format("only {} left: {}", blockers[0].first, format_bytes(blockers[0].second));
+  } else {
+    why = "only ";
+    for (size_t i = 0; i < blockers.size(); ++i)
+      why += fmt::format("{}{} ({})", i == 0 ? "" : ", ", blockers[i].first, format_bytes(blockers[i].second));
+    why += " left";
+  }
+  const Request& r = p.request;
+  if (!r.priorities.empty() || p.targeted || !r.include_models || !r.include_cached || !r.include_sessions)
+    why += " within the request's filters";
+  return why;
+}
+
 }  // namespace
 
 Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_point now, const Config& config) {
@@ -111,141 +267,18 @@ Plan plan_eviction(const PoolState& state, const Request& request, Clock::time_p
     else if (request.level == Level::Some) target = config.target_some_bytes;
   }
   Builder b(target, request.everything);
-  const bool targeted = !request.sessions.empty() || !request.models.empty();
-
-  // What the rules kept out, for the shortfall message.
-  uint64_t active_interactive = 0, pinned = 0, referenced = 0, own = 0;
-
-  // 0. Unreferenced prefix-cache blocks, least recently used arena first.
-  if (request.include_cached && !targeted) {
-    std::vector<const CachedBlocks*> cached;
-    for (const auto& c : state.cached) cached.push_back(&c);
-    std::sort(cached.begin(), cached.end(), [](const CachedBlocks* x, const CachedBlocks* y) {
-      return x->last_used != y->last_used ? x->last_used < y->last_used : x->arena_id < y->arena_id;
-    });
-    for (const CachedBlocks* c : cached) {
-      b.take_blocks(ActionKind::DropCached, c->arena_id, c->blocks, c->block_bytes,
-                    fmt::format("cached prefix blocks unused for {} s", idle_seconds(now, c->last_used)));
-    }
+  Planning p{state, request, now, config, !request.sessions.empty() || !request.models.empty(), b};
+  if (request.include_cached && !p.targeted) plan_cached(p);
+  if (request.include_sessions) plan_sessions(p);
+  if (request.include_models && (!p.targeted || !request.models.empty())) {
+    plan_unused_models(p);
+    plan_streamed_budgets(p);
   }
-
-  // 1–3. KV by priority level: background, system, idle interactive.
-  auto priority_allowed = [&](Priority p) {
-    return request.priorities.empty() ||
-           std::find(request.priorities.begin(), request.priorities.end(), p) != request.priorities.end();
-  };
-  for (Priority p : {Priority::Background, Priority::System, Priority::Interactive}) {
-    if (!request.include_sessions) break;
-    std::vector<const SessionState*> level;
-    for (const auto& s : state.sessions) {
-      if (s.priority != p || s.blocks == 0 || s.block_bytes == 0) continue;
-      const uint64_t bytes = sat_mul(s.blocks, s.block_bytes);
-      if (targeted && !contains(request.sessions, s.id)) continue;
-      if (request.requester && *request.requester == s.id) {
-        own = sat_add(own, bytes);
-        continue;
-      }
-      // Interactive KV is a victim only once idle strictly longer than the
-      // threshold: a user waiting on it must never lose it.
-      if (p == Priority::Interactive && !(now - s.last_used > config.idle_threshold)) {
-        active_interactive = sat_add(active_interactive, bytes);
-        continue;
-      }
-      if (!priority_allowed(p)) continue;
-      level.push_back(&s);
-    }
-    if (level.empty()) continue;
-    sort_coldest_first(level);
-    auto reason = [&](const SessionState& s, const char* what) {
-      std::string r = p == Priority::Interactive
-                          ? fmt::format("interactive KV idle {} s", idle_seconds(now, s.last_used))
-                          : std::string(level_label(p));
-      if (s.access_rate && std::all_of(level.begin(), level.end(), [](auto* x) { return x->access_rate.has_value(); }))
-        r += fmt::format(", {:.1f} accesses/s", *s.access_rate);
-      return r + what;
-    };
-    // Partially filled blocks first: they hold the fewest tokens per byte,
-    // so recomputing them costs the least.
-    for (const SessionState* sp : level) {
-      const SessionState& s = *sp;
-      b.take_blocks(ActionKind::EvictBlocks, s.id, std::min(s.partial_blocks, s.blocks),
-                                       s.block_bytes, reason(s, ", partial blocks"));
-    }
-    for (const SessionState* sp : level) {
-      const SessionState& s = *sp;
-      const uint32_t full = s.blocks - std::min(s.partial_blocks, s.blocks);
-      b.take_blocks(ActionKind::EvictBlocks, s.id, full, s.block_bytes, reason(s, ""));
-    }
-  }
-
-  // 4. Models nobody references, least recently used first; never pinned.
-  if (request.include_models && (!targeted || !request.models.empty())) {
-    std::vector<const ModelState*> models;
-    for (const auto& m : state.models) {
-      if (targeted && !contains(request.models, m.id)) continue;
-      if (m.pinned) {
-        pinned = sat_add(pinned, m.resident_bytes);
-        continue;
-      }
-      if (m.refcount > 0) {
-        referenced = sat_add(referenced, m.resident_bytes);
-        continue;
-      }
-      models.push_back(&m);
-    }
-    std::sort(models.begin(), models.end(), [](const ModelState* x, const ModelState* y) {
-      return x->last_used != y->last_used ? x->last_used < y->last_used : x->id < y->id;
-    });
-    // An unused streamed model first gives back its budget above its floor
-    // (it streams on, slower), then unused models go whole.
-    for (const ModelState* m : models)
-      b.take_budget(m->id, m->spare_bytes, state.unit_bytes == 0 ? 1 : state.unit_bytes,
-                    fmt::format("streamed model '{}' unused for {} s: a smaller budget", m->name,
-                                idle_seconds(now, m->last_used)));
-    for (const ModelState* m : models) {
-      b.take_model(m->id, m->resident_bytes - std::min(m->resident_bytes, b.taken_from(m->id)),
-                   fmt::format("model '{}' unused for {} s", m->name, idle_seconds(now, m->last_used)));
-    }
-    // 5. Streamed models in use give back budget above their floor, the
-    // largest spare first (pinned ones too: pinning keeps a model loaded,
-    // and a smaller budget keeps it serving).
-    std::vector<const ModelState*> streamed;
-    for (const auto& m : state.models) {
-      if (targeted && !contains(request.models, m.id)) continue;
-      if (m.spare_bytes > 0 && (m.refcount > 0 || m.pinned)) streamed.push_back(&m);
-    }
-    std::sort(streamed.begin(), streamed.end(), [](const ModelState* x, const ModelState* y) {
-      return x->spare_bytes != y->spare_bytes ? x->spare_bytes > y->spare_bytes : x->id < y->id;
-    });
-    for (const ModelState* m : streamed)
-      b.take_budget(m->id, m->spare_bytes, state.unit_bytes == 0 ? 1 : state.unit_bytes,
-                    fmt::format("streamed model '{}': a smaller budget", m->name));
-  }
-
   Plan plan = std::move(b).finish();
   plan.satisfied = plan.bytes >= target;
-  if (!plan.satisfied) {
-    std::vector<std::pair<const char*, uint64_t>> blockers;
-    if (active_interactive != 0) blockers.emplace_back("active interactive KV", active_interactive);
-    if (pinned != 0) blockers.emplace_back("pinned models", pinned);
-    if (referenced != 0) blockers.emplace_back("models in use", referenced);
-    if (own != 0) blockers.emplace_back("the requesting session's own KV", own);
-    std::string why;
-    if (blockers.empty()) {
-      why = plan.actions.empty() ? "nothing evictable" : "nothing more evictable";
-    } else if (blockers.size() == 1) {
-      why = fmt::format("only {} left: {}", blockers[0].first, format_bytes(blockers[0].second));
-    } else {
-      why = "only ";
-      for (size_t i = 0; i < blockers.size(); ++i)
-        why += fmt::format("{}{} ({})", i == 0 ? "" : ", ", blockers[i].first, format_bytes(blockers[i].second));
-      why += " left";
-    }
-    if (!request.priorities.empty() || targeted || !request.include_models || !request.include_cached ||
-        !request.include_sessions)
-      why += " within the request's filters";
-    plan.shortfall = fmt::format("{} of {} short: {}", format_bytes(target - plan.bytes), format_bytes(target), why);
-  }
+  if (!plan.satisfied)
+    plan.shortfall =
+        fmt::format("{} of {} short: {}", format_bytes(target - plan.bytes), format_bytes(target), shortfall_reason(p, plan));
   return plan;
 }
 

@@ -58,9 +58,6 @@ class Core : public ::testing::Test {
     config::ModelsConfig mc;
     mc.pinned = std::move(pinned);
     Models::Hooks h;
-    h.make_room = [this](uint64_t bytes, const std::string& why) {
-      return evictor_->make_room(policy::Request::for_model_load(bytes), why);
-    };
     h.dropped = [this](const ModelEntry& m, bool, const std::string&) {
       dropped_.push_back(m.name);
       kv_->close_model(m.id, "dropped");
@@ -74,6 +71,9 @@ class Core : public ::testing::Test {
                                              const std::string&) { lost_[s.id] += blocks.size(); });
     policy::Config pc;
     evictor_ = std::make_unique<Evictor>(*pool_, *models_, *kv_, pc);
+    models_->set_room_maker([this](uint64_t bytes, const std::string& why) {
+      return evictor_->make_room(policy::Request::for_model_load(bytes), why);
+    });
     kv_->set_room_maker([this](const policy::Request& r, const std::string& why) { return evictor_->make_room(r, why); });
   }
 
