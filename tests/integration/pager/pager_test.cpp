@@ -235,6 +235,13 @@ class PagerTest : public ::testing::Test {
     return c;
   }
 
+  // Tells a client whose loop-still steps wait for it that the daemon's
+  // loop is still now (test_client.cpp's wait_go).
+  static void send_go(Child& c) {
+    const char go = 'g';
+    ASSERT_EQ(::send(c.sock.get(), &go, 1, MSG_NOSIGNAL), 1) << std::strerror(errno);
+  }
+
   // One byte from a client's socket; a signal that interrupts the wait
   // does not end it (the socket's own 20 s timeout does).
   static ssize_t recv_byte(int fd, char* b) {
@@ -623,6 +630,8 @@ TEST_P(PagerModeTest, UnregisterWakesAFaultLeftAsleep) {
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
   Child c = spawn("stale-unregister");
   ASSERT_TRUE(attach(d, id, c, 1));
+  // The attach has answered what was queued; from here the loop is still.
+  send_go(c);
   const int st = wait_child(nullptr, c.pid, 30s);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
 }
@@ -644,6 +653,7 @@ TEST_P(PagerModeTest, APartlyMappedUnitIsAnsweredWithTheFaultingPage) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "answered by the daemon: " << describe(st);
   Child f = spawn("partial-fallback");
   ASSERT_TRUE(attach(d, id, f, 2));
+  send_go(f);
   st = wait_child(nullptr, f.pid, 30s);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "answered by the fallback server: " << describe(st);
 }

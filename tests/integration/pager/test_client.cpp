@@ -88,6 +88,20 @@ bool verify_unit(const std::byte* base, uint64_t u, bool past_eof = true) {
 //                  that is not ready (the test kills the daemon then).
 // Whether the region's shmem file holds huge folios: a memfd (named
 // "/memfd:...") never does here; a file of the daemon's huge tmpfs does.
+// Waits for the test's one-byte "go": sent once its attach call has
+// returned, so the daemon's loop is still from then on. The attach itself
+// signals "attached" and only then reads the faults already queued, so a
+// fault raised between the two would be answered by the daemon.
+bool wait_go(int sock) {
+  char go = 0;
+  for (;;) {
+    const ssize_t n = ::recv(sock, &go, 1, 0);
+    if (n == 1) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
 bool region_on_huge_folios(int fd) {
   char link[256] = {};
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
@@ -399,6 +413,7 @@ int main(int argc, char** argv) {
     if (!by_daemon) {
       pollfd p{notify, POLLIN, 0};  // attached, every ready unit mapped
       if (::poll(&p, 1, 30000) != 1) return 19;
+      if (!wait_go(sock)) return 29;
       if (status.state() != airs::wire::ModelLoadState::Resident) return 20;
       if (::madvise(const_cast<std::byte*>(base) + g_unit, g_unit, MADV_DONTNEED) != 0) return 24;
     }
@@ -454,6 +469,7 @@ int main(int argc, char** argv) {
     //                     still: the fault is ours to read).
     pollfd p{notify, POLLIN, 0};  // attached to a resident model: every unit mapped
     if (::poll(&p, 1, 30000) != 1) return 19;
+    if (mode == "partial-fallback" && !wait_go(sock)) return 29;
     const uint64_t keep = hello.backing == airs::test::kBackingShmem ? airs::sys::base_page_size() : 0;
     if (::madvise(const_cast<std::byte*>(base) + g_unit + keep, g_unit - keep, MADV_DONTNEED) != 0) return 24;
     std::unique_ptr<FallbackServer> fb;
