@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "pager/fill_plan.hpp"
 #include "pager/read_rate.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
@@ -70,6 +71,26 @@ struct FillOptions {
   bool copy_fill = false;
 };
 
+// The I/O priority (IOPRIO_PRIO_VALUE) a read of class `cls` goes to the
+// device with, so the kernel orders the daemon's reads as pump() does and
+// against every other process's I/O:
+//   Urgent     best-effort 0: a client's thread is stopped on it;
+//   Prefetch   best-effort 7: needed soon, behind any fault, theirs or ours;
+//   Background idle: the warm-up of a model nobody waits for yet. The idle
+//              class, not best-effort 7, so it never delays another
+//              process's I/O either: mq-deadline dispatches it only when no
+//              best-effort request waits (aging lifts one that waited past
+//              prio_aging_expire, 10 s), bfq serves it only when no other
+//              queue has I/O (and grants it a slot at least every 200 ms).
+// What a class cannot change once in the device: a fault on a unit whose
+// warm-up read is already in flight waits for that idle read; under other
+// I/O that is bounded by the aging above, unloaded it is one read.
+// mq-deadline orders classes only (fault and prefetch are both
+// best-effort there); bfq orders levels within best-effort too. Buffered
+// reads (a file system that refuses O_DIRECT) reach the device at the
+// process's priority (the unit's IOSchedulingClass), not these.
+[[nodiscard]] uint16_t io_priority(ReadClass cls);
+
 class FillListener {
  public:
   virtual ~FillListener() = default;
@@ -112,9 +133,10 @@ class FillEngine {
 
   [[nodiscard]] bool slot_free() const { return reads_active_ < opts_.queue_depth; }
   [[nodiscard]] uint32_t reads_active() const { return reads_active_; }
-  // Starts the read of `unit` (a slot must be free). Errors: the pool's
-  // claim of the unit's page (nothing was started).
-  [[nodiscard]] Status read(FillSource& src, uint32_t unit);
+  // Starts the read of `unit` (a slot must be free) at the I/O priority of
+  // `cls` (io_priority). Errors: the pool's claim of the unit's page
+  // (nothing was started).
+  [[nodiscard]] Status read(FillSource& src, uint32_t unit, ReadClass cls);
   // The warm-up's pacing: true when a background read of `bytes` may start
   // now; otherwise the engine calls `wake` (the listener's reaped(), via the
   // loop) once it may.

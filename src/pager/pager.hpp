@@ -295,7 +295,7 @@ class Pager final : FillListener, TouchListener {
   void pump();
   void pump_fitting(Model& m, ReadClass cls, bool& progress);
   void pump_streamed(Model& m);
-  bool read(Model& m, uint32_t unit);
+  bool read(Model& m, uint32_t unit, ReadClass cls);
   // Streamed: room for one more unit at `distance` (a free slot of the
   // budget, or a drop that finished at once). False when none (yet).
   bool make_room(Model& m, uint64_t distance, bool urgent);
