@@ -182,7 +182,7 @@ Status FillEngine::read(FillSource& src, uint32_t unit, ReadClass cls) {
     // just before the read allocates it (the pool's memory stays its size).
     AIRS_TRY(pool_.claim(*src.region, unit));
     r = Read{true, src.id, unit, 0, std::min(src.unit, src.file_size - uint64_t{unit} * src.unit), false,
-             src.copy_fill, 0, io_priority(cls)};
+             src.copy_fill, 0, opts_.io_priorities ? io_priority(cls) : uint16_t{0}};
     ++src.in_flight;
     ++reads_active_;
     submit_read(slot);

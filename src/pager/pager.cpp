@@ -70,6 +70,7 @@ Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& p
   fo.warmup_bytes_per_s = opts.warmup_bytes_per_s;
   fo.direct_io = opts.direct_io;
   fo.copy_fill = opts.copy_fill;
+  fo.io_priorities = opts.io_priorities;
   auto e = FillEngine::create(loop, pool, fo, *p);
   if (!e) return std::move(e).error();
   p->engine_ = std::move(e).value();
