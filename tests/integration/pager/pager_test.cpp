@@ -963,6 +963,38 @@ TEST_F(PagerTest, DirectIoSettingIsObeyed) {
   }
 }
 
+// Unload right after the load, while the first read and the populates of
+// the next units (allocated ahead) are in the kernel. Ordered on events,
+// not on a pause: finish_drains returns once every read and populate of the
+// model completed (the ring's completions), and only then is the pool
+// checked, against the kernel's count too: nothing a late populate could
+// leave behind. Then the pool is whole: the model loads again and a client
+// reads the file's bytes.
+TEST_P(PagerModeTest, UnloadWhileAllocatingAheadLeavesNoPage) {
+  PagerOptions o;
+  o.queue_depth = 1;
+  o.allocate_ahead = 16;
+  o.copy_fill = false;  // a copy fill allocates nothing ahead
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  const ModelId id = load(d, g_src);
+  auto un = d.pager->unload(id);
+  ASSERT_TRUE(un) << un.error().message;
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 60s)) << "a read or populate never completed";
+  EXPECT_FALSE(d.pager->draining(id));
+  EXPECT_EQ(d.pager->returning_pages(), 0U);
+  expect_pool_as(d, counts0, *kv0);
+  const ModelId again = load(d, g_src);
+  Child c = spawn("random:3");
+  ASSERT_TRUE(attach(d, again, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  ASSERT_TRUE(d.pager->unload(again));
+  expect_pool_as(d, counts0, *kv0);
+}
+
 // Unload while the model's O_DIRECT reads are held in the block device (a
 // blkio throttle at 4 KiB/s until the test lifts it: events are ordered, no
 // time is measured). The unload returns at once and revokes at once: the
