@@ -159,7 +159,7 @@ bool FillEngine::background_allowed(uint64_t bytes) {
 }
 
 // ioprio(2)'s encoding: the class in the top three bits, the level in the
-// low ones (the values of <linux/ioprio.h>, whose helper since Linux 6.5
+// low ones (the kernel's UAPI values; its header's helper since Linux 6.5
 // names a parameter `class` and so does not compile as C++).
 constexpr uint16_t ioprio_value(uint16_t cls, uint16_t level) { return static_cast<uint16_t>((cls << 13) | level); }
 constexpr uint16_t kIoprioClassBe = 2;
