@@ -8,6 +8,12 @@ set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+# Install into the multiarch directory, as a native Debian build does:
+# GNUInstallDirs picks lib/<triplet> only when not cross-compiling, and an
+# arm64 libairs-dev with airs.pc in /usr/lib/pkgconfig is invisible to a
+# cross pkg-config (lintian: pkg-config-unavailable-for-cross-compilation);
+# libairs.so.0 and the preload shim belong in /usr/lib/aarch64-linux-gnu too.
+set(CMAKE_INSTALL_LIBDIR lib/${CMAKE_LIBRARY_ARCHITECTURE} CACHE PATH "object code libraries (Debian multiarch)")
 
 # No separate sysroot: Debian multiarch. Libraries and CMake package files
 # are found under /usr/lib/aarch64-linux-gnu (CMAKE_LIBRARY_ARCHITECTURE),

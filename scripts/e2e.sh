@@ -14,6 +14,11 @@
 #     tools exist; otherwise reported as not yet available, never faked);
 #   - `systemctl restart dbus` while a client is mid-load: the daemon lives
 #     on, the client's bytes are right, the daemon is back on the new bus;
+#   - a member of airs, trusted, maps a model lazily through /dev/userfaultfd
+#     with the group and mode of the packaged udev rule, and reads its bytes;
+#   - `systemctl restart` adopts a filled model (nothing read again) and
+#     refuses a model whose file changed in place, whose region's bytes no
+#     longer hash to its content id, or whose region is too small;
 #   - `systemctl stop` is clean; `systemctl kill -s KILL` gets it restarted
 #     (Restart=on-failure) and clients reconnect; a hung daemon (SIGSTOP) is
 #     restarted by the watchdog;
@@ -237,6 +242,10 @@ bnd=$(ct awk '/^CapBnd:/ {print $2}' "/proc/1/status")
 want=$(printf '%016x' $(( (0x$bnd) & ((1 << 14) | (1 << 24)) )))
 [[ $eff == "$want" ]] && pass "daemon capabilities: CapEff=$eff (CAP_IPC_LOCK, CAP_SYS_RESOURCE where the host has them)" \
   || fail "daemon CapEff=$eff, want $want"
+# The unit's I/O class (each O_DIRECT model read carries its own on top).
+io=$(ct ionice -p "$mpid" 2>&1 || true)
+[[ $io == "best-effort: prio 0" ]] && pass "daemon I/O priority: $io (IOSchedulingClass=best-effort, IOSchedulingPriority=0)" \
+  || fail "daemon I/O priority: '$io', want 'best-effort: prio 0'"
 ct busctl --system status org.aios.Airs1 >/dev/null 2>&1 && pass "org.aios.Airs1 owned on the system bus" \
   || fail "org.aios.Airs1 not on the system bus"
 
@@ -337,7 +346,7 @@ fi
 # warmup_rate 1 MiB/s: 16 s for the model) so the load is under way when the
 # bus goes; the client maps the model lazily and waits (airs-demo --wait-go)
 # until the bus was restarted, then reads every tensor.
-ct sh -c "printf '[models]\nwarmup_rate = \"1M\"\n' >/etc/airs/airs-memd.conf.d/70-e2e-paced.conf"
+ct sh -c "printf '[daemon]\ntrusted_group = \"airs\"\n[models]\nwarmup_rate = \"1M\"\n' >/etc/airs/airs-memd.conf.d/70-e2e-paced.conf"
 ct airs-mkmodel --out /var/tmp/e2e-paced.gguf --size 16M --seed 8 >/dev/null 2>&1 && ct chmod 0644 /var/tmp/e2e-paced.gguf || true
 if ct systemctl restart airs-memd.service; then
   inv=$(svc InvocationID); pid=$(svc MainPID); restarts=$(svc NRestarts)
@@ -396,8 +405,185 @@ if ct systemctl restart airs-memd.service; then
 else
   fail "restart with a paced warm-up failed"; ct journalctl -u airs-memd --no-pager | tail -20
 fi
+# ---- the udev rule: a member of airs on the userfaultfd path ------------------
+# The package's rule gives group airs /dev/userfaultfd (0660), so a member's
+# client can make a userfaultfd without privileges. The container has no
+# udevd (its /sys is read-only) and its /dev/userfaultfd is the host's node,
+# bound in: so a node of the same device of its own (mknod on the
+# container's /dev, which is not nodev, bound over /dev/userfaultfd in the
+# container's mount namespace only; the host's node is not touched), with
+# the group and mode the packaged rule gives it. A member is trusted (daemon.trusted_group = "airs", in the
+# paced drop-in above) as a site that lets its users map models lazily
+# would; the model is paced, so the client maps it before it is resident:
+# the daemon counts it among the model's userfaultfd clients while it waits.
+if [[ ! -c /dev/userfaultfd ]]; then
+  skip "udev rule: this kernel has no /dev/userfaultfd (Linux < 6.1 or CONFIG_USERFAULTFD off): nothing to give the group"
+else
+  rule=/usr/lib/udev/rules.d/60-airs-userfaultfd.rules
+  mm=$(stat -c '%t %T' /dev/userfaultfd)
+  ct rm -f /dev/e2e-userfaultfd
+  ct mknod -m 0600 /dev/e2e-userfaultfd c "$((16#${mm% *}))" "$((16#${mm#* }))"
+  ct mount --bind /dev/e2e-userfaultfd /dev/userfaultfd
+  airs_gid=$(ct getent group airs | cut -d: -f3)
+  if ct sh -c 'command -v udevadm' >/dev/null 2>&1; then
+    udev=$(ct udevadm test --action=add /sys/devices/virtual/misc/userfaultfd 2>&1 || true)
+    group=$(grep -E "^GROUP [^ ]+ $rule:" <<<"$udev" | tail -1 | cut -d' ' -f2 || true)
+    mode=$(grep -E "^MODE [0-7]+ $rule:" <<<"$udev" | tail -1 | cut -d' ' -f2 || true)
+    how="as udevadm test evaluates $rule"
+  else
+    # No udev on this machine (a container image): the rule's own line.
+    udev=$(ct grep -E '^[^#]*KERNEL=="userfaultfd"' "$rule" || true)
+    group=$(sed -n 's/.*GROUP="\([^"]*\)".*/\1/p' <<<"$udev" | tail -1)
+    mode=$(sed -n 's/.*MODE="\([0-7]*\)".*/\1/p' <<<"$udev" | tail -1)
+    how="read from $rule: no udevadm here to evaluate it"
+  fi
+  [[ $group == airs ]] && group=$airs_gid
+  mode=${mode#0}
+  if [[ -n $group && -n $mode && $group == "$airs_gid" ]]; then
+    ct chgrp "$group" /dev/userfaultfd
+    ct chmod "$mode" /dev/userfaultfd
+    node=$(ct stat -c '%G %a' /dev/userfaultfd)
+    ct airs-mkmodel --out /var/tmp/e2e-member.gguf --size 8M --seed 10 >/dev/null 2>&1 && ct chmod 0644 /var/tmp/e2e-member.gguf
+    ct rm -f /run/e2e-go /run/e2e-member.out /run/e2e-member.rc
+    ct mkfifo -m 0666 /run/e2e-go
+    ct sh -c 'exec 3<>/run/e2e-go; setpriv --reuid=airs-member --regid="$(id -g airs-member)" --init-groups -- env -i \
+              PATH=/usr/bin:/bin HOME=/ airs-demo --bus system --wait-go --no-session /var/tmp/e2e-member.gguf <&3 \
+              >/run/e2e-member.out 2>&1; echo $? >/run/e2e-member.rc' &
+    member_job=$!
+    for _ in $(seq 300); do ct grep -q 'waiting for a line' /run/e2e-member.out 2>/dev/null && break; sleep 0.1; done
+    models=$(as_user airs-member airsctl --json status 2>/dev/null || true)
+    lazy=$(python3 -c 'import json,sys; m=[x for x in json.load(sys.stdin)["models"] if x["name"].startswith("demo") and x["owner_uid"]!=0]; print(m[0]["clients"], m[0]["state"]) if len(m)==1 else None' <<<"$models" 2>/dev/null || true)
+    ct sh -c 'echo go >/run/e2e-go'
+    for _ in $(seq 600); do ct test -s /run/e2e-member.rc && break; sleep 0.1; done
+    wait "$member_job" 2>/dev/null || true
+    out=$(ct cat /run/e2e-member.out 2>/dev/null || true)
+    if [[ $node == "airs $mode" && $lazy == "1 loading" ]]; then
+      pass "udev rule: /dev/userfaultfd $node (GROUP/MODE $how); a member's client took the userfaultfd path (the daemon counts it a userfaultfd client of the loading model)"
+    else
+      fail "udev rule: node '$node', the member's model (clients state): '${lazy:-not listed}'; client: $out"
+      python3 -c 'import json,sys; [print("  | model", x["name"], x["owner_uid"], x["clients"], x["state"]) for x in json.load(sys.stdin)["models"]]' <<<"$models" || echo "  | status: $models"
+    fi
+    if [[ $(ct cat /run/e2e-member.rc 2>/dev/null) == 0 ]] && grep -q 'match the file byte for byte.*served by airs-memd' <<<"$out"; then
+      pass "udev rule: the member's lazy client read every byte of the file (airs-demo)"
+    else
+      fail "udev rule: the member's lazy client: rc $(ct cat /run/e2e-member.rc 2>/dev/null || echo none): $out"
+    fi
+  else
+    fail "udev rule: no GROUP airs ($airs_gid) and MODE ($how): group '$group' mode '$mode'"
+    sed 's/^/  | /' <<<"$udev" | tail -15
+  fi
+  ct umount /dev/userfaultfd 2>/dev/null || true
+  ct rm -f /dev/e2e-userfaultfd
+fi
 ct rm -f /etc/airs/airs-memd.conf.d/70-e2e-paced.conf /run/e2e-go
 ct systemctl restart airs-memd.service || fail "restart without the paced warm-up failed"
+ct systemctl reset-failed airs-memd.service
+
+# ---- systemctl restart: a filled model is adopted, a spoiled one is not ------
+# `systemctl restart` keeps the fd store (a job runs through the stop), so a
+# filled model is adopted as after a crash: resident at once, nothing read.
+# Three more models, each kept, then spoiled while the daemon runs, each in
+# one of the ways the adoption checks for (daemon/kept_models.cpp; the host
+# suites do not cover these): its file changed in place (root's own 0644
+# file: taken on its stat identity, which a write moves), its region's bytes
+# changed (they no longer hash to the recorded content id), its region cut
+# short (smaller than the file). None may be adopted, and a client of each
+# reads the file's bytes. The region of a model is found among the daemon's
+# open files (as root, through /proc): the one whose first bytes are the file's.
+# Room in the pool: the clients' models so far go (airs-demo names them
+# demo, demo-2, ...; e2e.gguf among them), e2e is loaded again below.
+for n in $(as_user airs-member airsctl --json status 2>/dev/null |
+           python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)["models"]))' 2>/dev/null); do
+  ct airsctl unload "$n" >/dev/null 2>&1 || true
+done
+restart_json() {  # NAME: that model's status as one JSON object, or nothing
+  as_user airs-member airsctl --json status 2>/dev/null |
+    python3 -c 'import json,sys; m=[x for x in json.load(sys.stdin)["models"] if x["name"]==sys.argv[1]]; print(json.dumps(m[0]) if m else "")' "$1" 2>/dev/null || true
+}
+jfield() { python3 -c "import json,sys; print(json.loads(sys.argv[1]).get('$1',''))" "$2" 2>/dev/null || true; }
+kept_lines() { ct journalctl -u airs-memd --no-pager -o cat 2>/dev/null | grep -c "region kept by the service manager" || true; }
+k0=$(kept_lines)
+spoiled=0
+ct airsctl load --name e2e /var/tmp/e2e.gguf >/dev/null 2>&1 || true  # resident already, or loaded again
+for spec in "inplace 2M 11" "badhash 4M 12" "short 6M 13"; do
+  read -r n sz seed <<<"$spec"
+  ct airs-mkmodel --out "/var/tmp/e2e-$n.gguf" --size "$sz" --seed "$seed" >/dev/null 2>&1 && ct chmod 0644 "/var/tmp/e2e-$n.gguf" &&
+    ct airsctl load --name "$n" "/var/tmp/e2e-$n.gguf" >/dev/null 2>&1 || true
+done
+for _ in $(seq 100); do (( $(kept_lines) >= k0 + 3 )) && break; sleep 0.1; done
+e2e_id=$(jfield content_id "$(restart_json e2e)")
+if (( $(kept_lines) >= k0 + 3 )) && [[ -n $e2e_id ]]; then
+  mpid=$(svc MainPID)
+  region_of() {  # FILE: the daemon's fd path of that model's region (its bytes are the file's)
+    ct python3 - "$mpid" "$1" <<'PY'
+import os, sys
+pid, path = sys.argv[1], sys.argv[2]
+want = open(path, "rb").read(1 << 20)
+found = {}
+for fd in os.listdir(f"/proc/{pid}/fd"):
+    p = f"/proc/{pid}/fd/{fd}"
+    try:
+        link = os.readlink(p)
+        if not (link.startswith("/dev/hugepages/") or link.startswith("/memfd:airs-model:")): continue
+        with open(p, "rb") as f: head = f.read(len(want))
+    except OSError:
+        continue
+    if head == want: found[os.stat(p).st_ino] = p
+if len(found) == 1: print(next(iter(found.values())))
+PY
+  }
+  hash_fd=$(region_of /var/tmp/e2e-badhash.gguf); short_fd=$(region_of /var/tmp/e2e-short.gguf)
+  # inplace: a write moves mtime and ctime.
+  ct python3 -c 'import os,sys; f=open(sys.argv[1],"r+b"); f.seek(-4096,2); b=f.read(4096); f.seek(-4096,2); f.write(bytes(x^0x5a for x in b)); f.close()' \
+    /var/tmp/e2e-inplace.gguf && spoiled=$((spoiled + 1))
+  # badhash: one byte of its last page, in the region (a tensor's bytes).
+  [[ -n $hash_fd ]] && ct python3 -c '
+import mmap, os, sys
+size = os.path.getsize(sys.argv[2]); unit = 2 << 20
+off = (size - 4096) // unit * unit
+fd = os.open(sys.argv[1], os.O_RDWR); m = mmap.mmap(fd, unit, mmap.MAP_SHARED, offset=off)
+m[size - 4096 - off] ^= 0x5a; m.close(); os.close(fd)' "$hash_fd" /var/tmp/e2e-badhash.gguf && spoiled=$((spoiled + 1))
+  # short: its region cut to one unit.
+  [[ -n $short_fd ]] && ct python3 -c 'import os,sys; os.truncate(sys.argv[1], 2 << 20)' "$short_fd" && spoiled=$((spoiled + 1))
+fi
+if ((spoiled == 3)); then
+  pass "restart: e2e, inplace, badhash and short kept in the fd store; then inplace's file, badhash's region bytes and short's region size changed"
+  pid=$(svc MainPID)
+  ct systemctl restart airs-memd.service || fail "systemctl restart airs-memd failed"
+  m=$(restart_json e2e)
+  if [[ $(svc MainPID) != "$pid" && $(jfield adopted "$m") == True && $(jfield state "$m") == resident \
+        && $(jfield content_id "$m") == "$e2e_id" && $(jfield bytes_read "$m") == 0 ]]; then
+    pass "systemctl restart: the filled model was adopted (new pid, resident at once, same content id, 0 bytes read)"
+  else
+    fail "systemctl restart: the model was not adopted: ${m:-not listed}"
+    ct journalctl -u airs-memd --no-pager -o cat 2>&1 | grep -iE 'kept|adopt' | tail -8 | sed 's/^/  journal: /'
+  fi
+  if out=$(ct airs-demo --bus system --no-session /var/tmp/e2e.gguf 2>&1); then
+    pass "systemctl restart: a client reads the adopted model byte for byte (airs-demo)"
+  else
+    fail "systemctl restart: airs-demo on the adopted model: $out"
+  fi
+  # journald takes the daemon's lines through a stream: wait for them (bounded).
+  for _ in $(seq 50); do
+    journal=$(ct journalctl -u airs-memd --no-pager -o cat _PID="$(svc MainPID)" 2>/dev/null || true)
+    (( $(grep -c 'dropped, not served' <<<"$journal" || true) >= 3 )) && break
+    sleep 0.1
+  done
+  for spec in "inplace:the file changed" "badhash:the region's bytes are not the file's" "short:the region is too small"; do
+    n=${spec%%:*} why=${spec#*:}
+    m=$(restart_json "$n")
+    if grep -q "dropped, not served: $why" <<<"$journal" && [[ $(jfield adopted "$m") != True ]] &&
+       out=$(ct airs-demo --bus system --no-session "/var/tmp/e2e-$n.gguf" 2>&1); then
+      pass "systemctl restart: $n not adopted ($why); a client reads the file's bytes (airs-demo)"
+    else
+      fail "systemctl restart: $n (${why}): ${m:-not listed}; ${out:-}; $(grep -i "kept model" <<<"$journal" | tr '\n' ' ')"
+    fi
+  done
+else
+  fail "restart: could not keep and spoil the three models (kept lines $(kept_lines), was $k0; e2e content id '${e2e_id:-}'; regions '${hash_fd:-}' '${short_fd:-}')"
+  ct sh -c "ls -l /proc/$(svc MainPID)/fd | grep hugepages" 2>&1 | sed 's/^/  | /' || true
+  as_user airs-member airsctl status 2>&1 | sed -n '/^MODELS/,/^$/p' | sed 's/^/  | /'
+fi
 ct systemctl reset-failed airs-memd.service
 
 # ---- stop, kill, watchdog --------------------------------------------------------

@@ -46,6 +46,7 @@ struct FillEngine::Read {
   bool direct = false;
   bool copy = false;      // into bounce(slot), then copy_in
   int32_t write_res = 0;  // copy_in's write into the region
+  uint16_t ioprio = 0;    // io_priority of the read's class (kept when a short read goes on)
 };
 
 struct FillEngine::Populate {
@@ -157,7 +158,23 @@ bool FillEngine::background_allowed(uint64_t bytes) {
   return false;
 }
 
-Status FillEngine::read(FillSource& src, uint32_t unit) {
+// ioprio(2)'s encoding: the class in the top three bits, the level in the
+// low ones (the kernel's UAPI values; its header's helper since Linux 6.5
+// names a parameter `class` and so does not compile as C++).
+constexpr uint16_t ioprio_value(uint16_t cls, uint16_t level) { return static_cast<uint16_t>((cls << 13) | level); }
+constexpr uint16_t kIoprioClassBe = 2;
+constexpr uint16_t kIoprioClassIdle = 3;
+
+uint16_t io_priority(ReadClass cls) {
+  switch (cls) {
+    case ReadClass::Urgent: return ioprio_value(kIoprioClassBe, 0);
+    case ReadClass::Prefetch: return ioprio_value(kIoprioClassBe, 7);
+    case ReadClass::Background: return ioprio_value(kIoprioClassIdle, 0);
+  }
+  return 0;
+}
+
+Status FillEngine::read(FillSource& src, uint32_t unit, ReadClass cls) {
   for (size_t slot = 0; slot < reads_.size(); ++slot) {
     Read& r = reads_[slot];
     if (r.active) continue;
@@ -165,7 +182,7 @@ Status FillEngine::read(FillSource& src, uint32_t unit) {
     // just before the read allocates it (the pool's memory stays its size).
     AIRS_TRY(pool_.claim(*src.region, unit));
     r = Read{true, src.id, unit, 0, std::min(src.unit, src.file_size - uint64_t{unit} * src.unit), false,
-             src.copy_fill, 0};
+             src.copy_fill, 0, opts_.io_priorities ? io_priority(cls) : uint16_t{0}};
     ++src.in_flight;
     ++reads_active_;
     submit_read(slot);
@@ -193,7 +210,7 @@ void FillEngine::submit_read(size_t slot) {
     if (std::byte* b = bounce(slot); b != nullptr) dst = b + r.done;
     else r.copy = false;  // no bounce buffer (mapped once, at a read's start): straight into the region
   }
-  while (!ring_->queue_read(fd, dst, static_cast<uint32_t>(len), off, slot)) {
+  while (!ring_->queue_read(fd, dst, static_cast<uint32_t>(len), off, slot, r.ioprio)) {
     if (auto st = ring_->submit(); !st) {
       spdlog::error("pager: {}", st.error().message);
       break;

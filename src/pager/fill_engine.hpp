@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "pager/fill_plan.hpp"
 #include "pager/read_rate.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
@@ -68,7 +69,31 @@ struct FillOptions {
   uint64_t warmup_bytes_per_s = 0;
   DirectIo direct_io = DirectIo::Auto;
   bool copy_fill = false;
+  bool io_priorities = true;  // false: sqe->ioprio 0 (the process's own priority)
 };
+
+// The I/O priority (IOPRIO_PRIO_VALUE) a read of class `cls` goes to the
+// device with, so the kernel orders the daemon's reads as pump() does and
+// against every other process's I/O:
+//   Urgent     best-effort 0: a client's thread is stopped on it;
+//   Prefetch   best-effort 7: needed soon, behind any fault, theirs or ours;
+//   Background idle: the warm-up of a model nobody waits for yet. The idle
+//              class, not best-effort 7, so it never delays another
+//              process's I/O either: mq-deadline dispatches it only when no
+//              best-effort request waits (aging lifts one that waited past
+//              prio_aging_expire, 10 s).
+// What honours it: mq-deadline orders requests by class (fault and
+// prefetch are both best-effort there), the request's own. bfq does not
+// order one process's requests by theirs: its queues and their class are
+// per I/O context, and every read of the daemon (io-wq workers share it)
+// is one queue; there the unit's IOSchedulingClass places the daemon as a
+// whole (bench/ioprio: a fault's p50 4.4x lower with mq-deadline, no change
+// with bfq). What a class cannot change once in the device: a fault on a
+// unit whose warm-up read is already in flight waits for that idle read;
+// under other I/O that is bounded by the aging above, unloaded it is one
+// read. Buffered reads (a file system that refuses O_DIRECT) reach the
+// device at the process's priority (the unit's), not these.
+[[nodiscard]] uint16_t io_priority(ReadClass cls);
 
 class FillListener {
  public:
@@ -112,9 +137,10 @@ class FillEngine {
 
   [[nodiscard]] bool slot_free() const { return reads_active_ < opts_.queue_depth; }
   [[nodiscard]] uint32_t reads_active() const { return reads_active_; }
-  // Starts the read of `unit` (a slot must be free). Errors: the pool's
-  // claim of the unit's page (nothing was started).
-  [[nodiscard]] Status read(FillSource& src, uint32_t unit);
+  // Starts the read of `unit` (a slot must be free) at the I/O priority of
+  // `cls` (io_priority). Errors: the pool's claim of the unit's page
+  // (nothing was started).
+  [[nodiscard]] Status read(FillSource& src, uint32_t unit, ReadClass cls);
   // The warm-up's pacing: true when a background read of `bytes` may start
   // now; otherwise the engine calls `wake` (the listener's reaped(), via the
   // loop) once it may.

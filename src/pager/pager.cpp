@@ -70,6 +70,7 @@ Result<std::unique_ptr<Pager>> Pager::create(sys::EventLoop& loop, pool::Pool& p
   fo.warmup_bytes_per_s = opts.warmup_bytes_per_s;
   fo.direct_io = opts.direct_io;
   fo.copy_fill = opts.copy_fill;
+  fo.io_priorities = opts.io_priorities;
   auto e = FillEngine::create(loop, pool, fo, *p);
   if (!e) return std::move(e).error();
   p->engine_ = std::move(e).value();
@@ -286,8 +287,8 @@ void Pager::publish(Model& m) {
 
 // --- reads -----------------------------------------------------------------
 
-bool Pager::read(Model& m, uint32_t unit) {
-  if (auto st = engine_->read(m.fill, unit); !st) {
+bool Pager::read(Model& m, uint32_t unit, ReadClass cls) {
+  if (auto st = engine_->read(m.fill, unit, cls); !st) {
     // A streamed model's budget has no page for it now: not a failure of
     // the unit (the next room made reads it).
     if (m.res->streamed() && st.error().code == ENOSPC) {
@@ -321,7 +322,7 @@ void Pager::pump() {
         // clients per round (its warm-up is the read-ahead).
         const uint32_t before = engine_->reads_active();
         if (cls == ReadClass::Urgent) {
-          if (auto u = m->res->plan().next(ReadClass::Urgent); u && make_room(*m, 0, true)) read(*m, *u);
+          if (auto u = m->res->plan().next(ReadClass::Urgent); u && make_room(*m, 0, true)) read(*m, *u, ReadClass::Urgent);
         } else if (cls == ReadClass::Prefetch) {
           pump_streamed(*m);
         }
@@ -349,7 +350,7 @@ void Pager::pump_fitting(Model& m, ReadClass cls, bool& progress) {
   auto u = m.res->plan().next(cls);
   if (!u) return;
   if (cls == ReadClass::Background && !engine_->background_allowed(m.unit)) return;
-  if (read(m, *u)) progress = true;
+  if (read(m, *u, cls)) progress = true;
 }
 
 // One read ahead of a streamed model's clients: the nearest unit they will
@@ -363,13 +364,13 @@ void Pager::pump_streamed(Model& m) {
   if (r.held() < budget) {
     // Free room: the next unit in cycle order, however far (nothing goes).
     const std::vector<uint32_t> next = p.ahead(1, wanted);
-    if (!next.empty()) read(m, next.front());
+    if (!next.empty()) read(m, next.front(), ReadClass::Prefetch);
     return;
   }
   // A full budget: only what is needed within the window, in place of what
   // is needed later (StreamPolicy::ahead says why no further).
   const std::vector<uint32_t> next = p.ahead(1, wanted, p.window());
-  if (!next.empty() && make_room(m, p.distance(next.front()), false)) read(m, next.front());
+  if (!next.empty() && make_room(m, p.distance(next.front()), false)) read(m, next.front(), ReadClass::Prefetch);
 }
 
 bool Pager::make_room(Model& m, uint64_t distance, bool urgent) {

@@ -113,6 +113,10 @@ struct PagerOptions {
   // Fill base-page shmem by copy through bounce buffers (FillOptions; off
   // by default: measured 8-17% more process CPU, docs/shmem-base-pages.md).
   bool copy_fill = false;
+  // Each read at its class's I/O priority (io_priority in fill_engine.hpp).
+  // false: every read at the process's own, as before (bench/ioprio's
+  // comparison).
+  bool io_priorities = true;
   // Streamed models: units read ahead of the clients (0: a tenth of what a
   // token streams, at least 2, at most the queue depth), and how long a
   // cooperative client may take to close a unit before the daemon keeps it
@@ -310,7 +314,7 @@ class Pager final : FillListener, TouchListener {
   void pump();
   void pump_fitting(Model& m, ReadClass cls, bool& progress);
   void pump_streamed(Model& m);
-  bool read(Model& m, uint32_t unit);
+  bool read(Model& m, uint32_t unit, ReadClass cls);
   // Streamed: room for one more unit at `distance` (a free slot of the
   // budget, or a drop that finished at once). False when none (yet).
   bool make_room(Model& m, uint64_t distance, bool urgent);

@@ -31,8 +31,12 @@ class Ring {
   [[nodiscard]] int event_fd() const { return efd_.get(); }
 
   // Queue a read of `len` bytes at `offset` of `fd` into `buf`; submitted by
-  // the next submit(). Returns false if the submission queue is full.
-  bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data);
+  // the next submit(). `ioprio` (IOPRIO_PRIO_VALUE; 0: the thread's own) is
+  // the request's I/O priority: the kernel carries it into the bios of an
+  // O_DIRECT read, where the device's scheduler sees it; a buffered read's
+  // page-cache reads go at the process's priority. Returns false if the
+  // submission queue is full.
+  bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data, uint16_t ioprio = 0);
   // Queue madvise(addr, len, advice) on this process's mappings; the kernel
   // always runs it in one of the ring's io-wq workers (kernel threads of this
   // process, not ours), so MADV_POPULATE_WRITE allocates and zeroes pages

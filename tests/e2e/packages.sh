@@ -3,10 +3,15 @@
 # The three Debian packages (packaging/CPack.cmake), built and checked:
 #   packages.sh build BUILD_DIR  builds the packaged targets and runs cpack
 #                                into BUILD_DIR/packages (a ctest fixture)
-#   packages.sh lint BUILD_DIR   lintian on airs-memd, libairs0, libairs-dev:
-#                                fails on any error or warning (overrides,
-#                                each with its reason, are in
-#                                packaging/debian/lintian/); prints all tags
+#   packages.sh lint BUILD_DIR [DEB_DIR]
+#                                lintian on airs-memd, libairs0, libairs-dev
+#                                (in DEB_DIR, default BUILD_DIR/packages; the
+#                                arm64 build's cpack writes into build-arm64/
+#                                itself, scripts/cross-arm64.sh): fails on any
+#                                error or warning (overrides, each with its
+#                                reason, are in packaging/debian/lintian/);
+#                                prints all tags. lintian checks a .deb of
+#                                any architecture on this one.
 #   packages.sh dev BUILD_DIR    unpacks libairs0 + libairs-dev (dpkg -x) into
 #                                a temporary root and builds a C and a C++
 #                                program with nothing but
@@ -18,6 +23,7 @@
 set -euo pipefail
 mode=$1 build=$(readlink -f "$2")
 pkgs=$build/packages
+if [[ $mode == lint && -n ${3:-} ]]; then pkgs=$(readlink -f "$3"); fi
 
 debs() {  # the three .debs, or fail
   local n
@@ -40,6 +46,7 @@ lint)
   if ! command -v lintian >/dev/null; then echo "SKIP: lintian is not installed (scripts/deps.sh installs it)"; exit 77; fi
   mapfile -t files < <(debs)
   lintian --version
+  for f in "${files[@]}"; do echo "${f##*/}: Architecture $(dpkg-deb --field "$f" Architecture)"; done
   # -I: show info tags too (they do not fail the test); lintian refuses
   # nothing as root, it only warns about it.
   out=$(lintian --tag-display-limit 0 -I --show-overrides "${files[@]}" 2>&1 | grep -v 'running with root privileges' || true)

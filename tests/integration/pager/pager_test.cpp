@@ -973,6 +973,38 @@ TEST_F(PagerTest, DirectIoSettingIsObeyed) {
   }
 }
 
+// Unload right after the load, while the first read and the populates of
+// the next units (allocated ahead) are in the kernel. Ordered on events,
+// not on a pause: finish_drains returns once every read and populate of the
+// model completed (the ring's completions), and only then is the pool
+// checked, against the kernel's count too: nothing a late populate could
+// leave behind. Then the pool is whole: the model loads again and a client
+// reads the file's bytes.
+TEST_P(PagerModeTest, UnloadWhileAllocatingAheadLeavesNoPage) {
+  PagerOptions o;
+  o.queue_depth = 1;
+  o.allocate_ahead = 16;
+  o.copy_fill = false;  // a copy fill allocates nothing ahead
+  Daemon d = make_daemon(kPoolPages, o);
+  const auto counts0 = d.pool->counts();
+  auto kv0 = d.pool->kernel_view();
+  ASSERT_TRUE(kv0.ok());
+  const ModelId id = load(d, g_src);
+  auto un = d.pager->unload(id);
+  ASSERT_TRUE(un) << un.error().message;
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 60s)) << "a read or populate never completed";
+  EXPECT_FALSE(d.pager->draining(id));
+  EXPECT_EQ(d.pager->returning_pages(), 0U);
+  expect_pool_as(d, counts0, *kv0);
+  const ModelId again = load(d, g_src);
+  Child c = spawn("random:3");
+  ASSERT_TRUE(attach(d, again, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  ASSERT_TRUE(d.pager->unload(again));
+  expect_pool_as(d, counts0, *kv0);
+}
+
 // Unload while the model's O_DIRECT reads are held in the block device (a
 // blkio throttle at 4 KiB/s until the test lifts it: events are ordered, no
 // time is measured). The unload returns at once and revokes at once: the
@@ -1239,6 +1271,170 @@ TEST_P(PagerModeTest, KillDashNineOfTheDaemonMidLoad) {
   // such private counter).
   if (!on_shmem) {
     EXPECT_EQ(mnt.used_pages(), 0U);
+  }
+}
+
+// --- I/O priorities, as the device sees them --------------------------------
+
+// A read-only loop device over a copy of the test model padded to whole
+// units (a block device ends on a sector; the padding is zeros, what the
+// region holds past EOF), so the model's O_DIRECT reads are requests of a
+// device of their own.
+struct LoopDevice {
+  std::string img, dev, why;
+  unsigned major = 0, minor = 0;
+  LoopDevice() {
+    img = "/var/tmp/airs-ioprio-" + std::to_string(::getpid()) + ".img";
+    std::filesystem::copy_file(g_src, img, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(img, (g_file_size + g_unit - 1) / g_unit * g_unit);
+    FILE* p = ::popen(("losetup --find --show --read-only " + img + " 2>&1").c_str(), "r");
+    char line[256] = {};
+    if (p == nullptr || std::fgets(line, sizeof line, p) == nullptr) line[0] = 0;
+    const int rc = p != nullptr ? ::pclose(p) : -1;
+    std::string out(line);
+    while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
+    struct stat st {};
+    if (rc != 0 || ::stat(out.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) {
+      why = "losetup --find --show: " + (out.empty() ? std::string("no output") : out);
+      return;
+    }
+    dev = out;
+    major = ::major(st.st_rdev);
+    minor = ::minor(st.st_rdev);
+  }
+  ~LoopDevice() {
+    if (!dev.empty() && std::system(("losetup -d " + dev).c_str()) != 0) std::fprintf(stderr, "losetup -d %s failed\n", dev.c_str());
+    ::unlink(img.c_str());
+  }
+};
+
+// block_rq_issue on one device, in a tracing instance of our own (the
+// global buffer and other tracers are left alone).
+struct RqTrace {
+  std::string dir, why;
+  explicit RqTrace(const LoopDevice& dev) {
+    std::string root = "/sys/kernel/tracing";
+    if (::access((root + "/instances").c_str(), F_OK) != 0 &&
+        ::mount("nodev", root.c_str(), "tracefs", 0, nullptr) != 0) {
+      why = "tracefs is not mounted and cannot be (" + std::string(std::strerror(errno)) + ")";
+      return;
+    }
+    auto fmt = sys::read_text_file(root + "/events/block/block_rq_issue/format");
+    if (!fmt || fmt->find("field:unsigned short ioprio;") == std::string::npos) {
+      why = "this kernel's block_rq_issue event has no ioprio field (added in Linux 6.10)";
+      return;
+    }
+    const std::string d = root + "/instances/airs-ioprio-" + std::to_string(::getpid());
+    if (::mkdir(d.c_str(), 0700) != 0) {
+      why = "mkdir " + d + ": " + std::strerror(errno);
+      return;
+    }
+    dir = d;
+    const std::string ev = dir + "/events/block/block_rq_issue/";
+    const std::string filter = "dev == " + std::to_string((uint64_t{dev.major} << 20) | dev.minor);
+    if (!sys::write_text_file(ev + "filter", filter) || !sys::write_text_file(ev + "enable", "1")) why = "cannot enable " + ev;
+  }
+  ~RqTrace() {
+    if (dir.empty()) return;
+    (void)sys::write_text_file(dir + "/events/block/block_rq_issue/enable", "0");
+    ::rmdir(dir.c_str());
+  }
+  struct Rq {
+    uint64_t offset = 0, bytes = 0;
+    std::string cls;  // none, rt, be, idle
+    unsigned level = 0;
+  };
+  // The reads issued since the last take (and forgets them).
+  std::vector<Rq> take() {
+    std::vector<Rq> out;
+    auto text = sys::read_text_file(dir + "/trace");
+    (void)sys::write_text_file(dir + "/trace", "");
+    if (!text) return out;
+    std::istringstream in(*text);
+    for (std::string l; std::getline(in, l);) {
+      const auto at = l.find("block_rq_issue: ");
+      if (at == std::string::npos) continue;
+      // "7,3 R 0 () 2048 + 2560 be,0,7 [comm]"
+      std::istringstream f(l.substr(at + 16));
+      std::string devs, rwbs, bytes, cmd, plus, prio;
+      uint64_t sector = 0, sectors = 0;
+      if (!(f >> devs >> rwbs >> bytes >> cmd >> sector >> plus >> sectors >> prio)) continue;
+      if (rwbs.find('R') == std::string::npos) continue;
+      Rq r;
+      r.offset = sector * 512;
+      r.bytes = sectors * 512;
+      const auto c1 = prio.find(','), c2 = prio.rfind(',');
+      r.cls = prio.substr(0, c1);
+      r.level = static_cast<unsigned>(std::stoul(prio.substr(c2 + 1)));
+      out.push_back(r);
+    }
+    return out;
+  }
+};
+
+std::string describe_rqs(const std::vector<RqTrace::Rq>& rqs) {
+  std::string s;
+  for (const auto& r : rqs)
+    s += "  unit " + std::to_string(r.offset / g_unit) + " +" + std::to_string(r.offset % g_unit) + " " +
+         std::to_string(r.bytes) + " B " + r.cls + "," + std::to_string(r.level) + "\n";
+  return s;
+}
+
+// Each class of read reaches the device at its own I/O priority (the
+// request's ioprio as the block layer's trace event records it, on a loop
+// device that holds only the model): a fault's layer best-effort 0, the
+// layers prefetched past it best-effort 7, the background warm-up idle.
+// Without sqe->ioprio every request carries the process's priority.
+TEST_F(PagerTest, EachReadClassReachesTheDeviceAtItsIoPriority) {
+  LoopDevice loop;
+  if (loop.dev.empty()) GTEST_SKIP() << "no loop device: " << loop.why;
+  RqTrace trace(loop);
+  if (!trace.why.empty()) GTEST_SKIP() << "cannot trace block requests: " << trace.why;
+  constexpr uint32_t kTouched = 12;
+  {
+    // A fault, and the prefetch it starts; no warm-up.
+    PagerOptions o;
+    o.background_warmup = false;
+    o.prefetch_window = 2;
+    o.direct_io = pager::DirectIo::On;
+    Daemon d = make_daemon(kPoolPages, o);
+    const ModelId id = load(d, loop.dev);
+    Child c = spawn("touch:" + std::to_string(kTouched));
+    ASSERT_TRUE(attach(d, id, c, 1));
+    const int st = wait_child(&d, c.pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+    ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
+    const auto rqs = trace.take();
+    bool fault_seen = false, prefetch_seen = false, ok = true;
+    for (const auto& r : rqs) {
+      const uint64_t u = r.offset / g_unit;
+      if (u == kTouched) fault_seen = true;
+      const bool be0 = r.cls == "be" && r.level == 0, be7 = r.cls == "be" && r.level == 7;
+      if (be7 && u > kTouched) prefetch_seen = true;
+      ok = ok && (be0 || be7) && (u != kTouched || be0);
+    }
+    EXPECT_TRUE(fault_seen && prefetch_seen && ok)
+        << "the faulted unit " << kTouched << " at be,0, units past it prefetched at be,7, no other class; got:\n"
+        << describe_rqs(rqs);
+  }
+  {
+    // Only the warm-up.
+    PagerOptions o;
+    o.background_warmup = true;
+    o.direct_io = pager::DirectIo::On;
+    (void)trace.take();
+    Daemon d = make_daemon(kPoolPages, o);
+    const ModelId id = load(d, loop.dev);
+    ASSERT_TRUE(run_until(d, [&] { return stats(d, id).state == wire::ModelLoadState::Resident; }));
+    const auto rqs = trace.take();
+    uint64_t idle_bytes = 0;
+    bool ok = !rqs.empty();
+    for (const auto& r : rqs) {
+      ok = ok && r.cls == "idle";
+      if (r.cls == "idle") idle_bytes += r.bytes;
+    }
+    EXPECT_TRUE(ok) << "every warm-up read at the idle class; got:\n" << describe_rqs(rqs);
+    EXPECT_GE(idle_bytes, g_file_size - g_unit) << "the warm-up read less than the model at the idle class";
   }
 }
 

@@ -42,23 +42,63 @@ struct Page {
   wire::StatusPageWriter w;
 };
 
+// True when thread `tid` of this process sleeps in futex(2) on `word` and
+// went to sleep after the word's last change: /proc/self/task/TID/syscall
+// gives the call's number, then its arguments, the third being the value
+// the waiter expects. A waiter expects the generation it read before it
+// looked at the page, so a thread woken by a publish but not yet back in
+// its wait (or asleep on an older value) does not count.
+bool sleeps_on(pid_t tid, const uint32_t* word) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  std::string addr, op, val;
+  if (!(f >> nr >> addr >> op >> val) || nr != SYS_futex) return false;
+  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word) &&
+         std::stoull(val, nullptr, 16) == __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+
+// Waits (on the event; the bound only ends a broken run) until every
+// thread of `tids` has published its id and sleeps on `word` as it is now.
+template <size_t N>
+bool all_sleep_on(const std::array<std::atomic<pid_t>, N>& tids, const uint32_t* word) {
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  for (const auto& t : tids)
+    while (t.load() == 0 || !sleeps_on(t.load(), word)) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::yield();
+    }
+  return true;
+}
+
+// The waiter is provably asleep before each unit becomes ready; a unit of
+// another rank and half of its own rank wake it and it sleeps again; it
+// returns only once the rank's last unit is ready. No clock is read.
 TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
   Page p;
   ASSERT_TRUE(p.view().valid());
-  std::thread filler([&] {
-    std::this_thread::sleep_for(20ms);
-    p.ready(0, 0);
-    std::this_thread::sleep_for(20ms);
-    p.ready(1, 1);  // rank 5 half done: its waiter must sleep on
-    std::this_thread::sleep_for(30ms);
-    p.ready(2, 1);
+  const uint32_t* word = p.w.generation_word();
+  std::array<std::atomic<pid_t>, 1> tid{};
+  std::atomic<bool> returned{false};
+  bool ok = false, last_unit_ready = false;
+  std::thread waiter([&] {
+    tid[0] = static_cast<pid_t>(::syscall(SYS_gettid));
+    // A long bound: a lost wake fails the test (ETIMEDOUT), never hangs it.
+    ok = static_cast<bool>(wait_rank(p.view(), 5, 300s));
+    last_unit_ready = p.view().unit_ready(2);
+    returned = true;
   });
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(wait_rank(p.view(), 5, 5s));
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  EXPECT_TRUE(p.view().unit_ready(2)) << "returned before the rank's last unit";
-  EXPECT_GE(waited, 60ms);
-  filler.join();
+  EXPECT_TRUE(all_sleep_on(tid, word)) << "the waiter never slept on the status page's futex word";
+  EXPECT_FALSE(returned.load()) << "returned with no unit of the rank ready";
+  p.ready(0, 0);  // another rank
+  EXPECT_TRUE(all_sleep_on(tid, word)) << "the waiter did not sleep again after another rank's unit";
+  EXPECT_FALSE(returned.load()) << "returned on another rank's unit";
+  p.ready(1, 1);  // rank 5 half done: its waiter must sleep on
+  EXPECT_TRUE(all_sleep_on(tid, word)) << "the waiter did not sleep again after half of its rank";
+  EXPECT_FALSE(returned.load()) << "returned with half of the rank ready";
+  p.ready(2, 1);
+  waiter.join();
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(last_unit_ready) << "returned before the rank's last unit";
   // Rank 9 never comes: a timeout, not a hang or a false OK.
   auto st = wait_rank(p.view(), 9, 30ms);
   ASSERT_FALSE(st);
@@ -70,42 +110,25 @@ TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
   EXPECT_EQ(wait_resident(p.view(), 10ms).error().code, ETIMEDOUT);
 }
 
+// A failed load ends a waiter that is asleep on it (EIO), not only one that
+// looks after the failure.
 TEST(CooperativeWait, UnknownRankAndFailedLoadAreErrors) {
   Page p;
   EXPECT_EQ(wait_rank(p.view(), 4, 1s).error().code, EINVAL);
-  std::thread failer([&] {
-    std::this_thread::sleep_for(20ms);
-    p.w.add_failed();
-    p.w.set_state(wire::ModelLoadState::Failed);
-    p.w.publish();
-    sys::futex_wake_all(p.w.generation_word());
+  std::array<std::atomic<pid_t>, 1> tid{};
+  int code = 0;
+  std::thread waiter([&] {
+    tid[0] = static_cast<pid_t>(::syscall(SYS_gettid));
+    auto st = wait_resident(p.view(), 300s);
+    code = st ? 0 : st.error().code;
   });
-  auto st = wait_resident(p.view(), 5s);
-  failer.join();
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().code, EIO);
-}
-
-// True when thread `tid` of this process sleeps in futex(2) on `word`
-// (/proc/self/task/TID/syscall: the call's number, then its arguments).
-bool sleeps_on(pid_t tid, const uint32_t* word) {
-  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
-  long nr = -1;
-  std::string addr;
-  if (!(f >> nr >> addr) || nr != SYS_futex) return false;
-  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word);
-}
-
-// Waits (on the event; the bound only ends a broken run) until every
-// thread of `tids` has published its id and sleeps on `word`.
-bool all_sleep_on(const std::array<std::atomic<pid_t>, 4>& tids, const uint32_t* word) {
-  const auto end = std::chrono::steady_clock::now() + 60s;
-  for (const auto& t : tids)
-    while (t.load() == 0 || !sleeps_on(t.load(), word)) {
-      if (std::chrono::steady_clock::now() > end) return false;
-      std::this_thread::yield();
-    }
-  return true;
+  EXPECT_TRUE(all_sleep_on(tid, p.w.generation_word())) << "the waiter never slept on the status page's futex word";
+  p.w.add_failed();
+  p.w.set_state(wire::ModelLoadState::Failed);
+  p.w.publish();
+  sys::futex_wake_all(p.w.generation_word());
+  waiter.join();
+  EXPECT_EQ(code, EIO);
 }
 
 // Each waiter is provably asleep on the status page's futex word before a
