@@ -115,12 +115,18 @@ TEST(PressureMonitor, PollPsiHoldsUnderSustainedStall) {
   auto m = PressureMonitor::create(*h.loop, poll_psi_config(d), h.callback());
   ASSERT_TRUE(m) << m.error().message;
   const auto start = Clock::now();
-  // 10 ms of stall per 50 ms tick = 80 ms per 400 ms window: above 20 ms.
-  // Stall goes on until four events were counted (about 1.3 s when the
-  // loop is on time); the deadline only matters if events stop coming.
+  // Stalled a fifth of the time, as measured by the clock and not counted
+  // per tick (a loaded machine may run a 50 ms tick half a second late, and
+  // a fixed amount per tick would then look like the stall had eased):
+  // 80 ms per 400 ms window, above 20 ms however late the loop is. Stall
+  // goes on until four events were counted (about 1.3 s when the loop is on
+  // time); the deadline only matters if events stop coming.
   const auto end = start + 10s;
+  auto written = start;
   while ((*m)->status().some_events < 4 && Clock::now() < end) {
-    some += 10000;
+    const auto now = Clock::now();
+    some += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - written).count() / 5);
+    written = now;
     d.write("memory", test::psi_text(some, 0));
     h.run_for(50ms);
   }
