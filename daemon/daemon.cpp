@@ -48,8 +48,9 @@ Daemon::Daemon(Options options)
       access_(cfg_.daemon.admin_group, cfg_.daemon.trusted_group) {
   if (bus_address_.empty()) bus_address_ = cfg_.daemon.bus;
   fds_ = std::make_unique<FdQuota>(cfg_.kv.max_fds_per_uid, ids_, [this](sys::InodeSet& ours, sys::InodeSet& notices) {
-    if (models_) models_->add_inodes(ours);
-    if (kv_) kv_->add_inodes(ours, notices);
+    if (cloud_only()) return;
+    models_->add_inodes(ours);
+    kv_->add_inodes(ours, notices);
   });
   started_ = std::chrono::steady_clock::now();
 }
@@ -607,8 +608,8 @@ ModelStatus Daemon::model_status(const ModelEntry& m) const {
 
 std::vector<ModelStatus> Daemon::model_statuses() const {
   std::vector<ModelStatus> out;
-  if (models_)
-    for (auto* m : models_->all()) out.push_back(model_status(*m));
+  if (cloud_only()) return out;
+  for (auto* m : models_->all()) out.push_back(model_status(*m));
   return out;
 }
 
@@ -717,7 +718,9 @@ Status Daemon::close_session(KvSession& s) {
   return {};
 }
 
-std::vector<SessionStatus> Daemon::list_sessions() const { return kv_ ? kv_->sessions() : std::vector<SessionStatus>{}; }
+std::vector<SessionStatus> Daemon::list_sessions() const {
+  return cloud_only() ? std::vector<SessionStatus>{} : kv_->sessions();
+}
 
 template <class F>
 void Daemon::emit(const std::string& what, F&& send) {
@@ -736,12 +739,12 @@ void Daemon::emit(const std::string& what, F&& send) {
 void Daemon::attach_bus(sdbus::IConnection& bus) {
   manager_ = std::make_unique<ManagerObject>(
       bus, ManagerServices{*this, ids_, access_, pressure_.get(), drain_waits_.get(), pool_.get(), profile_, mode_, page_size_});
-  if (models_)
+  if (!cloud_only()) {
     for (auto* m : models_->all()) add_model_object(*m, bus);
-  // Sessions kept across a lost bus: their objects again, at the same paths
-  // (only their owners, which no new connection is, may use them).
-  if (kv_)
+    // Sessions kept across a lost bus: their objects again, at the same
+    // paths (only their owners, which no new connection is, may use them).
     for (const auto& s : kv_->sessions()) make_session_object(s.path, bus);
+  }
   bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
                "member='NameOwnerChanged'",
                [this](sdbus::Message& m) { on_name_owner_changed(m); }, sdbus::floating_slot);
@@ -751,6 +754,8 @@ void Daemon::detach_bus(bool lost) {
   // Replies still held refer to the connection: each caller gets its error
   // now (on a dead bus nobody hears it, and the sending fails quietly).
   const std::string why = lost ? "airs-memd lost its bus connection" : "airs-memd is leaving the bus";
+  // Null not only when cloud-only: the destructor drops both before the
+  // link, whose end detaches once more.
   if (drain_waits_) drain_waits_->refuse_bus_calls(why);
   if (header_reader_) header_reader_->refuse_bus_calls(why);
   for (auto& [id, obj] : model_objects_) obj->fail_pending(why);
@@ -771,8 +776,10 @@ void Daemon::keep_for_lost_callers() {
     const pid_t pid = c != nullptr ? c->pid : 0;
     const std::string key = LostCallers::key_for(name, pid, loss);
     bool holds = false;
-    if (kv_ && kv_->rename_caller(name, key)) holds = true;
-    if (models_ && models_->rename_caller(name, key)) holds = true;
+    if (!cloud_only()) {
+      if (kv_->rename_caller(name, key)) holds = true;
+      if (models_->rename_caller(name, key)) holds = true;
+    }
     if (fds_->rename_caller(name, key)) holds = true;
     ids_.rename(name, key);
     if (!holds) {
@@ -806,16 +813,16 @@ void Daemon::on_name_owner_changed(sdbus::Message& sig) {
 }
 
 void Daemon::caller_gone(const std::string& name, const std::string& why) {
-  if (kv_) {
+  if (!cloud_only()) {
     for (auto& path : kv_->drop_caller(name)) {
       session_objects_.erase(path);
       spdlog::info("session {} released: its client {} {}", path, name, why);
     }
+    models_->drop_caller(name);
+    drain_waits_->caller_left(name);
+    header_reader_->caller_left(name);
   }
-  if (models_) models_->drop_caller(name);
   for (auto& [id, obj] : model_objects_) obj->forget_caller(name);
-  if (drain_waits_) drain_waits_->caller_left(name);
-  if (header_reader_) header_reader_->caller_left(name);
   fds_->caller_left(name);
   ids_.forget(name);
 }
@@ -843,7 +850,7 @@ int Daemon::run() {
   }
   if (exit_code_ != 0) return exit_code_;
   sys::notify("STOPPING=1");
-  if (kv_) (void)kv_->spill_all(std::chrono::steady_clock::now() + cfg_.kv.spill_stop_timeout);
+  if (!cloud_only()) (void)kv_->spill_all(std::chrono::steady_clock::now() + cfg_.kv.spill_stop_timeout);
   link_->stop();
   spdlog::info("stopped");
   return 0;
@@ -863,23 +870,24 @@ StatusSnapshot Daemon::status() {
   s.capabilities = capabilities_;
   s.pool.target_bytes = pool_target_;
   // What clients added to their arenas is given back before it is counted.
-  if (kv_) kv_->restore_arenas();
-  if (pool_) {
+  if (!cloud_only()) {
+    kv_->restore_arenas();
     LocalPoolStatus& p = s.pool.local.emplace();
     p.backend = pool_->backend().name();
     p.numa = numa_;
     p.counts = pool_->counts();
     p.raised_pages = pool_->raised_pages();
-    if (models_)
-      for (auto* m : models_->all())
-        if (auto st = models_->stats(*m); st && st->pin_failed) p.unpinned.push_back(m->name);
+    for (auto* m : models_->all())
+      if (auto st = models_->stats(*m); st && st->pin_failed) p.unpinned.push_back(m->name);
     if (auto kv = pool_->kernel_view()) p.kernel = std::move(kv).value();
   }
   if (auto m = sys::read_meminfo()) s.mem_available = m->count("MemAvailable") ? m->at("MemAvailable") : 0;
   s.models = model_statuses();
   s.keep_alive_s = static_cast<uint64_t>(cfg_.models.keep_alive.count());
-  if (kv_) s.kv = kv_->status();
-  if (pressure_) s.pressure = pressure_->status();
+  if (!cloud_only()) {
+    s.kv = kv_->status();
+    s.pressure = pressure_->status();
+  }
   if (link_) s.bus = link_->status();
   s.bus.lost_owners = lost_callers_ ? static_cast<uint32_t>(lost_callers_->size()) : 0;
   return s;

@@ -6,14 +6,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
-
 
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
 #include "util/units.hpp"
 
 namespace {
+
+namespace gguf = airs::gguf;
 
 constexpr const char* kUsage =
     "usage: airs-mkmodel --out FILE [--size 1G | --layers N --embd N --ff N --vocab N]\n"
@@ -35,16 +37,59 @@ bool parse_u64(const char* text, uint64_t* out) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace airs;
+// What the command line asked for.
+struct Args {
   std::string out;
   std::string size_text;
   std::string types = "mixed";
   gguf::ModelSpec spec;
-  // Small, fixed option set: parsed by hand (CLI11's header trips
-  // -Wnull-dereference under -Werror with GCC 12).
+};
+
+enum class OptResult { kOk, kNotNumber, kUnknown };
+
+// One option that takes a value.
+OptResult take_option(const std::string& opt, const char* val, Args& a) {
+  gguf::ModelSpec& spec = a.spec;
+  uint64_t n = 0;
+  auto num = [&](uint64_t* dst) {
+    if (!parse_u64(val, &n)) return false;
+    *dst = n;
+    return true;
+  };
+  bool ok = true;
+  if (opt == "--out") a.out = val;
+  else if (opt == "--size") a.size_text = val;
+  else if (opt == "--types") a.types = val;
+  else if (opt == "--layers") ok = num(&spec.n_layers);
+  else if (opt == "--embd") ok = num(&spec.n_embd);
+  else if (opt == "--ff") ok = num(&spec.n_ff);
+  else if (opt == "--vocab") ok = num(&spec.n_vocab);
+  else if (opt == "--heads") ok = num(&spec.n_head);
+  else if (opt == "--heads-kv") ok = num(&spec.n_head_kv);
+  else if (opt == "--context") ok = num(&spec.context_length);
+  else if (opt == "--seed") ok = num(&spec.seed);
+  else if (opt == "--arch") spec.architecture = val;
+  else if (opt == "--experts") ok = num(&spec.n_expert);
+  else if (opt == "--experts-used") ok = num(&spec.n_expert_used);
+  else if (opt == "--router-skew") {
+    char* end = nullptr;
+    spec.router_skew = std::strtod(val, &end);
+    ok = end != val && *end == '\0';
+  }
+  else if (opt == "--alignment" || opt == "--gguf-version") {
+    ok = parse_u64(val, &n) && n <= UINT32_MAX;
+    (opt == "--alignment" ? spec.alignment : spec.version) = static_cast<uint32_t>(n);
+  } else {
+    return OptResult::kUnknown;
+  }
+  return ok ? OptResult::kOk : OptResult::kNotNumber;
+}
+
+// The command line into `a`: an exit code when the run ends here (help, or
+// a usage error already printed), nothing to go on.
+// Small, fixed option set: parsed by hand (CLI11's header trips
+// -Wnull-dereference under -Werror with GCC 12).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     const std::string opt = argv[i];
     if (opt == "-h" || opt == "--help") {
@@ -53,7 +98,7 @@ int main(int argc, char** argv) {
     }
     if (opt == "--llama") {
       // A vocabulary and weights the real llama.cpp loads and runs.
-      spec.llama_compatible = true;
+      a.spec.llama_compatible = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -61,68 +106,49 @@ int main(int argc, char** argv) {
       return 2;
     }
     const char* val = argv[++i];
-    uint64_t n = 0;
-    auto num = [&](uint64_t* dst) {
-      if (!parse_u64(val, &n)) return false;
-      *dst = n;
-      return true;
-    };
-    bool ok = true;
-    if (opt == "--out") out = val;
-    else if (opt == "--size") size_text = val;
-    else if (opt == "--types") types = val;
-    else if (opt == "--layers") ok = num(&spec.n_layers);
-    else if (opt == "--embd") ok = num(&spec.n_embd);
-    else if (opt == "--ff") ok = num(&spec.n_ff);
-    else if (opt == "--vocab") ok = num(&spec.n_vocab);
-    else if (opt == "--heads") ok = num(&spec.n_head);
-    else if (opt == "--heads-kv") ok = num(&spec.n_head_kv);
-    else if (opt == "--context") ok = num(&spec.context_length);
-    else if (opt == "--seed") ok = num(&spec.seed);
-    else if (opt == "--arch") spec.architecture = val;
-    else if (opt == "--experts") ok = num(&spec.n_expert);
-    else if (opt == "--experts-used") ok = num(&spec.n_expert_used);
-    else if (opt == "--router-skew") {
-      char* end = nullptr;
-      spec.router_skew = std::strtod(val, &end);
-      ok = end != val && *end == '\0';
-    }
-    else if (opt == "--alignment" || opt == "--gguf-version") {
-      ok = parse_u64(val, &n) && n <= UINT32_MAX;
-      (opt == "--alignment" ? spec.alignment : spec.version) = static_cast<uint32_t>(n);
-    } else {
-      std::fprintf(stderr, "airs-mkmodel: unknown option %s\n%s", opt.c_str(), kUsage);
-      return 2;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "airs-mkmodel: %s '%s' is not a number\n", opt.c_str(), val);
-      return 2;
+    switch (take_option(opt, val, a)) {
+      case OptResult::kOk:
+        break;
+      case OptResult::kUnknown:
+        std::fprintf(stderr, "airs-mkmodel: unknown option %s\n%s", opt.c_str(), kUsage);
+        return 2;
+      case OptResult::kNotNumber:
+        std::fprintf(stderr, "airs-mkmodel: %s '%s' is not a number\n", opt.c_str(), val);
+        return 2;
     }
   }
-  if (out.empty()) {
+  if (a.out.empty()) {
     std::fprintf(stderr, "airs-mkmodel: --out is required\n%s", kUsage);
     return 2;
   }
+  return std::nullopt;
+}
 
-  const auto scheme = gguf::type_scheme_by_name(types);
+// --types and --size applied to the spec; false once the reason is printed.
+bool resolve_spec(Args& a) {
+  const auto scheme = gguf::type_scheme_by_name(a.types);
   if (!scheme) {
-    std::fprintf(stderr, "airs-mkmodel: --types '%s' is not one of mixed|f32|f16|q8_0|q4_0|q4_K\n", types.c_str());
-    return 2;
+    std::fprintf(stderr, "airs-mkmodel: --types '%s' is not one of mixed|f32|f16|q8_0|q4_0|q4_K\n", a.types.c_str());
+    return false;
   }
-  spec.types = *scheme;
-  if (!size_text.empty()) {
-    const auto target = parse_bytes(size_text);
-    if (!target || *target == 0) {
-      std::fprintf(stderr, "airs-mkmodel: --size '%s' is not a byte size like 512M or 2G\n", size_text.c_str());
-      return 2;
-    }
-    auto sized = gguf::spec_for_size(spec, *target);
-    if (!sized) {
-      std::fprintf(stderr, "airs-mkmodel: %s\n", sized.error().message.c_str());
-      return 2;
-    }
-    spec = std::move(*sized);
+  a.spec.types = *scheme;
+  if (a.size_text.empty()) return true;
+  const auto target = airs::parse_bytes(a.size_text);
+  if (!target || *target == 0) {
+    std::fprintf(stderr, "airs-mkmodel: --size '%s' is not a byte size like 512M or 2G\n", a.size_text.c_str());
+    return false;
   }
+  auto sized = gguf::spec_for_size(a.spec, *target);
+  if (!sized) {
+    std::fprintf(stderr, "airs-mkmodel: %s\n", sized.error().message.c_str());
+    return false;
+  }
+  a.spec = std::move(*sized);
+  return true;
+}
+
+// Plans and writes the file, then says what it holds: the exit code.
+int write_and_report(const gguf::ModelSpec& spec, const std::string& out) {
   auto plan = gguf::plan_model(spec);
   if (!plan) {
     std::fprintf(stderr, "airs-mkmodel: %s\n", plan.error().message.c_str());
@@ -143,4 +169,13 @@ int main(int argc, char** argv) {
                 spec.router_skew);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (const auto code = parse_args(argc, argv, args)) return *code;
+  if (!resolve_spec(args)) return 2;
+  return write_and_report(args.spec, args.out);
 }

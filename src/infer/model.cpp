@@ -109,11 +109,8 @@ Status check_u32(std::string_view what, uint64_t v) {
   return {};
 }
 
-}  // namespace
-
-Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping) {
-  Model m;
-  ModelConfig& c = m.config;
+// The architecture and the attention geometry: layers, widths, heads.
+Status read_geometry(const gguf::File& f, ModelConfig& c) {
   c.architecture = f.architecture;
   if (!rope_style_for(c.architecture, &c.rope_style)) {
     return make_error(ENOTSUP, "model: architecture '{}' is not llama-shaped (llama, qwen2, qwen3, phi3, stablelm)",
@@ -121,7 +118,6 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   }
   if (!f.geometry) return make_error(EINVAL, "model: '{}' metadata lacks the attention geometry", c.architecture);
   const gguf::ModelGeometry& g = *f.geometry;
-  const std::string a = c.architecture;
   AIRS_TRY(check_u32("block_count", g.block_count));
   AIRS_TRY(check_u32("embedding_length", g.embedding_length));
   AIRS_TRY(check_u32("head_count", g.head_count));
@@ -140,28 +136,38 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   c.n_head_kv = static_cast<uint32_t>(g.head_count_kv);
   c.head_dim = static_cast<uint32_t>(g.key_length);
   c.context_length = static_cast<uint32_t>(std::min<uint64_t>(g.context_length, uint64_t{1} << 24));
-  // Experts: llama.cpp reads expert_count and expert_used_count for every
-  // architecture; qwen3moe needs them.
+  return {};
+}
+
+// Experts: llama.cpp reads expert_count and expert_used_count for every
+// architecture; qwen3moe needs them.
+Status read_experts(const gguf::File& f, ModelConfig& c) {
+  const std::string& a = c.architecture;
   const auto n_exp = f.find_uint(a + ".expert_count").value_or(0);
   const auto n_used = f.find_uint(a + ".expert_used_count").value_or(0);
   if (n_exp == 0 && n_used != 0) {
     return make_error(EINVAL, "model: {}.expert_used_count is {} but {}.expert_count is missing or 0", a, n_used, a);
   }
   if (n_exp == 0 && a == "qwen3moe") return make_error(EINVAL, "model: qwen3moe.expert_count is missing or 0");
-  if (n_exp > 0) {
-    if (a != "llama" && a != "qwen3moe") {
-      return make_error(ENOTSUP, "model: {}.expert_count is {}, but the engine runs experts only for llama (the "
-                        "Mixtral layout) and qwen3moe", a, n_exp);
-    }
-    if (n_exp > kMaxExperts) return make_error(EINVAL, "model: {}.expert_count {} is above {}", a, n_exp, kMaxExperts);
-    if (n_used == 0) return make_error(EINVAL, "model: {}.expert_used_count is missing or 0 ({} experts)", a, n_exp);
-    if (n_used > n_exp) {
-      return make_error(EINVAL, "model: {}.expert_used_count {} is greater than {}.expert_count {}", a, n_used, a,
-                        n_exp);
-    }
-    c.n_expert = static_cast<uint32_t>(n_exp);
-    c.n_expert_used = static_cast<uint32_t>(n_used);
+  if (n_exp == 0) return {};
+  if (a != "llama" && a != "qwen3moe") {
+    return make_error(ENOTSUP, "model: {}.expert_count is {}, but the engine runs experts only for llama (the "
+                      "Mixtral layout) and qwen3moe", a, n_exp);
   }
+  if (n_exp > kMaxExperts) return make_error(EINVAL, "model: {}.expert_count {} is above {}", a, n_exp, kMaxExperts);
+  if (n_used == 0) return make_error(EINVAL, "model: {}.expert_used_count is missing or 0 ({} experts)", a, n_exp);
+  if (n_used > n_exp) {
+    return make_error(EINVAL, "model: {}.expert_used_count {} is greater than {}.expert_count {}", a, n_used, a,
+                      n_exp);
+  }
+  c.n_expert = static_cast<uint32_t>(n_exp);
+  c.n_expert_used = static_cast<uint32_t>(n_used);
+  return {};
+}
+
+// The feed-forward width (of each expert, for a mixture), after the experts.
+Status read_feed_forward(const gguf::File& f, ModelConfig& c) {
+  const std::string& a = c.architecture;
   const auto ff = f.find_uint(a + ".feed_forward_length");
   // Only qwen3moe reads expert_feed_forward_length; llama.cpp's llama
   // (Mixtral) gives each expert feed_forward_length.
@@ -169,14 +175,20 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   if (ff_exp) {
     AIRS_TRY(check_u32("expert_feed_forward_length", *ff_exp));
     c.n_ff = static_cast<uint32_t>(*ff_exp);
-  } else {
-    if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
-    AIRS_TRY(check_u32("feed_forward_length", *ff));
-    // As llama.cpp: a qwen3moe file without expert_feed_forward_length
-    // gives each expert feed_forward_length / expert_used_count.
-    c.n_ff = static_cast<uint32_t>(a == "qwen3moe" ? *ff / c.n_expert_used : *ff);
-    AIRS_TRY(check_u32("the expert feed-forward width", c.n_ff));
+    return {};
   }
+  if (!ff) return make_error(EINVAL, "model: {}.feed_forward_length is missing", a);
+  AIRS_TRY(check_u32("feed_forward_length", *ff));
+  // As llama.cpp: a qwen3moe file without expert_feed_forward_length
+  // gives each expert feed_forward_length / expert_used_count.
+  c.n_ff = static_cast<uint32_t>(a == "qwen3moe" ? *ff / c.n_expert_used : *ff);
+  AIRS_TRY(check_u32("the expert feed-forward width", c.n_ff));
+  return {};
+}
+
+// Rotary embedding and normalisation constants, after the geometry.
+Status read_rope_and_norm(const gguf::File& f, ModelConfig& c) {
+  const std::string& a = c.architecture;
   c.n_rot = static_cast<uint32_t>(f.find_uint(a + ".rope.dimension_count").value_or(c.head_dim));
   if (c.n_rot == 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
     return make_error(EINVAL, "model: rope.dimension_count {} must be even and at most key_length {}", c.n_rot,
@@ -188,66 +200,81 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   }
   c.rms_eps = meta_float(f, a + ".attention.layer_norm_rms_epsilon").value_or(1e-5F);
   c.rope_freq_base = meta_float(f, a + ".rope.freq_base").value_or(10000.0F);
+  return {};
+}
 
+// The vocabulary size, from the embedding's shape.
+Status read_vocab(const gguf::File& f, ModelConfig& c) {
   const auto te = f.find_tensor("token_embd.weight");
   if (!te || f.tensors[*te].dims.size() != 2) return make_error(EINVAL, "model: token_embd.weight is missing or not 2-D");
   AIRS_TRY(check_u32("n_vocab", f.tensors[*te].dims[1]));
   c.n_vocab = static_cast<uint32_t>(f.tensors[*te].dims[1]);
+  return {};
+}
 
-  Loader ld(f, mapping);
-  auto emb = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  if (!emb) return std::move(emb).error();
-  m.token_embd = *emb;
+Result<ModelConfig> read_config(const gguf::File& f) {
+  ModelConfig c;
+  AIRS_TRY(read_geometry(f, c));
+  AIRS_TRY(read_experts(f, c));
+  AIRS_TRY(read_feed_forward(f, c));
+  AIRS_TRY(read_rope_and_norm(f, c));
+  AIRS_TRY(read_vocab(f, c));
+  return c;
+}
+
+// Block `l`'s tensors: attention, its optional q/k norms, the feed-forward
+// (dense, or a router and its experts).
+Result<Layer> load_layer(const gguf::File& f, Loader& ld, const ModelConfig& c, uint32_t l) {
+  const std::string& a = c.architecture;
+  const std::string p = fmt::format("blk.{}.", l);
   const uint64_t q_dim = uint64_t{c.n_head} * c.head_dim;
   const uint64_t kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
-  for (uint32_t l = 0; l < c.n_layer; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    Layer L;
-    auto take = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
-      auto r = ld.matrix(p + name, cols, rows);
-      if (!r) return std::move(r).error();
-      dst = *r;
-      return {};
-    };
-    auto vec = [&](const float*& dst, const char* name) -> Status {
-      auto r = ld.vector(p + name, c.n_embd);
-      if (!r) return std::move(r).error();
-      dst = *r;
-      return {};
-    };
-    AIRS_TRY(vec(L.attn_norm, "attn_norm.weight"));
-    AIRS_TRY(take(L.wq, "attn_q.weight", c.n_embd, q_dim));
-    AIRS_TRY(take(L.wk, "attn_k.weight", c.n_embd, kv_dim));
-    AIRS_TRY(take(L.wv, "attn_v.weight", c.n_embd, kv_dim));
-    AIRS_TRY(take(L.wo, "attn_output.weight", q_dim, c.n_embd));
-    const bool qk_norm = a == "qwen3" || a == "qwen3moe";
-    if (qk_norm || f.find_tensor(p + "attn_q_norm.weight") || f.find_tensor(p + "attn_k_norm.weight")) {
-      auto qn = ld.vector(p + "attn_q_norm.weight", c.head_dim);
-      if (!qn) return std::move(qn).error();
-      auto kn = ld.vector(p + "attn_k_norm.weight", c.head_dim);
-      if (!kn) return std::move(kn).error();
-      L.attn_q_norm = *qn;
-      L.attn_k_norm = *kn;
-    }
-    AIRS_TRY(vec(L.ffn_norm, "ffn_norm.weight"));
-    if (c.n_expert == 0) {
-      AIRS_TRY(take(L.w_gate, "ffn_gate.weight", c.n_embd, c.n_ff));
-      AIRS_TRY(take(L.w_up, "ffn_up.weight", c.n_embd, c.n_ff));
-      AIRS_TRY(take(L.w_down, "ffn_down.weight", c.n_ff, c.n_embd));
-    } else {
-      AIRS_TRY(take(L.router, "ffn_gate_inp.weight", c.n_embd, c.n_expert));
-      auto exps = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
-        auto r = ld.experts(p + name, cols, rows, c.n_expert);
-        if (!r) return std::move(r).error();
-        dst = *r;
-        return {};
-      };
-      AIRS_TRY(exps(L.w_gate, "ffn_gate_exps.weight", c.n_embd, c.n_ff));
-      AIRS_TRY(exps(L.w_up, "ffn_up_exps.weight", c.n_embd, c.n_ff));
-      AIRS_TRY(exps(L.w_down, "ffn_down_exps.weight", c.n_ff, c.n_embd));
-    }
-    m.layers.push_back(L);
+  Layer L;
+  auto take = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
+    auto r = ld.matrix(p + name, cols, rows);
+    if (!r) return std::move(r).error();
+    dst = *r;
+    return {};
+  };
+  auto vec = [&](const float*& dst, const char* name, uint64_t n) -> Status {
+    auto r = ld.vector(p + name, n);
+    if (!r) return std::move(r).error();
+    dst = *r;
+    return {};
+  };
+  auto exps = [&](Matrix& dst, const char* name, uint64_t cols, uint64_t rows) -> Status {
+    auto r = ld.experts(p + name, cols, rows, c.n_expert);
+    if (!r) return std::move(r).error();
+    dst = *r;
+    return {};
+  };
+  AIRS_TRY(vec(L.attn_norm, "attn_norm.weight", c.n_embd));
+  AIRS_TRY(take(L.wq, "attn_q.weight", c.n_embd, q_dim));
+  AIRS_TRY(take(L.wk, "attn_k.weight", c.n_embd, kv_dim));
+  AIRS_TRY(take(L.wv, "attn_v.weight", c.n_embd, kv_dim));
+  AIRS_TRY(take(L.wo, "attn_output.weight", q_dim, c.n_embd));
+  const bool qk_norm = a == "qwen3" || a == "qwen3moe";
+  if (qk_norm || f.find_tensor(p + "attn_q_norm.weight") || f.find_tensor(p + "attn_k_norm.weight")) {
+    AIRS_TRY(vec(L.attn_q_norm, "attn_q_norm.weight", c.head_dim));
+    AIRS_TRY(vec(L.attn_k_norm, "attn_k_norm.weight", c.head_dim));
   }
+  AIRS_TRY(vec(L.ffn_norm, "ffn_norm.weight", c.n_embd));
+  if (c.n_expert == 0) {
+    AIRS_TRY(take(L.w_gate, "ffn_gate.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(take(L.w_up, "ffn_up.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(take(L.w_down, "ffn_down.weight", c.n_ff, c.n_embd));
+  } else {
+    AIRS_TRY(take(L.router, "ffn_gate_inp.weight", c.n_embd, c.n_expert));
+    AIRS_TRY(exps(L.w_gate, "ffn_gate_exps.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(exps(L.w_up, "ffn_up_exps.weight", c.n_embd, c.n_ff));
+    AIRS_TRY(exps(L.w_down, "ffn_down_exps.weight", c.n_ff, c.n_embd));
+  }
+  return L;
+}
+
+// The final norm and the output matrix (the embedding's, when tied).
+Status load_output(const gguf::File& f, Loader& ld, Model& m) {
+  const ModelConfig& c = m.config;
   auto on = ld.vector("output_norm.weight", c.n_embd);
   if (!on) return std::move(on).error();
   m.output_norm = *on;
@@ -258,6 +285,28 @@ Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping
   } else {
     m.output = m.token_embd;  // tied embeddings
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Model> load_model(const gguf::File& f, std::span<const std::byte> mapping) {
+  Model m;
+  auto config = read_config(f);
+  if (!config) return std::move(config).error();
+  m.config = *config;
+  const ModelConfig& c = m.config;
+
+  Loader ld(f, mapping);
+  auto emb = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  if (!emb) return std::move(emb).error();
+  m.token_embd = *emb;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    auto layer = load_layer(f, ld, c, l);
+    if (!layer) return std::move(layer).error();
+    m.layers.push_back(*layer);
+  }
+  AIRS_TRY(load_output(f, ld, m));
   // One token reads every matrix once, but only one row of the embedding.
   m.weight_bytes = ld.bytes() - m.token_embd.rows * m.token_embd.row_stride + m.token_embd.row_stride;
   if (c.n_expert > 0) m.weight_bytes -= ld.expert_bytes() / c.n_expert * (c.n_expert - c.n_expert_used);

@@ -162,9 +162,8 @@ struct Range {
   uint64_t nbytes;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line: the options in the comment at the top.
+struct Options {
   std::string bus, file, order = "seq";
   bool wait_go = false, fork_child = false, hold = false, per_layer = false, recheck = false, on_touch = false;
   std::string own_segv;
@@ -176,6 +175,10 @@ int main(int argc, char** argv) {
   int pause_pass = 0;
   bool sigbus_ok = false;
   unsigned deadline_s = 90;
+};
+
+// 0, or the exit code once the reason is printed.
+int parse_args(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -185,217 +188,261 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--bus") bus = next();
-    else if (a == "--file") file = next();
-    else if (a == "--order") order = next();
-    else if (a == "--wait-go") wait_go = true;
-    else if (a == "--fork-child") fork_child = true;
-    else if (a == "--hold") hold = true;
-    else if (a == "--recheck") recheck = true;
-    else if (a == "--uid") as_uid = std::stol(next());
-    else if (a == "--mlockall") mlock_all = true;
-    else if (a == "--per-layer") per_layer = true;  // cooperative mode: wait for each range before reading it
-    else if (a == "--touch") touch = std::stoll(next());
-    else if (a == "--on-touch") on_touch = true;
-    else if (a == "--own-segv") own_segv = next();
-    else if (a == "--wait-resident") wait_resident_ms = std::stoi(next());
-    else if (a == "--passes") passes = std::max(1, std::stoi(next()));
-    else if (a == "--pause") pause_pass = std::stoi(next());
-    else if (a == "--sigbus-ok") sigbus_ok = true;
-    else if (a == "--deadline") deadline_s = static_cast<unsigned>(std::stoul(next()));
+    if (a == "--bus") o.bus = next();
+    else if (a == "--file") o.file = next();
+    else if (a == "--order") o.order = next();
+    else if (a == "--wait-go") o.wait_go = true;
+    else if (a == "--fork-child") o.fork_child = true;
+    else if (a == "--hold") o.hold = true;
+    else if (a == "--recheck") o.recheck = true;
+    else if (a == "--uid") o.as_uid = std::stol(next());
+    else if (a == "--mlockall") o.mlock_all = true;
+    else if (a == "--per-layer") o.per_layer = true;  // cooperative mode: wait for each range before reading it
+    else if (a == "--touch") o.touch = std::stoll(next());
+    else if (a == "--on-touch") o.on_touch = true;
+    else if (a == "--own-segv") o.own_segv = next();
+    else if (a == "--wait-resident") o.wait_resident_ms = std::stoi(next());
+    else if (a == "--passes") o.passes = std::max(1, std::stoi(next()));
+    else if (a == "--pause") o.pause_pass = std::stoi(next());
+    else if (a == "--sigbus-ok") o.sigbus_ok = true;
+    else if (a == "--deadline") o.deadline_s = static_cast<unsigned>(std::stoul(next()));
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 10;
     }
   }
-  if (bus.empty() || file.empty()) {
+  if (o.bus.empty() || o.file.empty()) {
     std::fprintf(stderr, "usage: airs_test_client --bus ADDR --file MODEL.gguf [options]\n");
     return 10;
   }
-  // A hang is a failure the test must see as one, not a stuck suite.
-  ::alarm(deadline_s);
-  if (as_uid >= 0) {
-    const auto id = static_cast<uid_t>(as_uid);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) {
-      std::fprintf(stderr, "dropping to uid %ld: %s\n", as_uid, std::strerror(errno));
-      return 17;
-    }
-  }
+  return 0;
+}
 
-  auto src = airs::gguf::FdSource::open(file);
-  if (!src) {
-    std::fprintf(stderr, "open %s: %s\n", file.c_str(), src.error().message.c_str());
-    return 11;
-  }
-  auto parsed = airs::gguf::parse(*src);
+// From here on SIGBUS ends the process with "sigbus", exit 7.
+void exit_on_sigbus() {
+  struct sigaction sa {};
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  ::sigaction(SIGBUS, &sa, nullptr);
+}
+
+// The header, then every tensor in load order: 0, or the exit code.
+int read_ranges(const airs::gguf::FdSource& src, const std::string& file, std::vector<Range>* ranges) {
+  auto parsed = airs::gguf::parse(src);
   if (!parsed) {
     std::fprintf(stderr, "parse %s: %s\n", file.c_str(), parsed.error().message.c_str());
     return 11;
   }
-  std::vector<Range> ranges;
-  ranges.push_back({"<header>", 0, parsed->data_offset});
+  ranges->push_back({"<header>", 0, parsed->data_offset});
   for (uint32_t idx : parsed->load_order) {
     const auto& t = parsed->tensors[idx];
-    ranges.push_back({t.name, t.offset, t.nbytes});
+    ranges->push_back({t.name, t.offset, t.nbytes});
   }
+  return 0;
+}
 
+// The model opened through libairs, and what its bytes are checked against.
+struct Client {
+  const Options& o;
+  const airs::gguf::FdSource& src;
+  std::vector<Range> ranges;
   airs_client* client = nullptr;
-  if (airs_connect(bus.c_str(), &client) != 0) {
+  airs_model* model = nullptr;
+  const volatile unsigned char* data = nullptr;
+};
+
+// Connects and opens the model (mlockall and the first own SIGSEGV handler
+// before, as asked): 0, or the exit code.
+int open_model(Client& c) {
+  const Options& o = c.o;
+  if (airs_connect(o.bus.c_str(), &c.client) != 0) {
     std::fprintf(stderr, "airs_connect: %s\n", airs_last_error());
     return 12;
   }
-  airs_model* model = nullptr;
-  if (mlock_all && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+  if (o.mlock_all && ::mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
     std::fprintf(stderr, "mlockall: %s\n", std::strerror(errno));
     return 18;
   }
-  if (own_segv == "before") install_own_segv(false);
-  airs_model_options opt{nullptr, 0, per_layer ? 1 : 0, on_touch ? 1 : 0};
-  if (sigbus_ok) {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    ::sigaction(SIGBUS, &sa, nullptr);
-  }
+  if (o.own_segv == "before") install_own_segv(false);
+  airs_model_options opt{nullptr, 0, o.per_layer ? 1 : 0, o.on_touch ? 1 : 0};
+  if (o.sigbus_ok) exit_on_sigbus();
   // The fd the bytes are checked against, not the path again: a file
   // renamed over this one in between would be another version.
-  if (int rc = airs_model_open_fd(client, src->fd(), &opt, &model); rc != 0) {
+  if (int rc = airs_model_open_fd(c.client, c.src.fd(), &opt, &c.model); rc != 0) {
     say("open-failed rc=%d", rc);
     std::fprintf(stderr, "airs_model_open: %s\n", airs_last_error());
-    airs_disconnect(client);
+    airs_disconnect(c.client);
     return 13;
   }
-  const auto* data = static_cast<const volatile unsigned char*>(airs_model_data(model));
-  say("opened pid=%d resident=%d size=%" PRIu64 " object=%s uffd_fds=%d", ::getpid(), airs_model_is_resident(model),
-      airs_model_size(model), airs_model_object(model), count_uffd_fds());
+  c.data = static_cast<const volatile unsigned char*>(airs_model_data(c.model));
+  say("opened pid=%d resident=%d size=%" PRIu64 " object=%s uffd_fds=%d", ::getpid(), airs_model_is_resident(c.model),
+      airs_model_size(c.model), airs_model_object(c.model), count_uffd_fds());
+  return 0;
+}
 
-  if (own_segv == "after") install_own_segv(true);
-  if (wait_go) {
-    say("waiting");
-    if (!wait_stdin_line()) return 14;
+// --fork-child: the child must get SIGSEGV (or, with --on-touch, read the
+// right bytes); 0 if it did, else 4.
+int check_forked_child(const Client& c) {
+  const pid_t child = ::fork();
+  if (child == 0 && c.o.on_touch) {
+    // The child inherits the guarded mapping and its handler: its touches
+    // wait for their units like the parent's.
+    const uint64_t last = airs_model_size(c.model) - 1;
+    unsigned char want[2] = {};
+    if (::pread(c.src.fd(), &want[0], 1, 0) != 1 || ::pread(c.src.fd(), &want[1], 1, static_cast<off_t>(last)) != 1)
+      ::_exit(15);
+    const bool ok = c.data[0] == want[0] && c.data[last] == want[1];
+    write_str(ok ? "child-read-ok\n" : "child-read-wrong\n");
+    ::_exit(ok ? 9 : 3);
   }
-
-  if (fork_child) {
-    const pid_t c = ::fork();
-    if (c == 0 && on_touch) {
-      // The child inherits the guarded mapping and its handler: its touches
-      // wait for their units like the parent's.
-      const uint64_t last = airs_model_size(model) - 1;
-      unsigned char want[2] = {};
-      if (::pread(src->fd(), &want[0], 1, 0) != 1 || ::pread(src->fd(), &want[1], 1, static_cast<off_t>(last)) != 1)
-        ::_exit(15);
-      const bool ok = data[0] == want[0] && data[last] == want[1];
-      write_str(ok ? "child-read-ok\n" : "child-read-wrong\n");
-      ::_exit(ok ? 9 : 3);
-    }
-    if (c == 0) {
-      struct sigaction sa {};
-      sa.sa_sigaction = child_on_segv;
-      sa.sa_flags = SA_SIGINFO;
-      ::sigaction(SIGSEGV, &sa, nullptr);
-      // MADV_DONTFORK: the child must not have the mapping at all. Touch the
-      // last page (not yet loaded while the fill is slow) and the first.
-      const uint64_t off = airs_model_size(model) - 1;
-      const unsigned v = data[off];
-      const unsigned w = data[0];
-      char msg[80];
-      const int n = std::snprintf(msg, sizeof msg, "child-read value=%u first=%u\n", v, w);
-      if (n > 0) (void)!::write(1, msg, static_cast<size_t>(n));
-      ::_exit(4);
-    }
-    int st = 0;
-    ::waitpid(c, &st, 0);
-    say("child exit=%d signal=%d", WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 9) return 4;
-  }
-
-  if (touch >= 0) {
+  if (child == 0) {
     struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
+    sa.sa_sigaction = child_on_segv;
     sa.sa_flags = SA_SIGINFO;
-    ::sigaction(SIGBUS, &sa, nullptr);
-    say("touching offset=%lld addr=%p", touch, static_cast<const void*>(const_cast<const unsigned char*>(data) + touch));
-    const unsigned v = data[touch];
-    say("touched value=%u", v);
+    ::sigaction(SIGSEGV, &sa, nullptr);
+    // MADV_DONTFORK: the child must not have the mapping at all. Touch the
+    // last page (not yet loaded while the fill is slow) and the first.
+    const uint64_t off = airs_model_size(c.model) - 1;
+    const unsigned v = c.data[off];
+    const unsigned w = c.data[0];
+    char msg[80];
+    const int n = std::snprintf(msg, sizeof msg, "child-read value=%u first=%u\n", v, w);
+    if (n > 0) (void)!::write(1, msg, static_cast<size_t>(n));
+    ::_exit(4);
   }
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  say("child exit=%d signal=%d", WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 9) return 4;
+  return 0;
+}
 
-  if (wait_resident_ms >= 0) {
-    const int rc = airs_model_wait_resident(model, wait_resident_ms);
-    say("resident rc=%d", rc);
+// Range `r` of the mapping against the file; 0, or the exit code.
+int verify_range(const Client& c, const Range& r, std::vector<unsigned char>& want) {
+  want.resize(r.nbytes);
+  if (auto s = c.src.read(r.offset, want.data(), want.size()); !s) {
+    std::fprintf(stderr, "pread %s: %s\n", r.name.c_str(), s.error().message.c_str());
+    return 15;
   }
+  if (c.o.per_layer) {
+    if (int rc = airs_model_wait_range(c.model, r.offset, r.nbytes, 60000); rc != 0) {
+      say("wait-failed tensor=%s rc=%d", r.name.c_str(), rc);
+      std::fprintf(stderr, "airs_model_wait_range: %s\n", airs_last_error());
+      return 16;
+    }
+  }
+  const auto* got = const_cast<const unsigned char*>(c.data) + r.offset;
+  if (std::memcmp(got, want.data(), r.nbytes) != 0) {
+    uint64_t first = 0;
+    while (first < r.nbytes && got[first] == want[first]) ++first;
+    uint64_t zeros = 0;
+    for (uint64_t k = 0; k < r.nbytes; ++k) zeros += got[k] == 0 ? 1 : 0;
+    say("mismatch tensor=%s offset=%" PRIu64 " first_diff=%" PRIu64 " got=%u want=%u zero_bytes=%" PRIu64
+        " of=%" PRIu64,
+        r.name.c_str(), r.offset, r.offset + first, got[first], want[first], zeros, r.nbytes);
+    return 3;
+  }
+  return 0;
+}
 
-  auto verify = [&](int pass = 0) -> int {
-    say("verifying ranges=%zu", ranges.size());
-    std::vector<unsigned char> want;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      const auto& r = ranges[i];
-      if (pass != 0 && pass == pause_pass && i == ranges.size() / 2) {
-        say("mid pass=%d", pass);
-        if (!wait_stdin_line()) return 14;
-      }
-      want.resize(r.nbytes);
-      if (auto s = src->read(r.offset, want.data(), want.size()); !s) {
-        std::fprintf(stderr, "pread %s: %s\n", r.name.c_str(), s.error().message.c_str());
-        return 15;
-      }
-      if (per_layer) {
-        if (int rc = airs_model_wait_range(model, r.offset, r.nbytes, 60000); rc != 0) {
-          say("wait-failed tensor=%s rc=%d", r.name.c_str(), rc);
-          std::fprintf(stderr, "airs_model_wait_range: %s\n", airs_last_error());
-          return 16;
-        }
-      }
-      const auto* got = const_cast<const unsigned char*>(data) + r.offset;
-      if (std::memcmp(got, want.data(), r.nbytes) != 0) {
-        uint64_t first = 0;
-        while (first < r.nbytes && got[first] == want[first]) ++first;
-        uint64_t zeros = 0;
-        for (uint64_t k = 0; k < r.nbytes; ++k) zeros += got[k] == 0 ? 1 : 0;
-        say("mismatch tensor=%s offset=%" PRIu64 " first_diff=%" PRIu64 " got=%u want=%u zero_bytes=%" PRIu64
-            " of=%" PRIu64,
-            r.name.c_str(), r.offset, r.offset + first, got[first], want[first], zeros, r.nbytes);
-        return 3;
-      }
-      bytes += r.nbytes;
+// Every range in c.ranges' order (pass `pass`: --pause stops half-way
+// through it); 0, or the exit code.
+int verify(const Client& c, int pass = 0) {
+  say("verifying ranges=%zu", c.ranges.size());
+  std::vector<unsigned char> want;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < c.ranges.size(); ++i) {
+    if (pass != 0 && pass == c.o.pause_pass && i == c.ranges.size() / 2) {
+      say("mid pass=%d", pass);
+      if (!wait_stdin_line()) return 14;
     }
-    say("verified tensors=%zu bytes=%" PRIu64 " fallback=%d", ranges.size() - 1, bytes, airs_model_in_fallback(model));
-    return 0;
-  };
-  if (order != "none") {
-    std::mt19937_64 rng(order.rfind("random:", 0) == 0 ? std::stoull(order.substr(7)) : 0);
-    if (passes > 1 || pause_pass != 0) {
-      struct sigaction sa {};
-      sa.sa_sigaction = on_sigbus;
-      sa.sa_flags = SA_SIGINFO;
-      ::sigaction(SIGBUS, &sa, nullptr);
-    }
-    for (int pass = 0; pass < passes; ++pass) {
-      if (order.rfind("random:", 0) == 0) std::shuffle(ranges.begin(), ranges.end(), rng);
-      if (int rc = verify(pass + 1); rc != 0) return rc;
-    }
+    if (int rc = verify_range(c, c.ranges[i], want); rc != 0) return rc;
+    bytes += c.ranges[i].nbytes;
   }
-  say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(model), airs_model_is_resident(model),
+  say("verified tensors=%zu bytes=%" PRIu64 " fallback=%d", c.ranges.size() - 1, bytes,
+      airs_model_in_fallback(c.model));
+  return 0;
+}
+
+// --order and --passes: every pass in load order or a fresh shuffle.
+int verify_passes(Client& c) {
+  const Options& o = c.o;
+  if (o.order == "none") return 0;
+  std::mt19937_64 rng(o.order.rfind("random:", 0) == 0 ? std::stoull(o.order.substr(7)) : 0);
+  if (o.passes > 1 || o.pause_pass != 0) exit_on_sigbus();
+  for (int pass = 0; pass < o.passes; ++pass) {
+    if (o.order.rfind("random:", 0) == 0) std::shuffle(c.ranges.begin(), c.ranges.end(), rng);
+    if (int rc = verify(c, pass + 1); rc != 0) return rc;
+  }
+  return 0;
+}
+
+// After the passes: the own handler's count, --hold, --recheck, then close.
+int finish(Client& c) {
+  const Options& o = c.o;
+  say("state fallback=%d resident=%d uffd_fds=%d", airs_model_in_fallback(c.model), airs_model_is_resident(c.model),
       count_uffd_fds());
-
-  if (!own_segv.empty()) {
+  if (!o.own_segv.empty()) {
     const unsigned v = *reinterpret_cast<const volatile unsigned char*>(g_own_page);
     say("own-segv handled=%d foreign=%d value=%u", static_cast<int>(g_own_handled), static_cast<int>(g_own_foreign), v);
   }
-  if (hold) {
+  if (o.hold) {
     say("holding");
     (void)wait_stdin_line();
   }
-  if (recheck) {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    ::sigaction(SIGBUS, &sa, nullptr);
-    if (int rc = verify(); rc != 0) return rc;
+  if (o.recheck) {
+    exit_on_sigbus();
+    if (int rc = verify(c); rc != 0) return rc;
     say("reverified");
   }
-  airs_model_close(model);
-  airs_disconnect(client);
+  airs_model_close(c.model);
+  airs_disconnect(c.client);
   say("closed");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int rc = parse_args(argc, argv, o); rc != 0) return rc;
+  // A hang is a failure the test must see as one, not a stuck suite.
+  ::alarm(o.deadline_s);
+  if (o.as_uid >= 0) {
+    const auto id = static_cast<uid_t>(o.as_uid);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) {
+      std::fprintf(stderr, "dropping to uid %ld: %s\n", o.as_uid, std::strerror(errno));
+      return 17;
+    }
+  }
+  auto src = airs::gguf::FdSource::open(o.file);
+  if (!src) {
+    std::fprintf(stderr, "open %s: %s\n", o.file.c_str(), src.error().message.c_str());
+    return 11;
+  }
+  Client c{o, *src, {}};
+  if (int rc = read_ranges(*src, o.file, &c.ranges); rc != 0) return rc;
+  if (int rc = open_model(c); rc != 0) return rc;
+
+  if (o.own_segv == "after") install_own_segv(true);
+  if (o.wait_go) {
+    say("waiting");
+    if (!wait_stdin_line()) return 14;
+  }
+  if (o.fork_child) {
+    if (int rc = check_forked_child(c); rc != 0) return rc;
+  }
+  if (o.touch >= 0) {
+    exit_on_sigbus();
+    say("touching offset=%lld addr=%p", o.touch,
+        static_cast<const void*>(const_cast<const unsigned char*>(c.data) + o.touch));
+    const unsigned v = c.data[o.touch];
+    say("touched value=%u", v);
+  }
+  if (o.wait_resident_ms >= 0) {
+    const int rc = airs_model_wait_resident(c.model, o.wait_resident_ms);
+    say("resident rc=%d", rc);
+  }
+  if (int rc = verify_passes(c); rc != 0) return rc;
+  return finish(c);
 }

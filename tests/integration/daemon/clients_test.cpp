@@ -18,14 +18,13 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "daemon_fixture.hpp"
+#include "model_open.hpp"
 #include "test_model.hpp"
 
 using namespace airs::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-using Dict = std::map<std::string, sdbus::Variant>;
 
 nlohmann::json status_json(const std::string& bus) {
   auto st = run_process({airsctl_path(), "--bus", bus, "--json", "status"});
@@ -60,13 +59,7 @@ TEST(DaemonClients, AFollowerWhoseSocketHungUpIsNoLongerCounted) {
 
   auto conn = sdbus::createSessionBusConnectionWithAddress(bus.address());
   auto proxy = sdbus::createProxy(*conn, "org.aios.Airs1", object);
-  sdbus::UnixFd region, status;
-  uint64_t size = 0;
-  Dict info;
-  sdbus::UnixFd proof(::open(model.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
-  proxy->callMethod("Open").onInterface("org.aios.Airs1.Model")
-      .withArguments(proof, Dict{{"wait", sdbus::Variant(false)}})
-      .storeResultsTo(region, size, status, info);
+  const OpenReply reply = open_without_wait(*proxy, model);
   const int opened = opened_bits();
   // One request socket per reference: the daemon gets one end of a pair.
   auto follow = [&](int requests) {

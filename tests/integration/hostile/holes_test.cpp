@@ -26,6 +26,7 @@
 
 #include "daemon_fixture.hpp"
 #include "hostile_common.hpp"
+#include "model_open.hpp"
 #include "gguf/writer.hpp"
 
 using namespace airs::test;
@@ -306,13 +307,7 @@ TEST_P(Holes, AttachWithAUserfaultfdThatHadNoHandshakeIsRefused) {
 TEST_P(Holes, FollowWithASocketThatIsNotConnectedIsRefused) {
   const auto path = load();
   auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
-  sdbus::UnixFd region, status;
-  uint64_t size = 0;
-  Dict info;
-  sdbus::UnixFd proof(::open(model_.c_str(), O_RDONLY | O_CLOEXEC), sdbus::adopt_fd);
-  model->callMethod("Open").onInterface("org.aios.Airs1.Model")
-      .withArguments(proof, Dict{{"wait", sdbus::Variant(false)}})
-      .storeResultsTo(region, size, status, info);
+  const OpenReply reply = open_without_wait(*model, model_);
   const int opened = ::memfd_create("opened", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(opened, 0);
   ASSERT_EQ(::ftruncate(opened, 1 << 20), 0);

@@ -283,6 +283,288 @@ int run_cooperative(const std::string& mode, int sock, int region_fd, const airs
   return 30;
 }
 
+// The status page (read-only; the daemon sealed it): 0, or the exit code
+// of what failed.
+int map_status_page(int status_fd, wire::StatusPageView* out) {
+  void* sp = ::mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, status_fd, 0);
+  off_t sp_len = ::lseek(status_fd, 0, SEEK_END);
+  if (sp != MAP_FAILED) ::munmap(sp, 1 << 20);
+  sp = ::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ, MAP_SHARED, status_fd, 0);
+  if (sp == MAP_FAILED) return 13;
+  *out = wire::StatusPageView(sp, static_cast<uint64_t>(sp_len));
+  if (!out->valid()) return 14;
+  // A writable mapping of the status page must be refused (sealed, O_RDONLY).
+  if (::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0) != MAP_FAILED)
+    return 15;
+  return 0;
+}
+
+// What every lazy mode works on: the mapping, attached to the daemon.
+struct LazyClient {
+  int sock = -1;
+  int region_fd = -1;
+  airs::test::Hello hello{};
+  wire::StatusPageView status;
+  LazyMapping* lm = nullptr;
+  int notify = -1;                   // the daemon's eventfd: signalled when every ready unit is mapped
+  airs::sys::UniqueFd daemon_pidfd;  // fallback: modes only
+  const std::byte* base = nullptr;
+  uint64_t units = 0;
+  std::vector<uint64_t> order;  // every unit, in order
+};
+
+bool verify_all(const std::byte* base, const std::vector<uint64_t>& ord, useconds_t sleep_us) {
+  for (uint64_t u : ord) {
+    if (!verify_unit(base, u)) return false;
+    if (sleep_us) ::usleep(sleep_us);
+  }
+  return true;
+}
+
+// Several threads fault the same pages at once: duplicate events.
+int run_threads(const LazyClient& c, int n) {
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < n; ++i)
+    ts.emplace_back([&, i] {
+      std::vector<uint64_t> o = c.order;
+      std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
+      std::shuffle(o.begin(), o.end(), rng);
+      if (!verify_all(c.base, o, 0)) ++bad;
+    });
+  for (auto& t : ts) t.join();
+  return bad.load() == 0 ? 0 : 3;
+}
+
+// Waits (30 s) for the daemon's notice that every ready unit is mapped.
+bool wait_notified(const LazyClient& c) {
+  pollfd p{c.notify, POLLIN, 0};
+  return ::poll(&p, 1, 30000) == 1;
+}
+
+int run_resident(const LazyClient& c) {
+  if (!wait_notified(c)) return 19;
+  if (c.status.state() != airs::wire::ModelLoadState::Resident) return 20;
+  if (c.status.ready_units() != c.status.unit_count()) return 21;
+  if (!c.lm->unregister()) return 22;
+  if (!verify_all(c.base, c.order, 0)) return 3;
+  // Unregistered, a shmem mapping on huge folios is mapped by PMD entries
+  // again (LazyMapping::unregister dropped the PTEs CONTINUE made).
+  if (c.hello.backing == airs::test::kBackingShmem && region_on_huge_folios(c.region_fd) &&
+      pmd_mapped_kb(c.lm->data()) * 1024 < c.hello.region_size / 2)
+    return 23;
+  return 0;
+}
+
+// Whether thread `tid` (0 until the thread has said it) sleeps in a
+// userfaultfd fault within 10 s, by its wait channel; `wchan` gets the last
+// one read.
+bool sleeps_in_fault(const std::atomic<pid_t>& tid, char (&wchan)[64]) {
+  for (int i = 0; i < 10000; ++i) {
+    if (tid.load() != 0) {
+      std::memset(wchan, 0, sizeof wchan);
+      const std::string path = "/proc/self/task/" + std::to_string(tid.load()) + "/wchan";
+      if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        if (::read(fd, wchan, sizeof wchan - 1) < 0) wchan[0] = 0;
+        ::close(fd);
+      }
+      if (std::strcmp(wchan, "handle_userfault") == 0) return true;
+    }
+    ::usleep(1000);
+  }
+  return false;
+}
+
+// A thread sleeps on a fault of unit 1 while the range stops being
+// registered without the kernel waking it (docs/kernel-facts.md: a fault
+// queued under the per-VMA lock can miss UFFDIO_UNREGISTER's wake). Made
+// here by mapping a plain view of the region over the range (MAP_FIXED
+// replaces the VMA and wakes nobody). Then it must be woken:
+//   stale-fault       by the daemon, whose CONTINUE for that fault now
+//                     fails with ENOENT (told "go" once the thread sleeps;
+//                     the unit is filled after that);
+//   stale-unregister  by LazyMapping::unregister (the model is resident:
+//                     the unit's entries are dropped first so that the
+//                     touch faults; the daemon answers nothing meanwhile).
+// Either way the thread then reads the unit's bytes through the view.
+int run_stale(const LazyClient& c, bool by_daemon) {
+  if (!by_daemon) {
+    if (!wait_notified(c)) return 19;  // attached, every ready unit mapped
+    if (!wait_go(c.sock)) return 29;
+    if (c.status.state() != airs::wire::ModelLoadState::Resident) return 20;
+    if (::madvise(const_cast<std::byte*>(c.base) + g_unit, g_unit, MADV_DONTNEED) != 0) return 24;
+  }
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> ok{false};
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    ok = verify_unit(c.base, 1);
+    done = true;
+  });
+  char w[64] = {};
+  if (!sleeps_in_fault(tid, w)) {
+    std::fprintf(stderr, "client: the reader never slept in handle_userfault (last wchan '%s'; it %s, bytes %s)\n", w,
+                 done.load() ? "returned" : "did not return", ok.load() ? "right" : "not right");
+    std::_Exit(25);
+  }
+  if (::mmap(const_cast<std::byte*>(c.base), c.hello.region_size, PROT_READ, MAP_SHARED | MAP_FIXED, c.region_fd,
+             0) != c.base)
+    std::_Exit(26);
+  if (by_daemon) {
+    const char go = 'g';
+    if (::send(c.sock, &go, 1, 0) != 1) std::_Exit(27);
+  } else if (!c.lm->unregister()) {
+    std::_Exit(28);
+  }
+  t.join();
+  return ok.load() ? 0 : 3;
+}
+
+// Unit 1 left partly mapped: every entry past its first page dropped. A
+// CONTINUE cut short by a fatal signal (the daemon killed inside the ioctl)
+// leaves the same. On hugetlbfs a unit is one page: all of it. The touch
+// past the first page faults, and must be answered with its page mapped
+// (not skipped with the unit's mapped start, which would fault it again for
+// ever):
+//   partial           by the daemon (the unit is ready);
+//   partial-fallback  by our own FallbackServer (the daemon's loop stays
+//                     still: the fault is ours to read).
+int run_partial(const LazyClient& c, bool own_fallback) {
+  if (!wait_notified(c)) return 19;  // attached to a resident model: every unit mapped
+  if (own_fallback && !wait_go(c.sock)) return 29;
+  const uint64_t keep = c.hello.backing == airs::test::kBackingShmem ? airs::sys::base_page_size() : 0;
+  if (::madvise(const_cast<std::byte*>(c.base) + g_unit + keep, g_unit - keep, MADV_DONTNEED) != 0) return 24;
+  std::unique_ptr<FallbackServer> fb;
+  std::atomic<bool> done{false};
+  std::atomic<int> fb_error{0};
+  std::thread t;
+  if (own_fallback) {
+    auto f = FallbackServer::create(*c.lm, c.region_fd, g_src, g_file_size, c.status);
+    if (!f) {
+      std::fprintf(stderr, "client: %s\n", f.error().message.c_str());
+      return 25;
+    }
+    fb = std::move(f).value();
+    t = std::thread([&] {
+      while (!done.load()) {
+        if (auto r = fb->run_once(std::chrono::milliseconds(20)); !r) {
+          std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
+          fb_error = 1;
+          return;
+        }
+      }
+    });
+  }
+  const bool ok = verify_all(c.base, c.order, 0);
+  done = true;
+  if (t.joinable()) t.join();
+  if (fb_error.load() != 0) return 26;
+  return ok ? 0 : 3;
+}
+
+int run_fork(const LazyClient& c) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // MADV_DONTFORK: the range does not exist here, so this must SIGSEGV
+    // (and must not put a zero page into the shared page cache).
+    volatile const char* p = reinterpret_cast<volatile const char*>(c.base);
+    char ch = p[g_unit * (c.units / 2)];
+    _exit(ch == 0 ? 40 : 41);
+  }
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV) {
+    std::fprintf(stderr, "client: forked child status %#x, expected SIGSEGV\n", st);
+    return 4;
+  }
+  return verify_all(c.base, c.order, 0) ? 0 : 3;
+}
+
+// Touches random units until killed.
+[[noreturn]] void run_loop(const LazyClient& c) {
+  std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
+  for (;;) {
+    const uint64_t u = rng() % c.units;
+    volatile const char* p = reinterpret_cast<volatile const char*>(c.base + u * g_unit);
+    (void)*p;
+    ::usleep(200);
+  }
+}
+
+// Reads every unit (sleeping `sleep_us` after each) while the test kills
+// the daemon: our FallbackServer takes over once its pidfd says it exited.
+// Exit 6: the daemon outlived the pass, nothing tested.
+int run_fallback(const LazyClient& c, useconds_t sleep_us) {
+  auto fb = FallbackServer::create(*c.lm, c.region_fd, g_src, g_file_size, c.status);
+  if (!fb) {
+    std::fprintf(stderr, "client: %s\n", fb.error().message.c_str());
+    return 24;
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> fb_error{0};
+  std::thread t([&] {
+    pollfd p{c.daemon_pidfd.get(), POLLIN, 0};
+    while (!done.load()) {
+      if (::poll(&p, 1, 20) == 1) break;
+    }
+    if (done.load()) return;
+    std::fprintf(stderr, "client %d: daemon gone, serving own faults from the GGUF\n", getpid());
+    if (!(*fb)->takeover()) fb_error = 1;
+    while (!done.load()) {
+      auto r = (*fb)->run_once(std::chrono::milliseconds(20));
+      if (!r) {
+        std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
+        fb_error = 2;
+        return;
+      }
+    }
+  });
+  const bool ok = verify_all(c.base, c.order, sleep_us);
+  const bool took_over = airs::sys::pidfd_exited(c.daemon_pidfd.get());
+  done = true;
+  t.join();
+  if (fb_error.load() != 0) return 25;
+  if (ok && !took_over) return 6;  // the daemon outlived the pass: nothing tested
+  std::fprintf(stderr, "client %d: fallback filled %lu units\n", getpid(),
+               static_cast<unsigned long>((*fb)->units_filled()));
+  return ok ? 0 : 3;
+}
+
+// The lazy modes: one per run, named by the test.
+int run_lazy(const std::string& mode, const LazyClient& c) {
+  if (mode == "seq") return verify_all(c.base, c.order, 0) ? 0 : 3;
+  if (mode.starts_with("tokens:")) {
+    // A streamed model: every unit in order, N times (N tokens).
+    const uint64_t tokens = std::stoull(mode.substr(7));
+    for (uint64_t t = 0; t < tokens; ++t)
+      if (!verify_all(c.base, c.order, 0)) return 3;
+    return 0;
+  }
+  if (mode.starts_with("first:")) {
+    // Unit U first, then the rest in order: a fault on a chosen unit.
+    std::vector<uint64_t> o = c.order;
+    std::rotate(o.begin(), o.begin() + static_cast<long>(std::min<uint64_t>(std::stoull(mode.substr(6)), c.units)),
+                o.end());
+    return verify_all(c.base, o, 0) ? 0 : 3;
+  }
+  if (mode.starts_with("random:")) {
+    std::vector<uint64_t> o = c.order;
+    std::mt19937_64 rng(std::stoull(mode.substr(7)));
+    std::shuffle(o.begin(), o.end(), rng);
+    return verify_all(c.base, o, 0) ? 0 : 3;
+  }
+  if (mode.starts_with("threads:")) return run_threads(c, std::stoi(mode.substr(8)));
+  if (mode == "resident") return run_resident(c);
+  if (mode == "stale-fault" || mode == "stale-unregister") return run_stale(c, mode == "stale-fault");
+  if (mode == "partial" || mode == "partial-fallback") return run_partial(c, mode == "partial-fallback");
+  if (mode == "fork") return run_fork(c);
+  if (mode.starts_with("touch:")) return verify_unit(c.base, std::stoull(mode.substr(6))) ? 0 : 3;
+  if (mode == "loop") run_loop(c);
+  if (mode.starts_with("fallback:")) return run_fallback(c, static_cast<useconds_t>(std::stoul(mode.substr(9))));
+  return 30;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -292,279 +574,43 @@ int main(int argc, char** argv) {
   g_src = ::open(argv[3], O_RDONLY | O_CLOEXEC);
   if (g_src < 0) return 11;
 
-  airs::test::Hello hello{};
+  LazyClient c;
+  c.sock = sock;
   std::vector<int> fds;
-  if (!airs::test::recv_msg(sock, &hello, sizeof hello, fds, 2)) return 12;
-  const int region_fd = fds[0];
+  if (!airs::test::recv_msg(sock, &c.hello, sizeof c.hello, fds, 2)) return 12;
+  c.region_fd = fds[0];
   const int status_fd = fds[1];
-  g_file_size = hello.file_size;
+  g_file_size = c.hello.file_size;
+  if (const int rc = map_status_page(status_fd, &c.status); rc != 0) return rc;
+  g_unit = c.status.unit_size();
 
-  // The status page first (read-only; the daemon sealed it).
-  void* sp = ::mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, status_fd, 0);
-  off_t sp_len = ::lseek(status_fd, 0, SEEK_END);
-  if (sp != MAP_FAILED) ::munmap(sp, 1 << 20);
-  sp = ::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ, MAP_SHARED, status_fd, 0);
-  if (sp == MAP_FAILED) return 13;
-  wire::StatusPageView status(sp, static_cast<uint64_t>(sp_len));
-  if (!status.valid()) return 14;
-  g_unit = status.unit_size();
-  // A writable mapping of the status page must be refused (sealed, O_RDONLY).
-  if (::mmap(nullptr, static_cast<size_t>(sp_len), PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0) != MAP_FAILED)
-    return 15;
+  if (c.hello.backing == airs::test::kBackingCooperative)
+    return run_cooperative(mode, sock, c.region_fd, c.hello, c.status);
 
-  if (hello.backing == airs::test::kBackingCooperative) return run_cooperative(mode, sock, region_fd, hello, status);
-
-  auto lm = LazyMapping::create(region_fd, hello.region_size,
-                                hello.backing == airs::test::kBackingShmem ? LazyBacking::Shmem : LazyBacking::Hugetlbfs);
+  const bool shmem = c.hello.backing == airs::test::kBackingShmem;
+  auto lm = LazyMapping::create(c.region_fd, c.hello.region_size, shmem ? LazyBacking::Shmem : LazyBacking::Hugetlbfs);
   if (!lm) {
     std::fprintf(stderr, "client: %s\n", lm.error().message.c_str());
     return 16;
   }
+  c.lm = &*lm;
   auto dup = lm->dup_uffd();
   if (!dup) return 17;
   // fallback: a pidfd of the daemon before we attach; once attached, the
   // test may kill it at any time (a pidfd opened later would find no pid).
-  airs::sys::UniqueFd daemon_pidfd;
   if (mode.starts_with("fallback:")) {
-    auto pfd = airs::sys::pidfd_open(hello.daemon_pid);
+    auto pfd = airs::sys::pidfd_open(c.hello.daemon_pid);
     if (!pfd) return 23;
-    daemon_pidfd = std::move(pfd).value();
+    c.daemon_pidfd = std::move(pfd).value();
   }
-  const int notify = ::eventfd(0, EFD_CLOEXEC);
+  c.notify = ::eventfd(0, EFD_CLOEXEC);
   airs::test::AttachMsg am{lm->address(), lm->size()};
-  if (!airs::test::send_msg(sock, &am, sizeof am, {dup->get(), notify})) return 18;
+  if (!airs::test::send_msg(sock, &am, sizeof am, {dup->get(), c.notify})) return 18;
   dup->reset();
 
-  const std::byte* base = lm->data();
-  const uint64_t units = (g_file_size + g_unit - 1) / g_unit;
-  std::vector<uint64_t> order(units);
-  for (uint64_t i = 0; i < units; ++i) order[i] = i;
-
-  auto verify_all = [&](const std::vector<uint64_t>& ord, useconds_t sleep_us) {
-    for (uint64_t u : ord) {
-      if (!verify_unit(base, u)) return false;
-      if (sleep_us) ::usleep(sleep_us);
-    }
-    return true;
-  };
-
-  if (mode == "seq") return verify_all(order, 0) ? 0 : 3;
-  if (mode.starts_with("tokens:")) {
-    // A streamed model: every unit in order, N times (N tokens).
-    const uint64_t tokens = std::stoull(mode.substr(7));
-    for (uint64_t t = 0; t < tokens; ++t)
-      if (!verify_all(order, 0)) return 3;
-    return 0;
-  }
-  if (mode.starts_with("first:")) {
-    // Unit U first, then the rest in order: a fault on a chosen unit.
-    std::rotate(order.begin(), order.begin() + static_cast<long>(std::min<uint64_t>(std::stoull(mode.substr(6)), units)),
-                order.end());
-    return verify_all(order, 0) ? 0 : 3;
-  }
-  if (mode.starts_with("random:")) {
-    std::mt19937_64 rng(std::stoull(mode.substr(7)));
-    std::shuffle(order.begin(), order.end(), rng);
-    return verify_all(order, 0) ? 0 : 3;
-  }
-  if (mode.starts_with("threads:")) {
-    // Several threads fault the same pages at once: duplicate events.
-    const int n = std::stoi(mode.substr(8));
-    std::atomic<int> bad{0};
-    std::vector<std::thread> ts;
-    for (int i = 0; i < n; ++i)
-      ts.emplace_back([&, i] {
-        std::vector<uint64_t> o = order;
-        std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
-        std::shuffle(o.begin(), o.end(), rng);
-        if (!verify_all(o, 0)) ++bad;
-      });
-    for (auto& t : ts) t.join();
-    return bad.load() == 0 ? 0 : 3;
-  }
-  if (mode == "resident") {
-    pollfd p{notify, POLLIN, 0};
-    if (::poll(&p, 1, 30000) != 1) return 19;
-    if (status.state() != airs::wire::ModelLoadState::Resident) return 20;
-    if (status.ready_units() != status.unit_count()) return 21;
-    if (!lm->unregister()) return 22;
-    if (!verify_all(order, 0)) return 3;
-    // Unregistered, a shmem mapping on huge folios is mapped by PMD entries
-    // again (LazyMapping::unregister dropped the PTEs CONTINUE made).
-    if (hello.backing == airs::test::kBackingShmem && region_on_huge_folios(region_fd) &&
-        pmd_mapped_kb(lm->data()) * 1024 < hello.region_size / 2)
-      return 23;
-    return 0;
-  }
-  if (mode == "stale-fault" || mode == "stale-unregister") {
-    // A thread sleeps on a fault of unit 1 while the range stops being
-    // registered without the kernel waking it (docs/kernel-facts.md: a
-    // fault queued under the per-VMA lock can miss UFFDIO_UNREGISTER's
-    // wake). Made here by mapping a plain view of the region over the range
-    // (MAP_FIXED replaces the VMA and wakes nobody). Then it must be woken:
-    //   stale-fault       by the daemon, whose CONTINUE for that fault now
-    //                     fails with ENOENT (told "go" once the thread
-    //                     sleeps; the unit is filled after that);
-    //   stale-unregister  by LazyMapping::unregister (the model is resident:
-    //                     the unit's entries are dropped first so that the
-    //                     touch faults; the daemon answers nothing meanwhile).
-    // Either way the thread then reads the unit's bytes through the view.
-    const bool by_daemon = mode == "stale-fault";
-    if (!by_daemon) {
-      pollfd p{notify, POLLIN, 0};  // attached, every ready unit mapped
-      if (::poll(&p, 1, 30000) != 1) return 19;
-      if (!wait_go(sock)) return 29;
-      if (status.state() != airs::wire::ModelLoadState::Resident) return 20;
-      if (::madvise(const_cast<std::byte*>(base) + g_unit, g_unit, MADV_DONTNEED) != 0) return 24;
-    }
-    std::atomic<pid_t> tid{0};
-    std::atomic<bool> ok{false};
-    std::atomic<bool> done{false};
-    std::thread t([&] {
-      tid = static_cast<pid_t>(::syscall(SYS_gettid));
-      ok = verify_unit(base, 1);
-      done = true;
-    });
-    // Asleep in the fault: its wait channel says so.
-    bool asleep = false;
-    char w[64] = {};
-    for (int i = 0; i < 10000 && !asleep; ++i) {
-      if (tid.load() != 0) {
-        std::memset(w, 0, sizeof w);
-        const std::string path = "/proc/self/task/" + std::to_string(tid.load()) + "/wchan";
-        if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-          if (::read(fd, w, sizeof w - 1) < 0) w[0] = 0;
-          ::close(fd);
-        }
-        asleep = std::strcmp(w, "handle_userfault") == 0;
-      }
-      if (!asleep) ::usleep(1000);
-    }
-    if (!asleep) {
-      std::fprintf(stderr, "client: the reader never slept in handle_userfault (last wchan '%s'; it %s, bytes %s)\n", w,
-                   done.load() ? "returned" : "did not return", ok.load() ? "right" : "not right");
-      std::_Exit(25);
-    }
-    if (::mmap(const_cast<std::byte*>(base), hello.region_size, PROT_READ, MAP_SHARED | MAP_FIXED, region_fd, 0) !=
-        base)
-      std::_Exit(26);
-    if (by_daemon) {
-      const char go = 'g';
-      if (::send(sock, &go, 1, 0) != 1) std::_Exit(27);
-    } else if (!lm->unregister()) {
-      std::_Exit(28);
-    }
-    t.join();
-    return ok.load() ? 0 : 3;
-  }
-  if (mode == "partial" || mode == "partial-fallback") {
-    // Unit 1 left partly mapped: every entry past its first page dropped.
-    // A CONTINUE cut short by a fatal signal (the daemon killed inside the
-    // ioctl) leaves the same. On hugetlbfs a unit is one page: all of it.
-    // The touch past the first page faults, and must be answered with its
-    // page mapped (not skipped with the unit's mapped start, which would
-    // fault it again for ever):
-    //   partial           by the daemon (the unit is ready);
-    //   partial-fallback  by our own FallbackServer (the daemon's loop stays
-    //                     still: the fault is ours to read).
-    pollfd p{notify, POLLIN, 0};  // attached to a resident model: every unit mapped
-    if (::poll(&p, 1, 30000) != 1) return 19;
-    if (mode == "partial-fallback" && !wait_go(sock)) return 29;
-    const uint64_t keep = hello.backing == airs::test::kBackingShmem ? airs::sys::base_page_size() : 0;
-    if (::madvise(const_cast<std::byte*>(base) + g_unit + keep, g_unit - keep, MADV_DONTNEED) != 0) return 24;
-    std::unique_ptr<FallbackServer> fb;
-    std::atomic<bool> done{false};
-    std::atomic<int> fb_error{0};
-    std::thread t;
-    if (mode == "partial-fallback") {
-      auto f = FallbackServer::create(*lm, region_fd, g_src, g_file_size, status);
-      if (!f) {
-        std::fprintf(stderr, "client: %s\n", f.error().message.c_str());
-        return 25;
-      }
-      fb = std::move(f).value();
-      t = std::thread([&] {
-        while (!done.load()) {
-          if (auto r = fb->run_once(std::chrono::milliseconds(20)); !r) {
-            std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
-            fb_error = 1;
-            return;
-          }
-        }
-      });
-    }
-    const bool ok = verify_all(order, 0);
-    done = true;
-    if (t.joinable()) t.join();
-    if (fb_error.load() != 0) return 26;
-    return ok ? 0 : 3;
-  }
-  if (mode == "fork") {
-    const pid_t child = ::fork();
-    if (child == 0) {
-      // MADV_DONTFORK: the range does not exist here, so this must SIGSEGV
-      // (and must not put a zero page into the shared page cache).
-      volatile const char* p = reinterpret_cast<volatile const char*>(base);
-      char c = p[g_unit * (units / 2)];
-      _exit(c == 0 ? 40 : 41);
-    }
-    int st = 0;
-    ::waitpid(child, &st, 0);
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV) {
-      std::fprintf(stderr, "client: forked child status %#x, expected SIGSEGV\n", st);
-      return 4;
-    }
-    return verify_all(order, 0) ? 0 : 3;
-  }
-  if (mode.starts_with("touch:")) {
-    const uint64_t u = std::stoull(mode.substr(6));
-    return verify_unit(base, u) ? 0 : 3;
-  }
-  if (mode == "loop") {
-    std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
-    for (;;) {
-      const uint64_t u = rng() % units;
-      volatile const char* p = reinterpret_cast<volatile const char*>(base + u * g_unit);
-      (void)*p;
-      ::usleep(200);
-    }
-  }
-  if (mode.starts_with("fallback:")) {
-    const auto sleep_us = static_cast<useconds_t>(std::stoul(mode.substr(9)));
-    const airs::sys::UniqueFd* daemon = &daemon_pidfd;
-    auto fb = FallbackServer::create(*lm, region_fd, g_src, g_file_size, status);
-    if (!fb) {
-      std::fprintf(stderr, "client: %s\n", fb.error().message.c_str());
-      return 24;
-    }
-    std::atomic<bool> done{false};
-    std::atomic<int> fb_error{0};
-    std::thread t([&] {
-      pollfd p{daemon->get(), POLLIN, 0};
-      while (!done.load()) {
-        if (::poll(&p, 1, 20) == 1) break;
-      }
-      if (done.load()) return;
-      std::fprintf(stderr, "client %d: daemon gone, serving own faults from the GGUF\n", getpid());
-      if (!(*fb)->takeover()) fb_error = 1;
-      while (!done.load()) {
-        auto r = (*fb)->run_once(std::chrono::milliseconds(20));
-        if (!r) {
-          std::fprintf(stderr, "client: fallback: %s\n", r.error().message.c_str());
-          fb_error = 2;
-          return;
-        }
-      }
-    });
-    const bool ok = verify_all(order, sleep_us);
-    const bool took_over = airs::sys::pidfd_exited(daemon->get());
-    done = true;
-    t.join();
-    if (fb_error.load() != 0) return 25;
-    if (ok && !took_over) return 6;  // the daemon outlived the pass: nothing tested
-    std::fprintf(stderr, "client %d: fallback filled %lu units\n", getpid(),
-                 static_cast<unsigned long>((*fb)->units_filled()));
-    return ok ? 0 : 3;
-  }
-  return 30;
+  c.base = lm->data();
+  c.units = (g_file_size + g_unit - 1) / g_unit;
+  c.order.resize(c.units);
+  for (uint64_t i = 0; i < c.units; ++i) c.order[i] = i;
+  return run_lazy(mode, c);
 }
