@@ -68,10 +68,15 @@ std::optional<uint32_t> ExpertLayout::key_at(uint64_t offset) const {
   return it->key;
 }
 
-std::optional<uint32_t> ExpertLayout::expert_of_touch(uint32_t u, std::optional<uint64_t> offset) const {
+std::optional<uint32_t> ExpertLayout::expert_of_touch(uint32_t u, uint64_t lo, uint64_t hi) const {
   const auto& ks = keys_of(u);
   if (ks.empty()) return std::nullopt;
-  if (offset && *offset / unit_ == u) return key_at(*offset);
+  lo = std::max(lo, uint64_t{u} * unit_);
+  hi = std::min(hi, (uint64_t{u} + 1) * unit_);
+  if (lo < hi) {
+    const auto first = key_at(lo), last = key_at(hi - 1);
+    if (first && first == last) return first;  // slices are contiguous: one expert holds the whole range
+  }
   if (ks.size() == 1) return ks.front();
   return std::nullopt;
 }

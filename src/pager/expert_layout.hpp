@@ -53,12 +53,14 @@ class ExpertLayout {
   [[nodiscard]] bool expert_unit(uint32_t u) const { return u < expert_only_.size() && expert_only_[u]; }
   // The expert whose slice holds file byte `offset`, if any.
   [[nodiscard]] std::optional<uint32_t> key_at(uint64_t offset) const;
-  // The expert a touch of unit `u` belongs to: the one holding byte
-  // `offset` when it is known (`offset` inside u), else the only expert
-  // with bytes in u; none for a unit shared by several experts touched at
-  // an unknown byte (an edge unit on hugetlbfs, whose faults say the unit
-  // only), nor for a unit without expert bytes.
-  [[nodiscard]] std::optional<uint32_t> expert_of_touch(uint32_t u, std::optional<uint64_t> offset) const;
+  // The expert a touch of unit `u` at some byte of [lo, hi) belongs to
+  // (the kernel reports the faulting page, not the byte: a base page on
+  // shmem, the whole unit on hugetlbfs; a cooperative client's request
+  // names the unit): the one expert whose slice holds every byte of the
+  // range (clipped to u), else the only expert with bytes in u. None for
+  // a unit several experts share touched in a range that does not tell
+  // them apart (an edge unit), nor for a unit without expert bytes.
+  [[nodiscard]] std::optional<uint32_t> expert_of_touch(uint32_t u, uint64_t lo, uint64_t hi) const;
   // The most units one expert spans.
   [[nodiscard]] uint32_t widest() const { return widest_; }
 

@@ -24,8 +24,7 @@ std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t fi
   // layer (a layer-sized step would evict whole layers at a time).
   std::vector<const Extent*> cyclic;
   for (const Extent& e : extents)
-    if ((e.access == Access::EveryToken || e.access == Access::Expert) && e.length > 0 && e.offset < file_size)
-      cyclic.push_back(&e);
+    if (e.access == Access::EveryToken && e.length > 0 && e.offset < file_size) cyclic.push_back(&e);
   std::sort(cyclic.begin(), cyclic.end(), [](const Extent* a, const Extent* b) {
     return a->load_rank != b->load_rank ? a->load_rank < b->load_rank : a->offset < b->offset;
   });

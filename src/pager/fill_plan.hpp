@@ -52,7 +52,8 @@ inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
 // EveryToken extent (a tensor) is a step, in (load rank, offset) order; a
 // unit takes the first step overlapping it; steps are numbered 0, 1, ...
 // kColdStep (stream_policy.hpp) for a unit no EveryToken extent overlaps
-// (header, embedding rows, unranked bytes).
+// (header, embedding rows, unranked bytes, units only experts use: a token
+// reads the experts its router chose, not all of them).
 [[nodiscard]] std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size,
                                                uint64_t unit_size);
 

@@ -6,14 +6,14 @@
 namespace airs::pager {
 
 Residency::Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-                     std::vector<uint32_t> steps, uint32_t budget, uint32_t window)
+                     std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts)
     : plan_(std::move(plan)), status_(status), budget_(budget) {
   const auto& ranks = plan_.ranks();
   std::vector<wire::RankEntry> entries(ranks.size());
   for (uint32_t i = 0; i < ranks.size(); ++i) entries[i] = {ranks[i], plan_.units_of_rank_index(i), 0, 0};
   status_.init(unit_size, file_size, plan_.unit_count(), entries.data(), static_cast<uint32_t>(entries.size()));
   if (!steps.empty()) {
-    policy_.emplace(std::move(steps), window);
+    policy_.emplace(std::move(steps), window, std::move(experts));
     state_ = wire::ModelLoadState::Streaming;
     status_.set_state(state_);
     stats_.window = policy_->window();

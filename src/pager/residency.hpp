@@ -47,9 +47,10 @@ class Residency {
   // `plan`: the model's units with their load ranks; `status`: its status
   // page (initialised here); `steps`: for a streamed model, each unit's
   // step in the per-token cycle (StreamPolicy), with `budget` units and a
-  // read-ahead `window`; empty for a model that fits.
+  // read-ahead `window` and its expert slices (`experts`, empty for a
+  // dense model); empty for a model that fits.
   Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-            std::vector<uint32_t> steps, uint32_t budget, uint32_t window);
+            std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts = {});
 
   [[nodiscard]] FillPlan& plan() { return plan_; }
   [[nodiscard]] const FillPlan& plan() const { return plan_; }

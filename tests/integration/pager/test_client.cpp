@@ -504,6 +504,19 @@ int main(int argc, char** argv) {
     const uint64_t u = std::stoull(mode.substr(6));
     return verify_unit(base, u) ? 0 : 3;
   }
+  if (mode.starts_with("byte:")) {
+    // One byte at file offset N, nothing else: it must be the file's.
+    const uint64_t off = std::stoull(mode.substr(5));
+    std::byte want{};
+    if (off >= g_file_size || ::pread(g_src, &want, 1, static_cast<off_t>(off)) != 1) return 19;
+    const std::byte got = *reinterpret_cast<const volatile std::byte*>(base + off);
+    if (got != want) {
+      std::fprintf(stderr, "client %d: byte %lu: got %02x want %02x\n", getpid(), static_cast<unsigned long>(off),
+                   static_cast<unsigned>(got), static_cast<unsigned>(want));
+      return 3;
+    }
+    return 0;
+  }
   if (mode == "loop") {
     std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
     for (;;) {

@@ -5,6 +5,7 @@
 #include "pager/expert_layout.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -144,14 +145,23 @@ TEST(ExpertLayout, ATouchBelongsToTheExpertWhoseByteItIsOrToTheOnlyOneInItsUnit)
   // the byte; a unit inside expert 3's slice is its alone.
   const auto edge = static_cast<uint32_t>((t.offset + 4 * slice) / unit);
   ASSERT_EQ(l.keys_of(edge), (std::vector<uint32_t>{k3, k4}));
-  EXPECT_EQ(l.expert_of_touch(edge, std::nullopt), std::nullopt);
-  EXPECT_EQ(l.expert_of_touch(edge, t.offset + 4 * slice - 1), k3);
-  EXPECT_EQ(l.expert_of_touch(edge, t.offset + 4 * slice), k4);
+  const uint64_t b = t.offset + 4 * slice;  // expert 4's first byte
+  EXPECT_EQ(l.expert_of_touch(edge, 0, UINT64_MAX), std::nullopt) << "the whole unit: either";
+  EXPECT_EQ(l.expert_of_touch(edge, b - 4096, b), k3);
+  EXPECT_EQ(l.expert_of_touch(edge, b, b + 4096), k4);
+  EXPECT_EQ(l.expert_of_touch(edge, b - 32, b + 32), std::nullopt) << "a page across the boundary: either";
   const auto inner = static_cast<uint32_t>((t.offset + 3 * slice + slice / 2) / unit);
   ASSERT_EQ(l.keys_of(inner), (std::vector<uint32_t>{k3}));
-  EXPECT_EQ(l.expert_of_touch(inner, std::nullopt), k3);
-  // An offset outside the touched unit is not believed.
-  EXPECT_EQ(l.expert_of_touch(inner, t.offset), k3);
+  EXPECT_EQ(l.expert_of_touch(inner, 0, UINT64_MAX), k3);
+  // A range outside the touched unit is clipped to it.
+  EXPECT_EQ(l.expert_of_touch(inner, t.offset, t.offset + 1), k3);
+  // Units of dense tensors belong to no expert.
+  const auto& router = m.file.tensors[*m.file.find_tensor("blk.1.ffn_gate_inp.weight")];
+  const auto ru = static_cast<uint32_t>((router.offset + router.nbytes / 2) / unit);
+  if (l.keys_of(ru).empty()) {
+    EXPECT_EQ(l.expert_of_touch(ru, 0, UINT64_MAX), std::nullopt);
+  }
+  EXPECT_FALSE(l.expert_unit(ru));
   // Expert 3's units: its three slices' (gate, up, down), edges included.
   std::set<uint32_t> want;
   for (const char* name : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"}) {
