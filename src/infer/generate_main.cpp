@@ -2,6 +2,7 @@
 // airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
 //               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
 //               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]
+//               [--expert-trace FILE]
 //
 // Generates text with the engine in src/infer, the model mapped lazily
 // through airs-memd and the KV cache in the daemon's blocks (libairs C API).
@@ -33,6 +34,11 @@
 // and wait for a line on stdin (evict or inspect a live session meanwhile);
 // pending eviction notices are handled before the next step.
 //
+// --expert-trace FILE: a mixture of experts' routing, one line per layer of
+// every forward pass, written before the layer reads its experts:
+// "P|D LAYER E1 E2 ..." (P: a prefill batch, D: a decode step; the
+// distinct experts the pass chose in that layer). bench/experts replays it.
+//
 // Exit status: 0 ok, 1 failure (message on stderr), 2 usage.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -40,6 +46,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +54,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -72,10 +80,10 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority interactive|system|background]\n"
     "                     [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32] [--bus ADDRESS]\n"
-    "                     [--no-daemon] [--hold] [--pause-at N] [--json]\n";
+    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE]\n";
 
 struct Options {
-  std::string model, prompt, system_file, bus = "system";
+  std::string model, prompt, system_file, bus = "system", expert_trace;
   int n = 32;
   int pause_at = 0;
   airs_priority priority = AIRS_PRIORITY_INTERACTIVE;
@@ -113,6 +121,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--no-daemon") o.no_daemon = true;
     else if (a == "--hold") o.hold = true;
     else if (a == "--json") o.json = true;
+    else if (a == "--expert-trace") o.expert_trace = val();
     else if (a == "--kv") {
       const std::string v = val();
       if (v != "f16" && v != "f32") usage_error("--kv must be f16 or f32");
@@ -295,6 +304,20 @@ int run(const Options& o) {
   }
   Sequence seq(engine, *kv);
   Sampler sampler(o.sampling);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace(nullptr, std::fclose);
+  char phase = 'P';
+  if (!o.expert_trace.empty()) {
+    trace.reset(std::fopen(o.expert_trace.c_str(), "we"));
+    if (!trace) {
+      std::fprintf(stderr, "airs-generate: --expert-trace %s: %s\n", o.expert_trace.c_str(), std::strerror(errno));
+      return 1;
+    }
+    engine.set_expert_observer([&](uint32_t layer, std::span<const uint32_t> chosen) {
+      std::fprintf(trace.get(), "%c %u", phase, layer);
+      for (uint32_t e : chosen) std::fprintf(trace.get(), " %u", e);
+      std::fputc('\n', trace.get());
+    });
+  }
 
   const auto t0 = Clock::now();
   auto logits = seq.prefill(prompt);
@@ -305,6 +328,7 @@ int run(const Options& o) {
   std::vector<int32_t> out;
   out.push_back(sampler.sample(*logits));
   const auto t_first = Clock::now();
+  phase = 'D';
   if (!o.json) {
     std::fputs(tok->decode(out, true).c_str(), stdout);
     std::fflush(stdout);

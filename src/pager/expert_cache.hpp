@@ -22,8 +22,13 @@
 //            frequency per visit of its layer. Under uniform routing it
 //            evicts the experts of the layer just passed, as Belady's MIN
 //            does; under skewed routing the cold experts first.
-// bench/experts compares them with MIN on recorded traces; the choice and
-// the numbers are in docs/streaming.md.
+// bench/experts compares them with MIN on recorded traces; the choice
+// (Lfu) and the numbers are in docs/streaming.md. The daemon sees a use
+// only when it faults (a resident unit stays mapped in a lazy client, open
+// in a cooperative one): a miss. Counted on misses alone, Lfu keeps its
+// order (every count ages alike) where NextUse's per-visit frequency of a
+// resident expert decays while its layer's visits go on, and it evicts
+// the hot experts.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +46,7 @@ enum class ExpertPolicy : uint8_t { Lru, Lfu, NextUse };
 class ExpertCache {
  public:
   // The policy the daemon uses (docs/streaming.md says why).
-  static constexpr ExpertPolicy kDefault = ExpertPolicy::NextUse;
+  static constexpr ExpertPolicy kDefault = ExpertPolicy::Lfu;
 
   ExpertCache() = default;
   // `layer_of_key`: each key's layer (< layers); `experts_of_layer`: keys per layer.
