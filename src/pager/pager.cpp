@@ -638,7 +638,7 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
     if (how == Touch::Fault)
       if (auto page = clients_.fault_bytes(id, key, address)) lo = page->first, hi = page->second;
     expert = r.policy().experts().expert_of_touch(unit, lo, hi);
-    if (expert) r.policy().touched_expert(key, *expert);
+    if (expert) r.touched_expert(key, *expert);
   }
   // A unit on its way out that a client wants again stays.
   if (r.closing(unit)) {
@@ -684,7 +684,7 @@ void Pager::fetch_expert(Model& m, uint32_t expert) {
 void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
-  if (m->res->streamed()) m->res->policy().forget(key);
+  if (m->res->streamed()) m->res->forget(key);
   std::vector<uint32_t> free_now;
   for (auto& [u, c] : m->closes)
     if (c.holders.erase(key) != 0 && c.holders.empty()) free_now.push_back(u);

@@ -76,12 +76,28 @@ void Residency::touched(ClientKey client, uint32_t u) {
   const auto before = policy_->position(client);
   policy_->touched(client, u);
   const auto after = policy_->position(client);
-  if (before && after && *after < *before) {
-    // A new token: what the last one read.
-    ++stats_.passes;
-    stats_.last_pass_units_read = stats_.units_read - pass_start_reads_;
-    pass_start_reads_ = stats_.units_read;
-  }
+  if (before && after && *after < *before && policy_->experts().empty()) new_pass();
+}
+
+void Residency::touched_expert(ClientKey client, uint32_t key) {
+  if (!policy_ || key >= policy_->experts().key_count()) return;
+  policy_->touched_expert(client, key);
+  const uint32_t layer = policy_->experts().key(key).layer;
+  auto [it, fresh] = expert_layer_.try_emplace(client, layer);
+  if (!fresh && layer < it->second) new_pass();
+  it->second = layer;
+}
+
+void Residency::forget(ClientKey client) {
+  if (policy_) policy_->forget(client);
+  expert_layer_.erase(client);
+}
+
+void Residency::new_pass() {
+  // A new token: what the last one read.
+  ++stats_.passes;
+  stats_.last_pass_units_read = stats_.units_read - pass_start_reads_;
+  pass_start_reads_ = stats_.units_read;
 }
 
 void Residency::begin_drop(uint32_t u) {

@@ -86,6 +86,13 @@ class Residency {
   [[nodiscard]] std::vector<uint32_t> droppable(const std::function<bool(uint32_t)>& busy) const;
   // A client touched `u` (the policy follows it; a new token counts a pass).
   void touched(ClientKey client, uint32_t u);
+  // A client used expert `key` (ExpertLayout). For a mixture of experts a
+  // pass is counted here, when a client's expert layer goes back: its
+  // dense units stay resident and mapped, so they give no signal. Only
+  // misses are seen: a token without one joins the next one's pass.
+  void touched_expert(ClientKey client, uint32_t key);
+  // The client is gone.
+  void forget(ClientKey client);
   // The drop of READY unit `u` starts: its status bit is cleared (publish).
   void begin_drop(uint32_t u);
   // A touch wants `u` back before its page went: READY again.
@@ -102,6 +109,7 @@ class Residency {
   [[nodiscard]] const std::vector<uint32_t>& read_order() const { return read_order_; }
 
  private:
+  void new_pass();
   FillPlan plan_;
   wire::StatusPageWriter status_;
   wire::ModelLoadState state_ = wire::ModelLoadState::Loading;
@@ -112,6 +120,7 @@ class Residency {
   uint32_t budget_ = 0;
   std::set<uint32_t> closing_;
   std::optional<uint32_t> last_step_;  // the farthest step any client reached in this pass
+  std::map<ClientKey, uint32_t> expert_layer_;  // per client: the layer of its last expert
   StreamStats stats_;
   uint64_t pass_start_reads_ = 0;
 };
