@@ -3,17 +3,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 #include <limits>
 
 namespace airs::pager {
 
+namespace {
+// By ExpertPolicy's value.
+constexpr std::string_view kPolicyNames[] = {"lru", "lfu", "next-use"};
+}  // namespace
+
 std::string_view expert_policy_name(ExpertPolicy p) {
-  switch (p) {
-    case ExpertPolicy::Lru: return "lru";
-    case ExpertPolicy::Lfu: return "lfu";
-    case ExpertPolicy::NextUse: return "next-use";
-  }
-  return "?";
+  const auto i = static_cast<size_t>(p);
+  return i < std::size(kPolicyNames) ? kPolicyNames[i] : "?";
 }
 
 std::optional<ExpertPolicy> expert_policy_by_name(std::string_view name) {

@@ -1038,11 +1038,11 @@ TEST_P(MoeStreamTest, EveryByteIsTheFilesWhileExpertsComeAndGo) {
   const MoeFile f = moe_file();
   uint32_t budget = 0;
   const ModelId id = load_moe(d, f, &budget, static_cast<uint32_t>(moe_units(f, 1).size()));
-  Child a = spawn("tokens:3");
-  Child b = spawn("coop-touch:3");
-  ASSERT_TRUE(attach(d, id, a, 1));
-  ASSERT_TRUE(hand_out_touch(d, id, b, 2));
-  const StreamRun run = serve_streamed(d, id, {a.pid, b.pid});
+  std::vector<Child> cs;
+  for (const char* mode : {"tokens:3", "coop-touch:3"}) cs.push_back(spawn(mode));
+  ASSERT_TRUE(attach(d, id, cs[0], 1));
+  ASSERT_TRUE(hand_out_touch(d, id, cs[1], 2));
+  const StreamRun run = serve_streamed(d, id, {cs[0].pid, cs[1].pid});
   EXPECT_LE(run.max_held, budget);
   EXPECT_GT(run.last.stream.units_dropped, 0U) << "nothing was dropped: nothing streamed";
   EXPECT_EQ(run.last.stream.drops_refused, 0U);

@@ -24,6 +24,7 @@ struct Moe {
   std::vector<Extent> extents;
 };
 
+// `experts` 0: a dense model.
 Moe moe(const std::string& arch, uint64_t experts) {
   gguf::ModelSpec spec;
   spec.architecture = arch;
@@ -32,7 +33,7 @@ Moe moe(const std::string& arch, uint64_t experts) {
   spec.n_ff = 256;
   spec.n_vocab = 300;
   spec.n_expert = experts;
-  spec.n_expert_used = 2;
+  spec.n_expert_used = experts > 0 ? 2 : 0;
   spec.types = gguf::TypeScheme::kF32;
   auto plan = gguf::plan_model(spec);
   EXPECT_TRUE(plan) << plan.error().message;
@@ -172,21 +173,9 @@ TEST(ExpertLayout, ATouchBelongsToTheExpertWhoseByteItIsOrToTheOnlyOneInItsUnit)
 }
 
 TEST(ExpertLayout, ADenseModelHasNoExperts) {
-  gguf::ModelSpec spec;
-  spec.n_layers = 2;
-  spec.n_embd = 256;
-  spec.n_ff = 256;
-  spec.n_vocab = 300;
-  auto plan = gguf::plan_model(spec);
-  ASSERT_TRUE(plan);
-  auto bytes = gguf::render_model(*plan);
-  ASSERT_TRUE(bytes);
-  const gguf::MemorySource src(*bytes);
-  auto f = gguf::parse(src);
-  ASSERT_TRUE(f);
-  const auto ex = daemon::extents_of(*f);
-  EXPECT_TRUE(std::none_of(ex.begin(), ex.end(), [](const Extent& e) { return e.access == Access::Expert; }));
-  const ExpertLayout l(ex, f->file_size, uint64_t{64} << 10);
+  const Moe m = moe("llama", 0);
+  EXPECT_TRUE(std::none_of(m.extents.begin(), m.extents.end(), [](const Extent& e) { return e.access == Access::Expert; }));
+  const ExpertLayout l(m.extents, m.file.file_size, uint64_t{64} << 10);
   EXPECT_TRUE(l.empty());
   EXPECT_FALSE(l.expert_unit(0));
   EXPECT_TRUE(l.keys_of(0).empty());
