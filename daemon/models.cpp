@@ -9,41 +9,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/extents.hpp"
 #include "dbus/names.hpp"
 #include "sys/proc_handles.hpp"
 #include "util/text.hpp"
 #include "util/units.hpp"
 
 namespace airs::daemon {
-namespace {
-
-// The model's byte ranges with their load ranks and how a token reads them.
-// Ranks are layers, so the prefetch window counts layers: the header
-// (clients parse it before any weight) and token_embd first, blk.N next,
-// output_norm/output last. A token reads every layer and the output in
-// full, in that order, but only a row of the embeddings; where the model
-// has no output tensor, the embeddings are the output too (read in full,
-// last).
-std::vector<pager::Extent> extents_of(const gguf::File& f) {
-  std::vector<pager::Extent> ex;
-  ex.reserve(f.tensors.size() + 2);
-  ex.push_back({0, f.data_offset, 0, pager::Access::Once});
-  const auto post = static_cast<uint32_t>(f.n_layers) + 1;
-  const bool has_output = std::any_of(f.tensors.begin(), f.tensors.end(), [](const gguf::TensorInfo& t) {
-    return t.name == "output.weight";
-  });
-  for (const auto& t : f.tensors) {
-    uint32_t rank = 0;
-    if (t.slot == gguf::LayerSlot::kBlock) rank = static_cast<uint32_t>(t.layer) + 1;
-    else if (t.slot == gguf::LayerSlot::kPost) rank = post;
-    const bool embeddings = t.name == "token_embd.weight";
-    ex.push_back({t.offset, t.nbytes, rank, embeddings ? pager::Access::Rows : pager::Access::EveryToken});
-    if (embeddings && !has_output) ex.push_back({t.offset, t.nbytes, post, pager::Access::EveryToken});
-  }
-  return ex;
-}
-
-}  // namespace
 
 Models::Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks)
     : pool_(pool),

@@ -2,6 +2,7 @@
 // airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
 //               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
 //               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]
+//               [--expert-trace FILE]
 //
 // Generates text with the engine in src/infer, the model mapped lazily
 // through airs-memd and the KV cache in the daemon's blocks (libairs C API).
@@ -33,6 +34,11 @@
 // and wait for a line on stdin (evict or inspect a live session meanwhile);
 // pending eviction notices are handled before the next step.
 //
+// --expert-trace FILE: a mixture of experts' routing, one line per layer of
+// every forward pass, written before the layer reads its experts:
+// "P|D LAYER E1 E2 ..." (P: a prefill batch, D: a decode step; the
+// distinct experts the pass chose in that layer). bench/experts replays it.
+//
 // Exit status: 0 ok, 1 failure (message on stderr), 2 usage.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -40,8 +46,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -73,10 +81,10 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority interactive|system|background]\n"
     "                     [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32] [--bus ADDRESS]\n"
-    "                     [--no-daemon] [--hold] [--pause-at N] [--json]\n";
+    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE]\n";
 
 struct Options {
-  std::string model, prompt, system_file, bus = "system";
+  std::string model, prompt, system_file, bus = "system", expert_trace;
   int n = 32;
   int pause_at = 0;
   airs_priority priority = AIRS_PRIORITY_INTERACTIVE;
@@ -114,6 +122,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--no-daemon") o.no_daemon = true;
     else if (a == "--hold") o.hold = true;
     else if (a == "--json") o.json = true;
+    else if (a == "--expert-trace") o.expert_trace = val();
     else if (a == "--kv") {
       const std::string v = val();
       if (v != "f16" && v != "f32") usage_error("--kv must be f16 or f32");
@@ -289,14 +298,16 @@ void pause_for_a_line(const Options& o) {
 }
 
 // Prefill, then o.n tokens in all, each printed as it comes (not with --json).
+// `prefilled` runs once the prompt is in, before the first decode step.
 Result<Generated> generate(const Options& o, Sequence& seq, Sampler& sampler, const Tokenizer& tok,
-                           const std::vector<int32_t>& prompt) {
+                           const std::vector<int32_t>& prompt, const std::function<void()>& prefilled) {
   Generated g;
   const auto t0 = Clock::now();
   auto logits = seq.prefill(prompt);
   if (!logits) return make_error(logits.error().code, "prefill: {}", logits.error().message);
   g.tokens.push_back(sampler.sample(*logits));
   const auto t_first = Clock::now();
+  prefilled();
   if (!o.json) {
     std::fputs(tok.decode(g.tokens, true).c_str(), stdout);
     std::fflush(stdout);
@@ -386,7 +397,23 @@ int run(const Options& o) {
                                      : static_cast<KvBackend*>(&pkv.emplace(layout->block_bytes()));
   Sequence seq(engine, *kv);
   Sampler sampler(o.sampling);
-  auto g = generate(o, seq, sampler, *tok, *prompt);
+  // --expert-trace: each layer's chosen experts, one line per layer and
+  // token, P while the prompt is filled and D while decoding.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace(nullptr, std::fclose);
+  char phase = 'P';
+  if (!o.expert_trace.empty()) {
+    trace.reset(std::fopen(o.expert_trace.c_str(), "we"));
+    if (!trace) {
+      std::fprintf(stderr, "airs-generate: --expert-trace %s: %s\n", o.expert_trace.c_str(), std::strerror(errno));
+      return 1;
+    }
+    engine.set_expert_observer([&](uint32_t layer, std::span<const uint32_t> chosen) {
+      std::fprintf(trace.get(), "%c %u", phase, layer);
+      for (uint32_t e : chosen) std::fprintf(trace.get(), " %u", e);
+      std::fputc('\n', trace.get());
+    });
+  }
+  auto g = generate(o, seq, sampler, *tok, *prompt, [&] { phase = 'D'; });
   if (!g) {
     std::fprintf(stderr, "airs-generate: %s\n", g.error().message.c_str());
     return 1;

@@ -463,6 +463,18 @@ void ClientService::wake_all(ModelId id) {
   for (auto& [key, c] : s->lazy) (void)sys::uffd_wake(c->uffd.get(), c->addr, c->len);
 }
 
+std::optional<std::pair<uint64_t, uint64_t>> ClientService::fault_bytes(ModelId id, ClientKey key,
+                                                                        uint64_t address) const {
+  const ClientSet* s = find(id);
+  if (s == nullptr) return std::nullopt;
+  auto c = s->lazy.find(key);
+  if (c == s->lazy.end() || address < c->second->addr || address >= c->second->addr + c->second->len)
+    return std::nullopt;
+  const uint64_t page = std::max<uint64_t>(s->info.mapping_page, 1);
+  const uint64_t first = (address - c->second->addr) / page * page;
+  return std::make_pair(first, first + page);
+}
+
 uint32_t ClientService::lazy_clients(ModelId id) const {
   const ClientSet* s = find(id);
   return s == nullptr ? 0 : static_cast<uint32_t>(s->lazy.size());

@@ -23,8 +23,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pager/fill_engine.hpp"
@@ -123,6 +125,12 @@ class ClientService {
   // Wakes the whole range of every lazy client (a fault left asleep on a
   // unit that was dropped retries).
   void wake_all(ModelId id);
+
+  // The bytes of the region a fault of lazy client `key` at `address` may
+  // be in: its faulting page (the kernel reports the page, not the byte),
+  // as [first, end) offsets. nullopt for an unknown client or address.
+  [[nodiscard]] std::optional<std::pair<uint64_t, uint64_t>> fault_bytes(ModelId id, ClientKey key,
+                                                                         uint64_t address) const;
 
   [[nodiscard]] uint32_t lazy_clients(ModelId id) const;
   [[nodiscard]] uint32_t cooperative_clients(ModelId id) const;

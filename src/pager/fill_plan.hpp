@@ -24,14 +24,19 @@ namespace airs::pager {
 
 // How a token reads an extent: all of it, once per token, in load-rank
 // order (a layer's weights, the output); a row at a time (the embeddings
-// when an output tensor exists); or once at load (the header).
-enum class Access : uint8_t { EveryToken, Rows, Once };
+// when an output tensor exists); once at load (the header); or only when
+// the layer's router chooses its expert (one expert's slice of a layer's
+// 3-D expert tensor: a token reads K of the layer's N experts).
+enum class Access : uint8_t { EveryToken, Rows, Once, Expert };
 
 struct Extent {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint32_t load_rank = 0;
   Access access = Access::EveryToken;
+  // Access::Expert: whose slice it is (the block's layer, the expert's index).
+  uint32_t layer = 0;
+  uint32_t expert = 0;
 };
 
 enum class UnitState : uint8_t { Empty, InFlight, Ready, Failed };
@@ -47,7 +52,8 @@ inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
 // EveryToken extent (a tensor) is a step, in (load rank, offset) order; a
 // unit takes the first step overlapping it; steps are numbered 0, 1, ...
 // kColdStep (stream_policy.hpp) for a unit no EveryToken extent overlaps
-// (header, embedding rows, unranked bytes).
+// (header, embedding rows, unranked bytes, units only experts use: a token
+// reads the experts its router chose, not all of them).
 [[nodiscard]] std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size,
                                                uint64_t unit_size);
 

@@ -127,7 +127,7 @@ uint32_t Pager::stream_window(const ModelSpec& spec, uint32_t budget_units) cons
 }
 
 uint64_t Pager::stream_floor_bytes(const ModelSpec& spec) const {
-  const StreamPolicy probe(stream_steps(spec), 2);
+  const StreamPolicy probe(stream_steps(spec), 2, ExpertLayout(spec.extents, spec.file_size, pool_.page_size()));
   return uint64_t{probe.floor_units()} * pool_.page_size();
 }
 
@@ -193,7 +193,8 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   m->status_page = std::move(page).value();
   m->res.emplace(std::move(plan), wire::StatusPageWriter(m->status_page.bytes(), sp_bytes), unit, spec.file_size,
                  streamed ? stream_steps(spec) : std::vector<uint32_t>{}, budget,
-                 streamed ? stream_window(spec, budget) : 0);
+                 streamed ? stream_window(spec, budget) : 0,
+                 streamed ? ExpertLayout(spec.extents, spec.file_size, unit) : ExpertLayout{});
   if (spec.record_access && !streamed) m->res->recorder().emplace(units);
 
   m->fill.id = id;
@@ -630,6 +631,16 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
   Residency& r = *m->res;
   if (r.recorder()) r.recorder()->note(unit);
   r.touched(key, unit);
+  // A mixture of experts: the expert whose bytes were touched (when the
+  // touch tells), which the policy counts as a use.
+  std::optional<uint32_t> expert;
+  if (r.streamed() && !r.policy().experts().empty()) {
+    uint64_t lo = uint64_t{unit} * m->unit, hi = lo + m->unit;
+    if (how == Touch::Fault)
+      if (auto page = clients_.fault_bytes(id, key, address)) lo = page->first, hi = page->second;
+    expert = r.policy().experts().expert_of_touch(unit, lo, hi);
+    if (expert) r.touched_expert(key, *expert);
+  }
   // A unit on its way out that a client wants again stays.
   if (r.closing(unit)) {
     m->closes.erase(unit);
@@ -639,7 +650,7 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
   switch (r.plan().state(unit)) {
     case UnitState::Ready:
       if (how == Touch::Fault) clients_.answer(id, key, unit, address, t0);
-      return;
+      break;
     case UnitState::Failed:
       if (how == Touch::Fault) clients_.poison(id, unit, key);
       return;
@@ -648,7 +659,26 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
       if (how == Touch::Opened) return;  // it opened a unit that is not in: it sees SIGBUS or waits, its business
       clients_.wait(id, key, unit, t0);
       r.plan().on_fault(unit);
-      return;
+      break;
+  }
+  if (expert) fetch_expert(*m, *expert);
+}
+
+// The token reads an expert's gate, up and down slices one after the
+// other: on the first touch of any of them, every unit of the three that
+// is not in is queued urgent behind the touched one, so they are read in
+// one batch of parallel reads (touches_done pumps) instead of one fault
+// round trip each. The units of the neighbouring experts are not (an edge
+// unit they share is one of this expert's). Units on their way out stay.
+void Pager::fetch_expert(Model& m, uint32_t expert) {
+  Residency& r = *m.res;
+  for (uint32_t u : r.policy().experts().units_of(expert)) {
+    if (r.closing(u)) {
+      m.closes.erase(u);
+      r.cancel_drop(u);
+      publish(m);
+    }
+    if (r.plan().state(u) == UnitState::Empty) r.plan().on_fault(u);
   }
 }
 
@@ -656,7 +686,7 @@ void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
   if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);
-  if (m->res->streamed()) m->res->policy().forget(key);
+  if (m->res->streamed()) m->res->forget(key);
   std::vector<uint32_t> free_now;
   for (auto& [u, c] : m->closes)
     if (c.holders.erase(key) != 0 && c.holders.empty()) free_now.push_back(u);

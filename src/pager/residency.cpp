@@ -6,14 +6,14 @@
 namespace airs::pager {
 
 Residency::Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-                     std::vector<uint32_t> steps, uint32_t budget, uint32_t window)
+                     std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts)
     : plan_(std::move(plan)), status_(status), budget_(budget) {
   const auto& ranks = plan_.ranks();
   std::vector<wire::RankEntry> entries(ranks.size());
   for (uint32_t i = 0; i < ranks.size(); ++i) entries[i] = {ranks[i], plan_.units_of_rank_index(i), 0, 0};
   status_.init(unit_size, file_size, plan_.unit_count(), entries.data(), static_cast<uint32_t>(entries.size()));
   if (!steps.empty()) {
-    policy_.emplace(std::move(steps), window);
+    policy_.emplace(std::move(steps), window, std::move(experts));
     state_ = wire::ModelLoadState::Streaming;
     status_.set_state(state_);
     stats_.window = policy_->window();
@@ -76,12 +76,28 @@ void Residency::touched(ClientKey client, uint32_t u) {
   const auto before = policy_->position(client);
   policy_->touched(client, u);
   const auto after = policy_->position(client);
-  if (before && after && *after < *before) {
-    // A new token: what the last one read.
-    ++stats_.passes;
-    stats_.last_pass_units_read = stats_.units_read - pass_start_reads_;
-    pass_start_reads_ = stats_.units_read;
-  }
+  if (before && after && *after < *before && policy_->experts().empty()) new_pass();
+}
+
+void Residency::touched_expert(ClientKey client, uint32_t key) {
+  if (!policy_ || key >= policy_->experts().key_count()) return;
+  policy_->touched_expert(client, key);
+  const uint32_t layer = policy_->experts().key(key).layer;
+  auto [it, fresh] = expert_layer_.try_emplace(client, layer);
+  if (!fresh && layer < it->second) new_pass();
+  it->second = layer;
+}
+
+void Residency::forget(ClientKey client) {
+  if (policy_) policy_->forget(client);
+  expert_layer_.erase(client);
+}
+
+void Residency::new_pass() {
+  // A new token: what the last one read.
+  ++stats_.passes;
+  stats_.last_pass_units_read = stats_.units_read - pass_start_reads_;
+  pass_start_reads_ = stats_.units_read;
 }
 
 void Residency::begin_drop(uint32_t u) {

@@ -47,9 +47,10 @@ class Residency {
   // `plan`: the model's units with their load ranks; `status`: its status
   // page (initialised here); `steps`: for a streamed model, each unit's
   // step in the per-token cycle (StreamPolicy), with `budget` units and a
-  // read-ahead `window`; empty for a model that fits.
+  // read-ahead `window` and its expert slices (`experts`, empty for a
+  // dense model); empty for a model that fits.
   Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-            std::vector<uint32_t> steps, uint32_t budget, uint32_t window);
+            std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts = {});
 
   [[nodiscard]] FillPlan& plan() { return plan_; }
   [[nodiscard]] const FillPlan& plan() const { return plan_; }
@@ -85,6 +86,13 @@ class Residency {
   [[nodiscard]] std::vector<uint32_t> droppable(const std::function<bool(uint32_t)>& busy) const;
   // A client touched `u` (the policy follows it; a new token counts a pass).
   void touched(ClientKey client, uint32_t u);
+  // A client used expert `key` (ExpertLayout). For a mixture of experts a
+  // pass is counted here, when a client's expert layer goes back: its
+  // dense units stay resident and mapped, so they give no signal. Only
+  // misses are seen: a token without one joins the next one's pass.
+  void touched_expert(ClientKey client, uint32_t key);
+  // The client is gone.
+  void forget(ClientKey client);
   // The drop of READY unit `u` starts: its status bit is cleared (publish).
   void begin_drop(uint32_t u);
   // A touch wants `u` back before its page went: READY again.
@@ -101,6 +109,7 @@ class Residency {
   [[nodiscard]] const std::vector<uint32_t>& read_order() const { return read_order_; }
 
  private:
+  void new_pass();
   FillPlan plan_;
   wire::StatusPageWriter status_;
   wire::ModelLoadState state_ = wire::ModelLoadState::Loading;
@@ -111,6 +120,7 @@ class Residency {
   uint32_t budget_ = 0;
   std::set<uint32_t> closing_;
   std::optional<uint32_t> last_step_;  // the farthest step any client reached in this pass
+  std::map<ClientKey, uint32_t> expert_layer_;  // per client: the layer of its last expert
   StreamStats stats_;
   uint64_t pass_start_reads_ = 0;
 };

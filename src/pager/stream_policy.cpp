@@ -5,8 +5,17 @@
 
 namespace airs::pager {
 
-StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window)
-    : step_(std::move(step_of_unit)), cold_touched_(step_.size(), 0), window_(std::max<uint32_t>(window, 1)) {
+StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window, ExpertLayout experts,
+                           ExpertPolicy expert_policy)
+    : step_(std::move(step_of_unit)),
+      cold_touched_(step_.size(), 0),
+      window_(std::max<uint32_t>(window, 1)),
+      experts_(std::move(experts)) {
+  if (!experts_.empty()) {
+    std::vector<uint32_t> layer_of(experts_.key_count());
+    for (uint32_t k = 0; k < experts_.key_count(); ++k) layer_of[k] = experts_.key(k).layer;
+    cache_ = ExpertCache(expert_policy, std::move(layer_of), experts_.layers());
+  }
   for (uint32_t s : step_)
     if (s != kColdStep) steps_ = std::max(steps_, s + 1);
   units_of_step_.resize(steps_);
@@ -20,8 +29,10 @@ StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window)
 uint32_t StreamPolicy::floor_units() const {
   size_t widest = 0;
   for (const auto& v : units_of_step_) widest = std::max(widest, v.size());
-  const bool any_cold = cyclic_units_ < step_.size();
-  return static_cast<uint32_t>(widest) + (any_cold ? 1 : 0) + window_;
+  bool any_cold = false;
+  for (uint32_t u = 0; u < step_.size(); ++u)
+    if (step_[u] == kColdStep && !expert_unit(u)) any_cold = true;
+  return static_cast<uint32_t>(widest) + (any_cold ? 1 : 0) + window_ + experts_.widest();
 }
 
 void StreamPolicy::touched(uint64_t client, uint32_t u) {
@@ -40,6 +51,12 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
   }
   const uint32_t ahead = (s + steps_ - *c.step) % steps_;
   if (ahead <= steps_ / 2) c.step = s;
+}
+
+void StreamPolicy::touched_expert(uint64_t client, uint32_t key) {
+  if (key >= experts_.key_count()) return;
+  clients_[client].expert = key;
+  cache_.access(key);
 }
 
 void StreamPolicy::forget(uint64_t client) { clients_.erase(client); }
@@ -62,6 +79,10 @@ bool StreamPolicy::protected_unit(uint32_t u) const {
   for (const auto& [key, c] : clients_) {
     if (c.last == u) return true;
     if (c.step && step_[u] == *c.step) return true;
+    if (c.expert) {
+      const auto& units = experts_.units_of(*c.expert);
+      if (std::binary_search(units.begin(), units.end(), u)) return true;
+    }
   }
   return false;
 }
@@ -106,9 +127,20 @@ std::vector<uint32_t> StreamPolicy::ahead(uint32_t limit, const std::function<bo
 
 std::optional<uint32_t> StreamPolicy::victim(const std::vector<uint32_t>& candidates, uint64_t for_distance,
                                              bool urgent) const {
-  std::optional<uint32_t> best, best_protected;
+  std::optional<uint32_t> best, best_protected, best_expert, best_expert_protected;
   uint64_t best_d = 0, best_protected_d = 0;
+  double best_expert_score = 0, best_expert_protected_score = 0;
   for (uint32_t u : candidates) {
+    if (expert_unit(u)) {
+      const double s = cache_.evict_score(experts_.keys_of(u));
+      if (protected_unit(u)) {
+        if (!best_expert_protected || s > best_expert_protected_score)
+          best_expert_protected = u, best_expert_protected_score = s;
+      } else if (!best_expert || s > best_expert_score) {
+        best_expert = u, best_expert_score = s;
+      }
+      continue;
+    }
     const uint64_t d = distance(u);
     if (protected_unit(u)) {
       if (!best_protected || d > best_protected_d) best_protected = u, best_protected_d = d;
@@ -116,9 +148,16 @@ std::optional<uint32_t> StreamPolicy::victim(const std::vector<uint32_t>& candid
     }
     if (!best || d > best_d) best = u, best_d = d;
   }
+  // Cold units first (their distance is past every step), then experts,
+  // then the dense part.
+  if (best && !cyclic(*best)) return best;
+  if (best_expert) return best_expert;
   if (best && best_d > for_distance) return best;
-  if (urgent) return best ? best : best_protected;
-  return std::nullopt;
+  if (!urgent) return std::nullopt;
+  // A client waits: another client's expert (it faults on it again) before
+  // the dense part every token reads.
+  if (best_expert_protected) return best_expert_protected;
+  return best ? best : best_protected;
 }
 
 }  // namespace airs::pager

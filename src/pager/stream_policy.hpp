@@ -21,6 +21,15 @@
 //
 // Cold units are evicted first, least recently touched first, except the
 // last unit each client touched (the row it is reading now).
+//
+// A mixture of experts (an ExpertLayout that is not empty): the units only
+// expert slices use are neither cyclic nor cold. A token reads K of a
+// layer's N experts, so they are a cache (ExpertCache: its policy decides
+// which go) and never read ahead; the dense part keeps its steps. Victims:
+// cold units, then expert units, then cyclic ones (by distance): the dense
+// part stays resident as long as the budget holds it and one expert. The
+// units of the expert each client touched last are protected (it reads
+// them now), and the floor makes room for the widest expert.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +37,9 @@
 #include <map>
 #include <optional>
 #include <vector>
+
+#include "pager/expert_cache.hpp"
+#include "pager/expert_layout.hpp"
 
 namespace airs::pager {
 
@@ -37,15 +49,22 @@ class StreamPolicy {
  public:
   // `step_of_unit`: the unit's step in the per-token cycle (0 first), or
   // kColdStep. `window`: units read ahead of the clients (at least 1).
-  StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window);
+  // `experts`: the model's expert slices (empty: a dense model); its expert
+  // units must have kColdStep.
+  StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window, ExpertLayout experts = {},
+               ExpertPolicy expert_policy = ExpertCache::kDefault);
 
   [[nodiscard]] uint32_t unit_count() const { return static_cast<uint32_t>(step_.size()); }
   [[nodiscard]] uint32_t steps() const { return steps_; }
   [[nodiscard]] uint32_t window() const { return window_; }
   [[nodiscard]] uint32_t step(uint32_t u) const { return step_[u]; }
   [[nodiscard]] bool cyclic(uint32_t u) const { return step_[u] != kColdStep; }
+  [[nodiscard]] bool expert_unit(uint32_t u) const { return experts_.expert_unit(u); }
+  [[nodiscard]] const ExpertLayout& experts() const { return experts_; }
+  [[nodiscard]] const ExpertCache& expert_cache() const { return cache_; }
   // The smallest budget that streams without evicting what a client reads:
-  // the largest step's units, one cold unit, and the window.
+  // the largest step's units, one cold unit, the window, and the widest
+  // expert.
   [[nodiscard]] uint32_t floor_units() const;
   // Units of one cycle (every cyclic unit once).
   [[nodiscard]] uint32_t cyclic_units() const { return cyclic_units_; }
@@ -55,6 +74,10 @@ class StreamPolicy {
   // half a cycle (a new token wraps around; a straggler thread behind it
   // does not move it back).
   void touched(uint64_t client, uint32_t u);
+  // Client `client` uses expert `key` (ExpertLayout::expert_of_touch of a
+  // touch): the cache counts the use, and its units are protected while
+  // this is the client's last expert.
+  void touched_expert(uint64_t client, uint32_t key);
   void forget(uint64_t client);
   [[nodiscard]] size_t clients() const { return clients_.size(); }
   // The step client `client` is at, if it touched a cyclic unit.
@@ -66,7 +89,8 @@ class StreamPolicy {
   // distance is its step (a fresh client starts at step 0).
   [[nodiscard]] uint64_t distance(uint32_t u) const;
   // Never evicted while a client is at it: the units of a client's current
-  // step and the last unit each client touched.
+  // step, the last unit each client touched and the units of its last
+  // expert.
   [[nodiscard]] bool protected_unit(uint32_t u) const;
 
   // Up to `limit` units to read ahead, nearest first, for which `wanted(u)`
@@ -82,9 +106,10 @@ class StreamPolicy {
                                             uint32_t horizon = 0) const;
 
   // The unit to evict so that a unit at distance `for_distance` can be
-  // read: among `candidates` (resident, evictable units), the one with the
-  // largest distance, if that is larger than `for_distance` and it is not
-  // protected. `urgent` (a client waits for the read): when every candidate
+  // read: among `candidates` (resident, evictable units), an unprotected
+  // cold unit (the oldest), else an unprotected expert unit (the cache
+  // policy's choice), else the cyclic one with the largest distance, if
+  // that is larger than `for_distance` and it is not protected. `urgent` (a client waits for the read): when every candidate
   // is protected, the one with the largest distance all the same (the
   // client that was at it faults again later; nothing waits for ever).
   [[nodiscard]] std::optional<uint32_t> victim(const std::vector<uint32_t>& candidates, uint64_t for_distance,
@@ -94,6 +119,7 @@ class StreamPolicy {
   struct Client {
     std::optional<uint32_t> step;  // set once it touched a cyclic unit
     std::optional<uint32_t> last;  // the last unit it touched
+    std::optional<uint32_t> expert;  // the last expert it used
   };
   std::vector<uint32_t> step_;
   std::vector<std::vector<uint32_t>> units_of_step_;
@@ -103,6 +129,8 @@ class StreamPolicy {
   uint32_t steps_ = 0;
   uint32_t window_ = 1;
   uint32_t cyclic_units_ = 0;
+  ExpertLayout experts_;
+  ExpertCache cache_;
 };
 
 }  // namespace airs::pager

@@ -25,6 +25,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -914,6 +915,150 @@ TEST_P(PagerModeTest, TouchGuardClientsReadAStreamedModelRight) {
   EXPECT_LE(run.max_held, kStreamBudget);
   EXPECT_GT(run.last.stream.units_dropped, 0U);
   EXPECT_EQ(run.last.stream.drops_refused, 0U) << "a client that answers never refuses";
+}
+
+// A mixture of experts on the test file: the header and a dense layer
+// (attention, router) in units 0-1, then one MoE layer's three expert
+// tensors (gate, up, down) of five experts each, whose slices (2 units and
+// 96 bytes: 32-byte aligned, as GGUF tensor data) share their edge units
+// with their neighbours, then a dense output.
+constexpr uint32_t kMoeExperts = 5;
+struct MoeFile {
+  std::vector<pager::Extent> extents;
+  uint64_t first = 0, slice = 0;  // the first slice's offset; each slice's bytes
+  // File offset of byte `at` of expert e's slice in tensor t (0 gate, 1 up, 2 down).
+  [[nodiscard]] uint64_t at(uint32_t t, uint32_t e, uint64_t off) const { return first + (t * kMoeExperts + e) * slice + off; }
+};
+MoeFile moe_file() {
+  MoeFile f;
+  f.first = g_unit + g_unit / 2 + 32;
+  f.slice = 2 * g_unit + 96;
+  f.extents.push_back({0, 4096, 0, pager::Access::Once});
+  f.extents.push_back({4096, f.first - 4096, 1});
+  for (uint32_t t = 0; t < 3; ++t)
+    for (uint32_t e = 0; e < kMoeExperts; ++e) f.extents.push_back({f.at(t, e, 0), f.slice, 1, pager::Access::Expert, 0, e});
+  const uint64_t end = f.at(2, kMoeExperts - 1, f.slice);
+  f.extents.push_back({end, g_file_size - end, 2});
+  return f;
+}
+// The units expert e's three slices overlap.
+std::set<uint32_t> moe_units(const MoeFile& f, uint32_t e) {
+  std::set<uint32_t> s;
+  for (uint32_t t = 0; t < 3; ++t)
+    for (uint64_t u = f.at(t, e, 0) / g_unit; u <= (f.at(t, e, f.slice) - 1) / g_unit; ++u) s.insert(static_cast<uint32_t>(u));
+  return s;
+}
+// The units of the dense part (any byte of a non-expert extent).
+std::set<uint32_t> moe_dense_units(const MoeFile& f) {
+  std::set<uint32_t> s;
+  for (const auto& e : f.extents)
+    if (e.access != pager::Access::Expert)
+      for (uint64_t u = e.offset / g_unit; u <= (e.offset + e.length - 1) / g_unit; ++u) s.insert(static_cast<uint32_t>(u));
+  return s;
+}
+
+class MoeStreamTest : public PagerModeTest {
+ protected:
+  // Streamed through its floor, `more` units and two.
+  static ModelId load_moe(Daemon& d, const MoeFile& f, uint32_t* budget, uint32_t more = 0) {
+    sys::UniqueFd fd(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
+    EXPECT_TRUE(fd.valid());
+    pager::ModelSpec spec = spec_of("moe", std::move(fd), g_file_size, f.extents);
+    *budget = static_cast<uint32_t>(d.pager->stream_floor_bytes(spec) / g_unit) + more + 2;
+    EXPECT_LT(*budget + 8, pool::pages_for(g_file_size, g_unit)) << "the test needs a model well over its budget";
+    spec.budget_bytes = uint64_t{*budget} * g_unit;
+    auto id = d.pager->load(std::move(spec));
+    EXPECT_TRUE(id.ok()) << id.error().message;
+    return id.ok() ? *id : 0;
+  }
+  static std::set<uint32_t> ready_units(Daemon& d, ModelId id) {
+    const int fd = d.pager->status_fd(id);
+    const off_t len = ::lseek(fd, 0, SEEK_END);
+    void* p = ::mmap(nullptr, static_cast<size_t>(len), PROT_READ, MAP_SHARED, fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    std::set<uint32_t> out;
+    if (p == MAP_FAILED) return out;
+    const wire::StatusPageView v(p, static_cast<uint64_t>(len));
+    for (uint32_t u = 0; u < v.unit_count(); ++u)
+      if (v.unit_ready(u)) out.insert(u);
+    ::munmap(p, static_cast<size_t>(len));
+    return out;
+  }
+  static void settle(Daemon& d, ModelId id) {
+    ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
+    (void)run_until(d, [] { return false; }, 200ms);
+    ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, MoeStreamTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem, Backing::ShmemMemfd),
+                         backing_name);
+
+// One byte of expert 1's up slice: its gate, up and down units are read
+// together on that one touch (the client touched nothing else), and no
+// unit that holds only another expert's bytes is. Before it, only the
+// dense part was read (experts are never read ahead).
+TEST_P(MoeStreamTest, TouchingOneByteOfAnExpertReadsItsThreeSlicesAndNotItsNeighbours) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const MoeFile f = moe_file();
+  uint32_t budget = 0;
+  const ModelId id = load_moe(d, f, &budget);
+  ASSERT_TRUE(d.pager->streamed(id));
+  settle(d, id);
+  const std::set<uint32_t> dense = moe_dense_units(f);
+  const std::set<uint32_t> before = ready_units(d, id);
+  for (uint32_t u : before) EXPECT_TRUE(dense.contains(u)) << "unit " << u << " holds only experts: read ahead";
+  const std::set<uint32_t> mine = moe_units(f, 1);
+  // The middle of a unit inside expert 1's up slice (on hugetlbfs a fault
+  // says the unit, not the byte: a unit two experts share tells neither).
+  const uint64_t inner = (f.at(1, 1, 0) + g_unit - 1) / g_unit;
+  ASSERT_LE((inner + 1) * g_unit, f.at(1, 1, f.slice));
+  const uint64_t off = inner * g_unit + g_unit / 2 + 7;
+  Child c = spawn("byte:" + std::to_string(off));
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  settle(d, id);
+  const std::set<uint32_t> after = ready_units(d, id);
+  for (uint32_t u : mine) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of expert 1 is not in";
+  for (uint32_t e : {0U, 2U, 3U, 4U}) {
+    for (uint32_t u : moe_units(f, e)) {
+      if (!mine.contains(u) && !dense.contains(u)) {
+        EXPECT_FALSE(after.contains(u)) << "unit " << u << " of expert " << e;
+      }
+    }
+  }
+  for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || mine.contains(u)) << "unit " << u;
+  // Its units came in one batch: every one of them was read once.
+  const auto reads = d.pager->read_order(id);
+  for (uint32_t u : mine) {
+    if (!before.contains(u)) {
+      EXPECT_EQ(std::count(reads.begin(), reads.end(), u), 1) << "unit " << u;
+    }
+  }
+}
+
+// Every byte right while experts come and go through a budget well under
+// the model, in every mode: a lazy client (full, small-pages) and the
+// touch guard's (cooperative) at once, each reading every unit in order
+// (every expert, every token: the worst case); the budget holds the dense
+// part and an expert for each, and the dense part is read once only.
+TEST_P(MoeStreamTest, EveryByteIsTheFilesWhileExpertsComeAndGo) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const MoeFile f = moe_file();
+  uint32_t budget = 0;
+  const ModelId id = load_moe(d, f, &budget, static_cast<uint32_t>(moe_units(f, 1).size()));
+  std::vector<Child> cs;
+  for (const char* mode : {"tokens:3", "coop-touch:3"}) cs.push_back(spawn(mode));
+  ASSERT_TRUE(attach(d, id, cs[0], 1));
+  ASSERT_TRUE(hand_out_touch(d, id, cs[1], 2));
+  const StreamRun run = serve_streamed(d, id, {cs[0].pid, cs[1].pid});
+  EXPECT_LE(run.max_held, budget);
+  EXPECT_GT(run.last.stream.units_dropped, 0U) << "nothing was dropped: nothing streamed";
+  EXPECT_EQ(run.last.stream.drops_refused, 0U);
+  const auto reads = d.pager->read_order(id);
+  for (uint32_t u : moe_dense_units(f))
+    EXPECT_EQ(std::count(reads.begin(), reads.end(), u), 1) << "dense unit " << u << " was dropped and read again";
 }
 
 TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {

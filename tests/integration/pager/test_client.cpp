@@ -532,6 +532,19 @@ int run_fallback(const LazyClient& c, useconds_t sleep_us) {
 }
 
 // The lazy modes: one per run, named by the test.
+// One byte at file offset `off`, nothing else: it must be the file's.
+int run_byte(const LazyClient& c, uint64_t off) {
+  std::byte want{};
+  if (off >= g_file_size || ::pread(g_src, &want, 1, static_cast<off_t>(off)) != 1) return 19;
+  const std::byte got = *reinterpret_cast<const volatile std::byte*>(c.base + off);
+  if (got != want) {
+    std::fprintf(stderr, "client %d: byte %lu: got %02x want %02x\n", getpid(), static_cast<unsigned long>(off),
+                 static_cast<unsigned>(got), static_cast<unsigned>(want));
+    return 3;
+  }
+  return 0;
+}
+
 int run_lazy(const std::string& mode, const LazyClient& c) {
   if (mode == "seq") return verify_all(c.base, c.order, 0) ? 0 : 3;
   if (mode.starts_with("tokens:")) {
@@ -560,6 +573,7 @@ int run_lazy(const std::string& mode, const LazyClient& c) {
   if (mode == "partial" || mode == "partial-fallback") return run_partial(c, mode == "partial-fallback");
   if (mode == "fork") return run_fork(c);
   if (mode.starts_with("touch:")) return verify_unit(c.base, std::stoull(mode.substr(6))) ? 0 : 3;
+  if (mode.starts_with("byte:")) return run_byte(c, std::stoull(mode.substr(5)));
   if (mode == "loop") run_loop(c);
   if (mode.starts_with("fallback:")) return run_fallback(c, static_cast<useconds_t>(std::stoul(mode.substr(9))));
   return 30;

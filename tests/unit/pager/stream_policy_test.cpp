@@ -200,3 +200,108 @@ TEST(StreamPolicy, TwoClientsAtDifferentLayersKeepWhatEitherNeedsSoon) {
 
 }  // namespace
 }  // namespace airs::pager
+
+// --- a mixture of experts -----------------------------------------------
+
+namespace airs::pager {
+namespace {
+
+// One-byte units: the header (0), then per layer a dense unit and two
+// experts of two units each, then the output (11).
+struct MoeLayout {
+  std::vector<Extent> extents;
+  uint64_t size = 12;
+  MoeLayout() {
+    extents.push_back({0, 1, 0, Access::Once});
+    extents.push_back({1, 1, 1});
+    extents.push_back({2, 2, 1, Access::Expert, 0, 0});
+    extents.push_back({4, 2, 1, Access::Expert, 0, 1});
+    extents.push_back({6, 1, 2});
+    extents.push_back({7, 2, 2, Access::Expert, 1, 0});
+    extents.push_back({9, 2, 2, Access::Expert, 1, 1});
+    extents.push_back({11, 1, 3});
+  }
+  [[nodiscard]] StreamPolicy policy(ExpertPolicy p = ExpertCache::kDefault) const {
+    return StreamPolicy(step_units(extents, size, 1), 1, ExpertLayout(extents, size, 1), p);
+  }
+};
+
+TEST(StreamPolicyExperts, ExpertUnitsAreNeitherCyclicNorReadAhead) {
+  const MoeLayout m;
+  const StreamPolicy p = m.policy();
+  EXPECT_EQ(p.cyclic_units(), 3U) << "the two dense layers and the output";
+  for (uint32_t u : {2U, 3U, 4U, 5U, 7U, 8U, 9U, 10U}) {
+    EXPECT_TRUE(p.expert_unit(u)) << u;
+    EXPECT_FALSE(p.cyclic(u)) << u;
+  }
+  const auto all = p.ahead(100, [](uint32_t) { return true; });
+  EXPECT_EQ(all, (std::vector<uint32_t>{1, 6, 11}));
+  // The widest step (1) + the header (cold) + the window (1) + the widest expert (2).
+  EXPECT_EQ(p.floor_units(), 5U);
+}
+
+TEST(StreamPolicyExperts, VictimsAreColdUnitsThenExpertsThenTheDensePart) {
+  const MoeLayout m;
+  StreamPolicy p = m.policy(ExpertPolicy::Lru);
+  p.touched(1, 1);  // layer 0's dense unit, the header, layer 0's expert 1
+  p.touched(1, 0);
+  p.touched_expert(1, *p.experts().find({0, 1}));
+  EXPECT_EQ(p.victim({0, 1, 2, 4, 6}, 0, false), 2U) << "the header is the last unit touched: protected";
+  p.touched(1, 5);
+  EXPECT_EQ(p.victim({0, 1, 6, 7}, 0, false), 0U) << "cold first";
+  EXPECT_EQ(p.victim({1, 6, 7}, 0, false), 7U) << "an expert before the dense part";
+  // Expert 1's units are protected while it is the client's last expert.
+  EXPECT_EQ(p.victim({1, 4, 6}, 0, false), 6U) << "dense units needed later than the one to read";
+  EXPECT_EQ(p.victim({4, 6, 11}, 11, false), std::nullopt);
+  EXPECT_EQ(p.victim({4, 6, 11}, 11, true), 4U) << "a waiting client: another's expert before the dense part";
+}
+
+TEST(StreamPolicyExperts, TheCachePolicyChoosesAmongExperts) {
+  const MoeLayout m;
+  // Layer 0's expert 0 used three times, expert 1 once, then layer 1's
+  // expert 0: LRU drops the least recent, LFU the least used.
+  for (ExpertPolicy pol : {ExpertPolicy::Lru, ExpertPolicy::Lfu}) {
+    StreamPolicy p = m.policy(pol);
+    const uint32_t a = *p.experts().find({0, 0}), b = *p.experts().find({0, 1}), c = *p.experts().find({1, 0});
+    for (int token = 0; token < 3; ++token) {
+      p.touched_expert(1, a);
+      p.touched_expert(1, c);
+    }
+    p.touched_expert(1, b);
+    p.touched_expert(1, c);
+    const auto v = p.victim({2, 4}, 0, true);
+    EXPECT_EQ(v, pol == ExpertPolicy::Lru ? 2U : 4U) << expert_policy_name(pol);
+  }
+}
+
+TEST(ExpertCache, OneUseOfAnExpertPerVisitOfItsLayer) {
+  ExpertCache c(ExpertPolicy::Lfu, {0, 0, 1, 1}, 2);
+  // Three touches of expert 0 in one visit (its gate, up and down units)
+  // are one use; expert 1 used in two visits is used more.
+  c.access(0);
+  c.access(0);
+  c.access(0);
+  c.access(2);
+  c.access(1);
+  c.access(2);
+  c.access(1);
+  const std::vector<uint32_t> k0{0}, k1{1};
+  EXPECT_GT(c.evict_score(k0), c.evict_score(k1));
+}
+
+TEST(ExpertCache, NextUseDropsTheLayerJustPassedWhenRoutingIsUniform) {
+  // Four layers of two experts, each used once; the client is now in
+  // layer 2: layer 1's experts are needed last (a whole cycle away), layer
+  // 3's next.
+  ExpertCache c(ExpertPolicy::NextUse, {0, 0, 1, 1, 2, 2, 3, 3}, 4);
+  for (uint32_t k : {0U, 2U, 4U, 6U, 1U, 3U, 5U}) c.access(k);  // a token, then the next one to layer 2
+  const std::vector<uint32_t> layer1{2}, layer3{6};
+  EXPECT_GT(c.evict_score(layer1), c.evict_score(layer3));
+  EXPECT_EQ(c.layer(), 2U);
+  // A key that spans both (an edge unit) is worth its better expert.
+  const std::vector<uint32_t> both{2, 6};
+  EXPECT_EQ(c.evict_score(both), c.evict_score(layer3));
+}
+
+}  // namespace
+}  // namespace airs::pager
