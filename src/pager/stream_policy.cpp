@@ -61,7 +61,13 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
 
 void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
   if (key >= experts_.key_count()) return;
-  if (current) clients_[client].expert = key;
+  if (current) {
+    // Its units are protected as the client's expert: the recent ones,
+    // touched before the client's touches told the expert, are not needed.
+    Client& c = clients_[client];
+    c.expert = key;
+    c.recent.clear();
+  }
   cache_.access(key);
 }
 

@@ -30,7 +30,7 @@
 // part stays resident as long as the budget holds it and one expert. The
 // units of the expert each client touched last are protected (it reads
 // them now), and so are the last kRecentExpertUnits expert units each
-// client touched (a touch that does not tell its expert, as a hugetlbfs
+// client touched since (a touch that does not tell its expert, as a hugetlbfs
 // fault in a unit several experts share, still protects what the client
 // reads now: a token reads an expert's gate and up slices side by side,
 // and without this their units evict each other for ever). The floor
@@ -128,7 +128,7 @@ class StreamPolicy {
     std::optional<uint32_t> step;  // set once it touched a cyclic unit
     std::optional<uint32_t> last;  // the last unit it touched
     std::optional<uint32_t> expert;  // the last expert it used
-    std::vector<uint32_t> recent;    // its last expert units touched, oldest first
+    std::vector<uint32_t> recent;    // expert units touched since its last expert, oldest first
   };
   std::vector<uint32_t> step_;
   std::vector<std::vector<uint32_t>> units_of_step_;
