@@ -639,7 +639,12 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
     if (how == Touch::Fault)
       if (auto page = clients_.fault_bytes(id, key, address)) lo = page->first, hi = page->second;
     expert = r.policy().experts().expert_of_touch(unit, lo, hi);
-    if (expert) r.touched_expert(key, *expert);
+    if (expert) {
+      r.touched_expert(key, *expert);
+    } else {
+      // Which of the unit's experts is read is not known: each is counted.
+      for (uint32_t k : r.policy().experts().keys_of(unit)) r.touched_expert(key, k, false);
+    }
   }
   // A unit on its way out that a client wants again stays.
   if (r.closing(unit)) {

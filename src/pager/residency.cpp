@@ -79,9 +79,9 @@ void Residency::touched(ClientKey client, uint32_t u) {
   if (before && after && *after < *before && policy_->experts().empty()) new_pass();
 }
 
-void Residency::touched_expert(ClientKey client, uint32_t key) {
+void Residency::touched_expert(ClientKey client, uint32_t key, bool current) {
   if (!policy_ || key >= policy_->experts().key_count()) return;
-  policy_->touched_expert(client, key);
+  policy_->touched_expert(client, key, current);
   const uint32_t layer = policy_->experts().key(key).layer;
   auto [it, fresh] = expert_layer_.try_emplace(client, layer);
   if (!fresh && layer < it->second) new_pass();

@@ -90,7 +90,8 @@ class Residency {
   // pass is counted here, when a client's expert layer goes back: its
   // dense units stay resident and mapped, so they give no signal. Only
   // misses are seen: a token without one joins the next one's pass.
-  void touched_expert(ClientKey client, uint32_t key);
+  // `current`: StreamPolicy::touched_expert.
+  void touched_expert(ClientKey client, uint32_t key, bool current = true);
   // The client is gone.
   void forget(ClientKey client);
   // The drop of READY unit `u` starts: its status bit is cleared (publish).

@@ -32,7 +32,8 @@ uint32_t StreamPolicy::floor_units() const {
   bool any_cold = false;
   for (uint32_t u = 0; u < step_.size(); ++u)
     if (step_[u] == kColdStep && !expert_unit(u)) any_cold = true;
-  return static_cast<uint32_t>(widest) + (any_cold ? 1 : 0) + window_ + experts_.widest();
+  const uint32_t experts = experts_.empty() ? 0 : std::max(experts_.widest(), kRecentExpertUnits);
+  return static_cast<uint32_t>(widest) + (any_cold ? 1 : 0) + window_ + experts;
 }
 
 void StreamPolicy::touched(uint64_t client, uint32_t u) {
@@ -40,6 +41,11 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
   ++tick_;
   Client& c = clients_[client];
   c.last = u;
+  if (expert_unit(u)) {
+    std::erase(c.recent, u);
+    c.recent.push_back(u);
+    if (c.recent.size() > kRecentExpertUnits) c.recent.erase(c.recent.begin());
+  }
   const uint32_t s = step_[u];
   if (s == kColdStep) {
     cold_touched_[u] = tick_;
@@ -53,9 +59,15 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
   if (ahead <= steps_ / 2) c.step = s;
 }
 
-void StreamPolicy::touched_expert(uint64_t client, uint32_t key) {
+void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
   if (key >= experts_.key_count()) return;
-  clients_[client].expert = key;
+  if (current) {
+    // Its units are protected as the client's expert: the recent ones,
+    // touched before the client's touches told the expert, are not needed.
+    Client& c = clients_[client];
+    c.expert = key;
+    c.recent.clear();
+  }
   cache_.access(key);
 }
 
@@ -83,6 +95,7 @@ bool StreamPolicy::protected_unit(uint32_t u) const {
       const auto& units = experts_.units_of(*c.expert);
       if (std::binary_search(units.begin(), units.end(), u)) return true;
     }
+    if (std::find(c.recent.begin(), c.recent.end(), u) != c.recent.end()) return true;
   }
   return false;
 }

@@ -29,7 +29,12 @@
 // cold units, then expert units, then cyclic ones (by distance): the dense
 // part stays resident as long as the budget holds it and one expert. The
 // units of the expert each client touched last are protected (it reads
-// them now), and the floor makes room for the widest expert.
+// them now), and so are the last kRecentExpertUnits expert units each
+// client touched since (a touch that does not tell its expert, as a hugetlbfs
+// fault in a unit several experts share, still protects what the client
+// reads now: a token reads an expert's gate and up slices side by side,
+// and without this their units evict each other for ever). The floor
+// makes room for the widest expert.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,7 @@
 namespace airs::pager {
 
 inline constexpr uint32_t kColdStep = UINT32_MAX;
+inline constexpr uint32_t kRecentExpertUnits = 4;
 
 class StreamPolicy {
  public:
@@ -64,7 +70,7 @@ class StreamPolicy {
   [[nodiscard]] const ExpertCache& expert_cache() const { return cache_; }
   // The smallest budget that streams without evicting what a client reads:
   // the largest step's units, one cold unit, the window, and the widest
-  // expert.
+  // expert (at least the recent expert units).
   [[nodiscard]] uint32_t floor_units() const;
   // Units of one cycle (every cyclic unit once).
   [[nodiscard]] uint32_t cyclic_units() const { return cyclic_units_; }
@@ -75,9 +81,11 @@ class StreamPolicy {
   // does not move it back).
   void touched(uint64_t client, uint32_t u);
   // Client `client` uses expert `key` (ExpertLayout::expert_of_touch of a
-  // touch): the cache counts the use, and its units are protected while
-  // this is the client's last expert.
-  void touched_expert(uint64_t client, uint32_t key);
+  // touch): the cache counts the use, and (`current`) its units are
+  // protected while this is the client's last expert. Not `current`: one
+  // of the experts of a touched unit that does not tell which (each is
+  // counted; the unit is protected as a recent one).
+  void touched_expert(uint64_t client, uint32_t key, bool current = true);
   void forget(uint64_t client);
   [[nodiscard]] size_t clients() const { return clients_.size(); }
   // The step client `client` is at, if it touched a cyclic unit.
@@ -120,6 +128,7 @@ class StreamPolicy {
     std::optional<uint32_t> step;  // set once it touched a cyclic unit
     std::optional<uint32_t> last;  // the last unit it touched
     std::optional<uint32_t> expert;  // the last expert it used
+    std::vector<uint32_t> recent;    // expert units touched since its last expert, oldest first
   };
   std::vector<uint32_t> step_;
   std::vector<std::vector<uint32_t>> units_of_step_;

@@ -233,6 +233,43 @@ TEST_F(InferIntegration, MixtureOfExpertsOnDaemonBlocksGivesThePrivateTokens) {
       << last_err_;
 }
 
+// A mixture of experts bigger than the pool (32 experts, 2 per token,
+// skewed routing) streams through it in every mode: the dense part stays,
+// experts come and go while airs-generate decodes, and the tokens are
+// those of private memory (a zero or wrong byte of any weight read would
+// change them).
+class InferStreamedMoe : public InferIntegration, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens) {
+  if (!start(64, std::string(kQuietPressure) + "[models]\nmode = \"" + GetParam() + "\"\n",
+             {"--experts", "32", "--experts-used", "2", "--embd", "512", "--ff", "512", "--router-skew", "2"})) {
+    return;
+  }
+  BusClient c(bus_->address());
+  std::string obj;
+  auto e = c.load_model(model_, &obj);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  const auto priv = run(args("what is the river", {"--no-daemon", "-n", "24"}));
+  const auto d = run(args("what is the river", {"-n", "24"}));
+  if (HasFailure()) {
+    ADD_FAILURE() << "the model: " << model_in(c.status(), obj).dump();  // a stall says what streamed
+    return;
+  }
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
+  EXPECT_EQ(d["token_ids"].size(), 24U);
+  EXPECT_EQ(d["token_ids"], priv["token_ids"]);
+  const auto ms = model_in(c.status(), obj);
+  EXPECT_EQ(ms.value("streamed", false), true) << ms.dump();
+  EXPECT_GT(ms.value("units_dropped", uint64_t{0}), 0U) << "nothing was dropped: nothing tested\n" << ms.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoe, ::testing::Values("full", "small-pages", "cooperative"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param;
+                           n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
+                           return n;
+                         });
+
 TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {
   if (!start()) return;
   const auto ref = run(args("tell me about the mountain", {"--no-daemon"}));
