@@ -13,7 +13,9 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # arm64 libairs-dev with airs.pc in /usr/lib/pkgconfig is invisible to a
 # cross pkg-config (lintian: pkg-config-unavailable-for-cross-compilation);
 # libairs.so.0 and the preload shim belong in /usr/lib/aarch64-linux-gnu too.
-set(CMAKE_INSTALL_LIBDIR lib/${CMAKE_LIBRARY_ARCHITECTURE} CACHE PATH "object code libraries (Debian multiarch)")
+# STRING, not PATH: a relative PATH entry given as -D is made absolute
+# against the build directory (which put the libraries under it).
+set(CMAKE_INSTALL_LIBDIR lib/${CMAKE_LIBRARY_ARCHITECTURE} CACHE STRING "object code libraries (Debian multiarch)")
 
 # No separate sysroot: Debian multiarch. Libraries and CMake package files
 # are found under /usr/lib/aarch64-linux-gnu (CMAKE_LIBRARY_ARCHITECTURE),

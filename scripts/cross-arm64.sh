@@ -81,7 +81,7 @@ step "configure build-arm64"
 mkdir -p build-arm64
 cmake -S . -B build-arm64 -G Ninja \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/packaging/toolchain-aarch64.cmake" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_INSTALL_LIBDIR=lib/aarch64-linux-gnu \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_INSTALL_LIBDIR:STRING=lib/aarch64-linux-gnu \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DAIRS_BUILD_BENCH=OFF ${AIRS_CMAKE_ARGS:-} >build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 
