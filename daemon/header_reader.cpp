@@ -17,7 +17,7 @@
 
 namespace airs::daemon {
 
-Result<Header> read_header(int fd, const std::string& what) {
+Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>* read_since) {
   auto id = sys::readable_file_identity(fd, what + ": gguf_fd");
   if (!id) return std::move(id).error();
   auto st = sys::stat_of(fd, what + ": gguf_fd");
@@ -26,6 +26,7 @@ Result<Header> read_header(int fd, const std::string& what) {
   if (!parse_fd) return make_error(parse_fd.error().code, "{}: {}", what, parse_fd.error().message);
   auto src = gguf::FdSource::adopt(std::move(parse_fd).value(), "the passed GGUF");
   if (!src) return make_error(src.error().code, "{}: {}", what, src.error().message);
+  src->watch_reads(read_since);
   auto parsed = gguf::parse(*src);
   if (!parsed) return make_error(parsed.error().code, "{}: {}", what, parsed.error().message);
   return Header{*id, *st, std::move(parsed).value()};
@@ -59,7 +60,7 @@ Status detach_thread(const std::string& what, Body body) {
 }
 
 std::string stalled_message(const std::string& what, std::chrono::milliseconds limit, uid_t uid) {
-  return fmt::format("{}: the GGUF header was not read within {} ms: a read of the file has not returned (a "
+  return fmt::format("{}: the GGUF header was not read: a read of the file has not returned within {} ms (a "
                      "stalled FUSE or network file system?); it is abandoned, and counts against uid {}'s {} header "
                      "reads at once until it returns",
                      what, limit.count(), uid, HeaderReader::kPerUid);
@@ -119,8 +120,9 @@ Status HeaderReader::read(Request r, int fd, Done done) {
   auto dup = sys::dup_cloexec(fd);
   if (!dup) return make_error(dup.error().code, "{}: {}", r.what, dup.error().message);
   const uint64_t ticket = next_ticket_++;
-  AIRS_TRY(detach_thread(r.what, [box = box_, ticket, fd = std::move(dup).value(), what = r.what]() mutable {
-    auto h = read_header(fd.get(), what);
+  auto since = std::make_shared<std::atomic<int64_t>>(0);
+  AIRS_TRY(detach_thread(r.what, [box = box_, ticket, fd = std::move(dup).value(), what = r.what, since]() mutable {
+    auto h = read_header(fd.get(), what, since.get());
     fd.reset();
     std::lock_guard lk(box->mu);
     if (box->closed) return;
@@ -129,7 +131,7 @@ Status HeaderReader::read(Request r, int fd, Done done) {
   }));
   ++per_uid_[r.uid];
   ++total_;
-  running_.emplace(ticket, Running{std::move(r), Clock::now() + stall_limit_, std::move(done)});
+  running_.emplace(ticket, Running{std::move(r), std::move(since), std::move(done)});
   arm();
   return {};
 }
@@ -139,12 +141,17 @@ Result<Header> HeaderReader::read_now(int fd, const std::string& what) const {
   if (!dup) return make_error(dup.error().code, "{}: {}", what, dup.error().message);
   auto promise = std::make_shared<std::promise<Result<Header>>>();
   auto future = promise->get_future();
-  AIRS_TRY(detach_thread(what, [promise, fd = std::move(dup).value(), what]() mutable {
-    promise->set_value(read_header(fd.get(), what));
+  auto since = std::make_shared<std::atomic<int64_t>>(0);
+  AIRS_TRY(detach_thread(what, [promise, fd = std::move(dup).value(), what, since]() mutable {
+    promise->set_value(read_header(fd.get(), what, since.get()));
   }));
-  if (future.wait_for(stall_limit_) != std::future_status::ready)
-    return make_error(ETIMEDOUT, "{}", stalled_message(what, stall_limit_, 0));
-  return future.get();
+  for (;;) {
+    const auto now = Clock::now();
+    const auto until = deadline(since, now);
+    if (future.wait_until(until) == std::future_status::ready) return future.get();
+    if (Clock::now() >= deadline(since, Clock::now()))
+      return make_error(ETIMEDOUT, "{}", stalled_message(what, stall_limit_, 0));
+  }
 }
 
 void HeaderReader::returned(uid_t uid) {
@@ -176,11 +183,17 @@ void HeaderReader::on_posted() {
   arm();
 }
 
+HeaderReader::Clock::time_point HeaderReader::deadline(const ReadSince& since, Clock::time_point now) const {
+  const int64_t ns = since->load(std::memory_order_relaxed);
+  if (ns == 0) return now + stall_limit_;
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))) + stall_limit_;
+}
+
 void HeaderReader::on_timer() {
   const auto now = Clock::now();
   std::vector<std::pair<Done, Error>> late;
   for (auto& [ticket, r] : running_) {
-    if (!r.done || r.deadline > now) continue;
+    if (!r.done || deadline(r.read_since, now) > now) continue;
     spdlog::warn("{}: GGUF header read of uid {} stalled for {} ms; answered, its thread abandoned", r.req.what,
                  r.req.uid, stall_limit_.count());
     late.emplace_back(std::move(r.done), make_error(ETIMEDOUT, "{}", stalled_message(r.req.what, stall_limit_, r.req.uid)));
@@ -191,9 +204,13 @@ void HeaderReader::on_timer() {
 }
 
 void HeaderReader::arm() {
+  const auto now = Clock::now();
   std::optional<Clock::time_point> first;
-  for (const auto& [ticket, r] : running_)
-    if (r.done && (!first || r.deadline < *first)) first = r.deadline;
+  for (const auto& [ticket, r] : running_) {
+    if (!r.done) continue;
+    const auto at = deadline(r.read_since, now);
+    if (!first || at < *first) first = at;
+  }
   if (!first) return;  // a stale expiry finds nothing late
   const auto delay = std::max<Clock::duration>(*first - Clock::now(), std::chrono::milliseconds(1));
   if (auto st = timer_.arm(delay); !st) spdlog::error("header reader: {}", st.error().message);

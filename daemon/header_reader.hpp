@@ -3,8 +3,10 @@
 // take seconds to parse (a million tensors), or never arrive at all (a file
 // on a FUSE or NFS mount whose read never returns): each is read on a thread
 // of its own and its result posted back to the loop through an eventfd, so
-// the loop never waits for one. A read still running after the stall limit
-// is answered with an error naming the stall, and its thread is abandoned:
+// the loop never waits for one. A header whose read of the file has not
+// returned within the stall limit is answered with an error naming the
+// stall (a long parse is not a stall: only the time a read is in flight
+// counts), and its thread is abandoned:
 // the thread owns all it touches (its fd, the mailbox it posts to), so when
 // its read returns, if ever, it touches nothing freed. A read cannot be
 // cancelled, so every thread counts against its uid until it returns: at
@@ -15,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -40,8 +43,10 @@ struct Header {
 
 // Reads `fd`'s identity and header here, blocking. Errors start with `what`
 // ("LoadModel: gguf_fd"): EINVAL not a readable regular file, EBADMSG or
-// ENOTSUP the header's defect.
-[[nodiscard]] Result<Header> read_header(int fd, const std::string& what);
+// ENOTSUP the header's defect. `read_since`, if given, holds when the read
+// in flight started (FdSource::watch_reads).
+[[nodiscard]] Result<Header> read_header(int fd, const std::string& what,
+                                         std::atomic<int64_t>* read_since = nullptr);
 
 class HeaderReader {
  public:
@@ -80,11 +85,16 @@ class HeaderReader {
  private:
   using Clock = std::chrono::steady_clock;
   struct Mailbox;
+  // When a read of the file started and has not returned; 0 for none.
+  using ReadSince = std::shared_ptr<std::atomic<int64_t>>;
   struct Running {
     Request req;
-    Clock::time_point deadline;
+    ReadSince read_since;
     Done done;  // empty once answered (stalled, refused) or forgotten
   };
+  // When `since`'s read counts as stalled; with no read in flight, when to
+  // look again (`now` plus the limit: no read can stall before that).
+  [[nodiscard]] Clock::time_point deadline(const ReadSince& since, Clock::time_point now) const;
   HeaderReader(sys::EventLoop& loop, std::shared_ptr<Mailbox> box, sys::OneShotTimer timer,
                std::chrono::milliseconds stall_limit);
   [[nodiscard]] Status check_bounds(const Request& r) const;

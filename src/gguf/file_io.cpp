@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -28,7 +30,13 @@ Result<FdSource> FdSource::open(const std::string& path) {
 Status FdSource::read(uint64_t offset, void* dst, size_t len) const {
   auto* p = static_cast<char*>(dst);
   while (len > 0) {
+    if (read_since_) {
+      const auto now = std::chrono::steady_clock::now().time_since_epoch();
+      read_since_->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()),
+                         std::memory_order_relaxed);
+    }
     const auto n = sys::read_at(fd_.get(), p, len, offset);
+    if (read_since_) read_since_->store(0, std::memory_order_relaxed);
     if (!n)
       return make_error(n.error().code, "'{}': read of {} bytes at {} failed: {}", name_, len, offset,
                         std::strerror(n.error().code));

@@ -4,6 +4,7 @@
 // parser and writer stay pure.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -28,12 +29,17 @@ class FdSource final : public ByteSource {
   [[nodiscard]] uint64_t size() const override { return size_; }
   [[nodiscard]] Status read(uint64_t offset, void* dst, size_t len) const override;
   [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  // While a read is in flight, `*since` holds when it started (steady clock,
+  // nanoseconds, never 0); between reads it holds 0. Lets another thread tell
+  // a read that does not return from a parse that is merely long.
+  void watch_reads(std::atomic<int64_t>* since) noexcept { read_since_ = since; }
 
  private:
   FdSource(sys::UniqueFd fd, uint64_t size, std::string name) : fd_(std::move(fd)), size_(size), name_(std::move(name)) {}
   sys::UniqueFd fd_;
   uint64_t size_ = 0;
   std::string name_;
+  std::atomic<int64_t>* read_since_ = nullptr;
 };
 
 // Writes the planned model to `fd` from its current position, sequentially,
