@@ -22,12 +22,11 @@
 #   compiled as one unit, so the big headers are parsed once per directory);
 # - the VM guests' kernels and userlands are fetched beside the first build
 #   (network and disk, not the processor);
-# - the arm64, TSan and fuzzer builds run one after the other beside the
-#   ASan tests; the VM guests and the TSan tests then run alone, since
-#   their checks watch the daemon's loop against a clock (measured: beside
-#   each other at one core each, both starved those checks).
-# Each stage prints when it starts; the end prints each stage's time and
-# how busy the processor was meanwhile.
+# - after the ASan tests, two lanes run side by side: Debian 12's own kernel
+#   in a VM, then the TSan tests; and the arm64 tests under qemu, the arm64
+#   guests, then the fuzzer. Each lane waits only for the build it needs.
+# Each stage prints when it starts; the end prints each stage's (and each
+# lane step's) time and how busy the processor was meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/root.sh; become_root "$@"
@@ -148,7 +147,7 @@ wait "$vm_prepare" || true
 stage "ASan tests (arm64, TSan and fuzzer builds beside)"
 asan_ok=0; bg_wait build-asan || asan_ok=$?
 # Beside the ASan tests, one after the other at the lowest priority: the
-# arm64 cross build (the arm64 tests and guests run it), the TSan
+# arm64 cross build (the arm64 lane's tests and guests run it), the TSan
 # build of the tests of code that has threads (tsan_tests in
 # tests/CMakeLists.txt, not the single-threaded pure cores a third time),
 # and the fuzzer. Each leaves its exit code in DIR.rc as it ends.
@@ -178,14 +177,46 @@ built() {  # dir: waits for its background build; 0 when it succeeded (else its 
   return 1
 }
 
-stage "arm64: unit tests under qemu, .deb"
-# Every background build first: nothing runs beside the VM guests or the
-# TSan tests. (Run beside each other, at one core each, a guest and the TSan
-# tests starved each other's timing checks: the loop watchers' 1 s limit.)
-wait "$beside" || true
+# Two lanes side by side, each about one core: the VM guests are emulated
+# (TCG: one busy host thread per guest), the TSan tests run one at a time.
+# Lane "amd64" (its output in lane-amd64.log, printed when it ends): the
+# integration suite on Debian 12's own 6.1 kernel in a VM (this build tree,
+# this machine's root over 9p), then the TSan tests. Lane "arm64" (here):
+# the unit tests under qemu-user and the .deb, Debian 13's arm64 kernels
+# with 16 KiB and 4 KiB pages and the .deb under systemd in VMs (the
+# build-arm64 tree), then the fuzzer. Everything but the TSan tests runs at
+# nice 19, as the builds still running beside them do: the builds share
+# the processor evenly with the guests, and the TSan tests (whose own
+# checks watch the daemon's loop) get it first. tests/vm and
+# docs/vm-tests.md say what each guest runs. Kernels and userlands are in
+# /var/cache/airs-vm; a guest that cannot run (no qemu, no mmdebstrap)
+# skips, naming why.
+stage "two lanes: [6.1 VM, TSan] | [arm64 qemu, arm64 VMs, fuzz]"
+lane_steps=()
+lane_step() {  # lane, step, seconds: recorded for the table at the end
+  lane_steps+=("$(printf '  %-60s %4dm%02ds' "  [$1] $2" $(($3 / 60)) $(($3 % 60)))")
+}
+rm -f lane-amd64.steps
+(
+  step() { printf 'amd64\t%s\t%d\n' "$1" $((SECONDS - t)) >>lane-amd64.steps; t=$SECONDS; }
+  t=$SECONDS
+  run_ctest build 'vm:^vm\.debian12-' vm-amd64 timeout 3000 nice -n 19
+  step "Debian 12 6.1 VM"
+  if built build-tsan; then
+    step "waiting for the TSan build"
+    # TSan maps shadow memory at fixed ranges; kernels with 32 bits of mmap
+    # randomisation break that, so run without ASLR (setarch -R).
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      run_ctest build-tsan 'unit|integration' tsan setarch "$(uname -m)" -R
+    step "TSan tests"
+  fi
+) >lane-amd64.log 2>&1 &
+lane_amd64=$!
+t=$SECONDS
 if built build-arm64; then
+  lane_step arm64 "waiting for the arm64 build" $((SECONDS - t)); t=$SECONDS
   set +e
-  timeout 1200 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
+  timeout 1200 nice -n 19 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
   arm64_rc=${PIPESTATUS[0]}
   set -e
   [[ -s $results/arm64.xml ]] ||
@@ -195,36 +226,24 @@ if built build-arm64; then
   ((arm64_rc == 0)) || echo "scripts/cross-arm64.sh exited $arm64_rc (a failed unit test is counted in arm64 too;" \
     "otherwise airs-mkmodel's bytes, cpack or lintian of the arm64 .debs failed), see build-arm64.log" \
     >"$results/arm64-script.missing"
+  lane_step arm64 "unit tests under qemu-user, .deb" $((SECONDS - t)); t=$SECONDS
+  run_ctest build 'vm:^vm\.debian13-' vm-arm64 timeout 3000 nice -n 19
+  lane_step arm64 "Debian 13 arm64 VMs (16k, 4k, .deb)" $((SECONDS - t)); t=$SECONDS
 fi
-
-# The integration suite on other kernels, each booted in a VM (tests/vm,
-# docs/vm-tests.md): Debian 12's own 6.1 (amd64, this machine's root over
-# 9p, under TCG where KVM cannot boot a stock kernel) and Debian 13's arm64
-# kernels with 16 KiB and 4 KiB pages (TCG, the build-arm64 tree in an
-# extracted arm64 userland), and the arm64 .deb under systemd as PID 1.
-# Each runs a selection of the tests that reach the kernel. Kernels and the
-# userland are in /var/cache/airs-vm (fetched beside the plain build). A
-# test that cannot run (no qemu, no mmdebstrap, no KVM when forced) skips,
-# naming why.
-stage "vm"
-run_ctest build vm vm timeout 3000
-
-stage "TSan tests"
-if built build-tsan; then
-  # TSan maps shadow memory at fixed ranges; kernels with 32 bits of mmap
-  # randomisation break that, so run without ASLR (setarch -R).
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    run_ctest build-tsan 'unit|integration' tsan setarch "$(uname -m)" -R
-fi
-
-stage "fuzzing"
-if built build-fuzz; then run_ctest build-fuzz fuzz fuzz; fi
+if built build-fuzz; then run_ctest build-fuzz fuzz fuzz nice -n 19; fi
+lane_step arm64 "fuzzing" $((SECONDS - t))
+wait "$lane_amd64" || true
+echo "==> lane amd64 (6.1 VM, TSan), its output:"
+cat lane-amd64.log
+while IFS=$'\t' read -r lane what secs; do lane_step "$lane" "$what" "$secs"; done < <(cat lane-amd64.steps 2>/dev/null)
+wait "$beside" || true
 stage ""
 
 echo
 echo "==> done (at $(elapsed)); stage times (and how busy the processor was, in % of all cores):"
 for i in "${!stage_names[@]}"; do
   printf '  %-60s %4dm%02ds  %3d%% busy\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60)) "${stage_busy[$i]}"
+  [[ ${stage_names[$i]} != "two lanes"* ]] || printf '%s\n' "${lane_steps[@]}"
 done
 echo
 python3 scripts/tally.py "$results"
