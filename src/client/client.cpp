@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -544,7 +545,12 @@ int airs_model_wait_layer(airs_model* m, uint32_t rank, int timeout_ms) {
 int airs_model_wait_range(airs_model* m, uint64_t offset, uint64_t len, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_range: NULL model");
   if (m->mode != "cooperative") return 0;
-  if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms), m->coop.get()); !r)
+  // A guarded region (a streamed model, or wait_on_touch) asks for the units
+  // it waits for, as its touches would: a streamed model reads ahead only
+  // near where its clients are, so bytes waited for elsewhere must be asked.
+  std::function<void(uint32_t)> ask;
+  if (m->guard) ask = [g = m->guard.get()](uint32_t u) { g->request(u); };
+  if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms), m->coop.get(), ask); !r)
     return fail(r.error());
   return 0;
 }

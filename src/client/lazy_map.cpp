@@ -307,7 +307,7 @@ Status wait_rank(wire::StatusPageView status, uint32_t rank, std::chrono::nanose
 }
 
 Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
-                  CooperativeFallback* fallback) {
+                  CooperativeFallback* fallback, const std::function<void(uint32_t unit)>& ask) {
   if (!status.valid()) return make_error(EINVAL, "wait_range: the model's status page is not valid");
   const uint64_t unit = status.unit_size();
   const uint64_t region = uint64_t{status.unit_count()} * unit;
@@ -317,10 +317,22 @@ Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, st
   const auto first = static_cast<uint32_t>(offset / unit);
   const auto last = static_cast<uint32_t>((offset + len - 1) / unit);
   uint32_t next = first;  // units before `next` were seen ready (bits are never cleared but by eviction)
+  std::optional<uint32_t> asked_at;  // the unit the wait last stopped at, once asked for
+  if (ask)
+    for (uint32_t u = first; u <= last; ++u)
+      if (!status.unit_ready(u)) {
+        ask(u);
+        if (u == first) asked_at = first;
+      }
   const std::string what = "bytes [" + std::to_string(offset) + ", +" + std::to_string(len) + ")";
   return wait_until(status, timeout, what.c_str(), fallback, [&] {
     while (next <= last && status.unit_ready(next)) ++next;
-    return next > last;
+    if (next > last) return true;
+    if (ask && asked_at != next) {
+      ask(next);
+      asked_at = next;
+    }
+    return false;
   });
 }
 

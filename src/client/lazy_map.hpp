@@ -184,9 +184,14 @@ class CooperativeFallback {
                                CooperativeFallback* fallback = nullptr);
 // Blocks until every unit overlapping region bytes [offset, +len) is ready
 // (for callers that know tensor offsets rather than ranks). Same errors;
-// EINVAL for a range past the region.
+// EINVAL for a range past the region. `ask`, if given, asks the daemon for
+// a unit (the touch guard's Wait): called at the start for each unit of the
+// range that is not ready, and again for a unit the wait comes to that is
+// not ready (one dropped after it was read): a streamed model reads what
+// is asked for, and ahead of its clients only near where they are.
 [[nodiscard]] Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, std::chrono::nanoseconds timeout,
-                                CooperativeFallback* fallback = nullptr);
+                                CooperativeFallback* fallback = nullptr,
+                                const std::function<void(uint32_t unit)>& ask = {});
 // Blocks until the whole model is resident (what a plain mapper must do
 // before its first touch). Same errors.
 [[nodiscard]] Status wait_resident(wire::StatusPageView status, std::chrono::nanoseconds timeout,

@@ -341,6 +341,10 @@ TouchGuard::~TouchGuard() {
   s.state.store(kFree, std::memory_order_release);
 }
 
+void TouchGuard::request(uint32_t unit) const {
+  if (unit < status_.unit_count()) send_word(g_slots[slot_], wire::RequestKind::Wait, unit);
+}
+
 void TouchGuard::close_unit(uint32_t unit) {
   Slot& s = g_slots[slot_];
   if (unit >= status_.unit_count() || !s.opened.valid()) return;

@@ -80,6 +80,10 @@ class TouchGuard {
   // its open mark cleared). Thread: the watcher, concurrent with handlers.
   void close_unit(uint32_t unit);
   [[nodiscard]] bool streamed() const { return streamed_; }
+  // Asks the daemon to read `unit` now (Wait on the request socket, as a
+  // touch does): for a caller about to wait for bytes it has not touched.
+  // Never blocks; a full socket loses the request. Thread: any.
+  void request(uint32_t unit) const;
   // Maps the GGUF file in place now (the daemon is out of reach), unless
   // that happened already. Thread: the watcher.
   void take_over_now();

@@ -647,6 +647,23 @@ TEST_P(StreamedClients, AForcedUnloadMidStreamIsSigbusNeverZeros) {
   EXPECT_EQ(late.wait(30s).exit_code, 0) << late.transcript();
 }
 
+// A runtime that waits for each tensor's bytes before it reads them
+// (airs_model_wait_range; cooperative mode) and reads them in any order, as
+// a mixture of experts reads the experts its router chose: a wait for bytes
+// far from where the client is, in units the read-ahead does not reach,
+// with the budget full, is served (the wait asks for its units, as a touch
+// does), never left to time out. In the other modes the same reads fault.
+TEST_P(StreamedClients, WaitsForRangesInAnyOrderAreServed) {
+  ModelFile m;
+  if (!start_streaming(m, "scattered-stream")) return;
+  Child c(client(m, {"--per-layer", "--order", "random:11", "--passes", "2"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  expect_verified(c, m, "0", 120s);
+  expect_verified(c, m, "0", 120s);
+  EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
+}
+
 INSTANTIATE_TEST_SUITE_P(StreamModes, StreamedClients, ::testing::Values("full", "small-pages", "cooperative"),
                          [](const auto& p) {
                            std::string n = p.param;
