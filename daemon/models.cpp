@@ -160,6 +160,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
   e->region_bytes = charge;
+  e->budget_at_load = budget;
   spdlog::info("model '{}' loaded by uid {}: {} ({} tensors, {} layers) as {}{}{}", e->name, req.uid,
                format_bytes(id->size), e->meta.tensors.size(), e->meta.n_layers, e->object_path,
                e->pinned ? ", pinned" : "",
@@ -237,6 +238,40 @@ Status Models::shrink(ModelEntry& m, uint64_t bytes, const std::string& reason) 
                reason);
   m.region_bytes = target;
   return {};
+}
+
+bool Models::budgets_below_load() const {
+  for (const auto& [id, m] : models_)
+    if (m->budget_at_load > m->region_bytes) return true;
+  return false;
+}
+
+void Models::restore_budgets() {
+  const uint64_t page = pool_.page_size();
+  for (auto& [id, m] : models_) {
+    if (m->budget_at_load <= m->region_bytes) continue;
+    // A cut still on its way (cooperative clients closing units) ends
+    // first: the next quiet period gives the pages back.
+    if (pager_.budget_cut_pending(m->pager_id)) continue;
+    const uint64_t free = pool_.counts().free_bytes() / page * page;
+    uint64_t give = std::min(m->budget_at_load - m->region_bytes, free);
+    if (!m->owner_exempt) {
+      // Within its owner's share as it is now (the uid may hold more since).
+      const uint64_t limit = max_pool_share_.resolve(pool_.counts().total_bytes());
+      const uint64_t held = charged_to(m->owner_uid).bytes;
+      give = std::min(give, limit > held ? limit - held : 0);
+    }
+    give = give / page * page;
+    if (give == 0) continue;
+    const uint64_t target = m->region_bytes + give;
+    if (auto r = pager_.set_budget(m->pager_id, target); !r) {
+      spdlog::warn("model '{}': its streaming budget not restored: {}", m->name, r.error().message);
+      continue;
+    }
+    spdlog::info("model '{}': streaming budget {} -> {} (no pressure: back toward its {} at load)", m->name,
+                 format_bytes(m->region_bytes), format_bytes(target), format_bytes(m->budget_at_load));
+    m->region_bytes = target;
+  }
 }
 
 void Models::content_id_found(ModelEntry& m, const gguf::ContentId& id) {

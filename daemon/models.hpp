@@ -61,6 +61,10 @@ struct ModelEntry {
   // was known: stored once it is (AccessOrders).
   std::optional<std::vector<uint32_t>> unstored_order;
   uint64_t region_bytes = 0;
+  // A streamed model: its budget at load, which a quiet machine gives back
+  // after pressure (or an admin's Evict) cut it (Models::restore_budgets).
+  // 0: not streamed.
+  uint64_t budget_at_load = 0;
   gguf::File meta;   // tensors, geometry (for KV and `airsctl read`)
   uid_t owner_uid = 0;       // charged to this uid (the first loader)
   bool owner_exempt = false;  // loaded by an admin or by the daemon itself: no quota
@@ -197,6 +201,12 @@ class Models {
   // below its floor): the units the policy drops anyway go first, then the
   // pages are free in the pool (returning_pages() until the drops ended).
   Status shrink(ModelEntry& m, uint64_t bytes, const std::string& reason);
+  // Whether a streamed model's budget is below its budget at load.
+  [[nodiscard]] bool budgets_below_load() const;
+  // After a quiet period (the pressure loop's grow): each streamed model
+  // whose budget was cut gets pages back toward its budget at load, as far
+  // as the pool has free pages.
+  void restore_budgets();
   // What a streamed model could give back (budget above its floor); 0
   // otherwise.
   [[nodiscard]] uint64_t spare_bytes(const ModelEntry& m) const;

@@ -160,13 +160,16 @@ uint64_t PressureLoop::events_seen() const {
 
 bool PressureLoop::pool_below_target() const { return pool_.counts().total_pages() < pool_target_pages_; }
 
+bool PressureLoop::below_target() const { return pool_below_target() || models_.budgets_below_load(); }
+
 void PressureLoop::evaluate() {
   const auto now = Clock::now();
   const policy::Level before = governor_.level();
   governor_.tick(now);
   note_effective_level(before);
-  // Below target: shrunk under pressure, or started with what the kernel had.
-  const auto d = governor_.decide(now, pool_below_target());
+  // Below target: shrunk under pressure, or started with what the kernel
+  // had; or a streamed model's budget was cut.
+  const auto d = governor_.decide(now, below_target());
   last_decision_ = fmt::format("{}: {}", policy::to_string(d.kind), d.reason);
   switch (d.kind) {
     case policy::Decision::Kind::Evict:
@@ -183,8 +186,11 @@ void PressureLoop::evaluate() {
       schedule(now + cfg_.min_eviction_interval);
       return;
     case policy::Decision::Kind::Grow:
-      grow();
-      schedule(Clock::now() + cfg_.grow_after);
+      if (pool_below_target()) grow();
+      models_.restore_budgets();
+      // Short of the target still (the kernel or the pool had too few
+      // pages): try again after another quiet period.
+      if (below_target()) schedule(Clock::now() + cfg_.grow_after);
       return;
     case policy::Decision::Kind::Wait:
       if (d.retry_at) {
@@ -452,6 +458,8 @@ Result<EvictionReport> PressureLoop::admin_evict(const EvictWhat& what, bool dry
   req.everything = req.bytes == 0;
   auto r = run(req, 0, dry_run, "admin " + who);
   if (!dry_run) ++counters_.admin_evictions;
+  // A budget it cut comes back after a quiet period, as after pressure.
+  if (!dry_run && !timer_ && below_target()) schedule(Clock::now() + cfg_.grow_after);
   return r;
 }
 

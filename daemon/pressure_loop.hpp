@@ -117,6 +117,8 @@ class PressureLoop {
   EvictionReport run(const std::optional<policy::Request>& req, uint64_t reserve_pages, bool dry_run, std::string trigger);
   void remember(const EvictionReport& r);
   [[nodiscard]] bool pool_below_target() const;
+  // The pool below its size, or a streamed model below its budget at load.
+  [[nodiscard]] bool below_target() const;
   // Free pool pages plus those on their way back (Models::returning_pages),
   // less those already promised to the kernel (owed_pages_).
   [[nodiscard]] uint64_t available_pages() const;

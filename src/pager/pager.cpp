@@ -510,6 +510,11 @@ Result<Pager::Drain> Pager::set_budget(ModelId id, uint64_t bytes) {
   return m->shrink_to ? Drain::Pending : Drain::Done;
 }
 
+bool Pager::budget_cut_pending(ModelId id) const {
+  const Model* m = find(id);
+  return m != nullptr && m->shrink_to.has_value();
+}
+
 uint64_t Pager::floor_bytes(ModelId id) const {
   const Model* m = find(id);
   if (m == nullptr || !m->res->streamed()) return 0;

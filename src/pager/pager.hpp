@@ -255,6 +255,8 @@ class Pager final : FillListener, TouchListener {
   [[nodiscard]] Result<Drain> set_budget(ModelId id, uint64_t bytes);
   // The model's floor (stream_floor_bytes), 0 for a model that is not streamed.
   [[nodiscard]] uint64_t floor_bytes(ModelId id) const;
+  // A cut of its budget (set_budget: Pending) is still on its way.
+  [[nodiscard]] bool budget_cut_pending(ModelId id) const;
 
   // Replace a listener (Listeners above); an owner that goes first clears them.
   void set_state_listener(StateListener l) { listeners_.state = std::move(l); }

@@ -664,6 +664,42 @@ TEST_P(StreamedClients, WaitsForRangesInAnyOrderAreServed) {
   EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
 }
 
+// A streamed model's budget cut (by pressure, or here by an admin's Evict
+// of the model while a client streams it) comes back once the machine has
+// been quiet for grow_after: a cut is not for ever. The client streams
+// through both, byte-exact.
+TEST_P(StreamedClients, ACutBudgetComesBackWhenTheMachineIsQuiet) {
+  const uint64_t unit = huge_page_size();
+  auto m = make_model(dir_, "cut.gguf", "cut-stream", 48 * unit, 16);
+  if (!start(16 * unit / kMiB, "[models]\nmode = \"" + GetParam() + "\"\n[pressure]\ngrow_after = \"1s\"\n")) return;
+  Child c(client(m, {"--passes", "3", "--pause", "2"}));
+  auto o = c.expect_line("opened");
+  ASSERT_TRUE(o) << c.transcript();
+  const std::string obj = field(*o, "object");
+  expect_verified(c, m, "0", 120s);
+  ASSERT_TRUE(c.expect_line("mid pass=2", 120s)) << c.transcript();
+  const auto budget = [&] { return model_status(obj).value("budget_bytes", uint64_t{0}); };
+  const uint64_t at_load = budget();
+  ASSERT_GT(at_load, 0U) << model_status(obj).dump();
+  auto e = dbus_->evict_model(obj);
+  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  ASSERT_TRUE(c.send("go"));
+  expect_verified(c, m, "0", 120s);  // pass 2, on the cut budget
+  EXPECT_TRUE(wait_until([&] { return budget() == at_load; }, 30000ms))
+      << "the budget stayed at " << budget() << " of " << at_load << "\n" << dbus_->status().dump(1);
+  // The pages went (the pager's cut ended: in cooperative mode once the
+  // client closed its units, which the status shows only then), then came
+  // back.
+  const std::string log = daemon_->log();
+  const auto went = log.find("streaming budget cut to");
+  const auto back = log.find("(no pressure: back toward");
+  EXPECT_NE(went, std::string::npos) << log;
+  EXPECT_NE(back, std::string::npos) << log;
+  EXPECT_LT(went, back) << log;
+  expect_verified(c, m, "0", 120s);  // pass 3
+  EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
+}
+
 INSTANTIATE_TEST_SUITE_P(StreamModes, StreamedClients, ::testing::Values("full", "small-pages", "cooperative"),
                          [](const auto& p) {
                            std::string n = p.param;

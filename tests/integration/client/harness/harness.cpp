@@ -346,6 +346,17 @@ CallError BusClient::unload(const std::string& object, bool force) {
   });
 }
 
+CallError BusClient::evict_model(const std::string& object) {
+  return guarded([&] {
+    auto p = sdbus::createProxy(*bus_, kBus, kManager);
+    dbus::Dict report;
+    p->callMethod("Evict")
+        .onInterface(kManagerIf)
+        .withArguments(dbus::Dict{{"model", sdbus::Variant(sdbus::ObjectPath(object))}}, false)
+        .storeResultsTo(report);
+  });
+}
+
 CallError BusClient::open_model(const std::string& object, const std::string& proof_path, bool lazy) {
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, object);

@@ -129,6 +129,8 @@ class BusClient {
   // LoadModel(fd of `path`); the object path in *object on success.
   CallError load_model(const std::string& path, std::string* object = nullptr);
   CallError unload(const std::string& object, bool force);
+  // Manager.Evict({model: object}): what an admin's `airsctl evict --model` does.
+  CallError evict_model(const std::string& object);
   // Model.Open(lazy); the returned fds are closed at once.
   // Open (read-only, waits until resident) or OpenLazy (with a fresh
   // userfaultfd), proving access with an fd of `proof_path`.
