@@ -184,6 +184,102 @@ int run_touch(uint32_t tokens, int sock, int region_fd, const airs::test::Hello&
   return rc;
 }
 
+// coop-resident: waits until the whole model is resident, then checks it.
+int coop_resident(const std::byte* base, uint64_t units, wire::StatusPageView status) {
+  auto st = airs::client::wait_resident(status, std::chrono::seconds(30));
+  if (!st) {
+    std::fprintf(stderr, "client: %s\n", st.error().message.c_str());
+    return 53;
+  }
+  for (uint64_t u = 0; u < units; ++u)
+    if (!verify_unit(base, u)) return 3;
+  return 0;
+}
+
+// Says so (one byte on the socket) before it first waits, once: the test
+// holds the fill until then. 0, or the exit code.
+int say_waiting(int sock, bool& said) {
+  if (said) return 0;
+  const char b = 'w';
+  if (::send(sock, &b, 1, MSG_NOSIGNAL) != 1) return 58;
+  said = true;
+  return 0;
+}
+
+// Checks every unit the status page says is ready and `checked` does not
+// hold yet (the rest must not be read). 0, or 3 for a wrong byte.
+int check_ready_units(const std::byte* base, uint64_t units, wire::StatusPageView status, std::vector<bool>& checked) {
+  for (uint64_t u = 0; u < units; ++u) {
+    if (checked[u] || !status.unit_ready(static_cast<uint32_t>(u))) continue;
+    if (!verify_unit(base, u)) return 3;
+    checked[u] = true;
+  }
+  return 0;
+}
+
+// coop-fallback: waits rank by rank until the daemon dies, then every byte
+// comes from the file through the same pointer.
+int coop_fallback(const std::byte* base, void* mapping, uint64_t units, int sock, const airs::test::Hello& hello,
+                  wire::StatusPageView status) {
+  auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
+  if (!daemon) return 23;
+  std::atomic<int> announced{0};
+  airs::client::CooperativeFallback fb(mapping, hello.region_size, g_src, daemon->get(), [&] { ++announced; });
+  std::vector<bool> checked(units, false);
+  std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+  bool said_waiting = false;
+  for (const auto& r : ranks) {
+    if (!status.rank_ready(r.rank))
+      if (int rc = say_waiting(sock, said_waiting); rc != 0) return rc;
+    auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30), &fb);
+    if (!st) {
+      std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
+      return 53;
+    }
+    if (fb.taken_over()) break;
+    if (int rc = check_ready_units(base, units, status, checked); rc != 0) return rc;
+  }
+  if (!fb.taken_over()) return 7;
+  if (announced.load() != 1) return 55;
+  if (status.ready_units() == status.unit_count()) return 7;
+  // Ready units or not, every byte of the file through the same pointer.
+  for (uint64_t u = 0; u < units; ++u)
+    if (!verify_unit(base, u, false)) return 3;
+  // A second take-over is a no-op, and the waits return at once now.
+  if (!fb.take_over() || announced.load() != 1) return 56;
+  if (!airs::client::wait_resident(status, std::chrono::seconds(0), &fb)) return 57;
+  std::fprintf(stderr, "client %d: took over with %u of %u units filled by the daemon\n", getpid(),
+               status.ready_units(), status.unit_count());
+  return 0;
+}
+
+// coop-ranks: waits rank by rank and checks each unit once its rank is
+// complete (a unit belongs to the lowest rank of the extents it overlaps).
+int coop_ranks(const std::byte* base, uint64_t units, int sock, wire::StatusPageView status) {
+  const bool resident_at_start = status.ready_units() == status.unit_count();
+  std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
+  std::vector<bool> checked(units, false);
+  uint32_t waited_for_something = 0;
+  bool said_waiting = false;
+  for (const auto& r : ranks) {
+    const bool before = status.rank_ready(r.rank);
+    if (!before)
+      if (int rc = say_waiting(sock, said_waiting); rc != 0) return rc;
+    auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30));
+    if (!st) {
+      std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
+      return 53;
+    }
+    if (!before) ++waited_for_something;
+    if (int rc = check_ready_units(base, units, status, checked); rc != 0) return rc;
+  }
+  if (airs::client::wait_resident(status, std::chrono::seconds(30)).ok() == false) return 54;
+  for (uint64_t u = 0; u < units; ++u)
+    if (!checked[u] && !verify_unit(base, u)) return 3;
+  if (resident_at_start || waited_for_something == 0) return 7;
+  return 0;
+}
+
 int run_cooperative(const std::string& mode, int sock, int region_fd, const airs::test::Hello& hello,
                     wire::StatusPageView status) {
   if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
@@ -193,93 +289,10 @@ int run_cooperative(const std::string& mode, int sock, int region_fd, const airs
   if (::mmap(nullptr, hello.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0) != MAP_FAILED) return 51;
   auto m = airs::client::map_region_readonly(region_fd, hello.region_size);
   if (!m) return 52;
-  const std::byte* base = m->bytes();
   const uint64_t units = (g_file_size + g_unit - 1) / g_unit;
-  if (mode == "coop-resident") {
-    auto st = airs::client::wait_resident(status, std::chrono::seconds(30));
-    if (!st) {
-      std::fprintf(stderr, "client: %s\n", st.error().message.c_str());
-      return 53;
-    }
-    for (uint64_t u = 0; u < units; ++u)
-      if (!verify_unit(base, u)) return 3;
-    return 0;
-  }
-  if (mode == "coop-fallback") {
-    auto daemon = airs::sys::pidfd_open(hello.daemon_pid);
-    if (!daemon) return 23;
-    std::atomic<int> announced{0};
-    airs::client::CooperativeFallback fb(m->get(), hello.region_size, g_src, daemon->get(), [&] { ++announced; });
-    std::vector<bool> checked(units, false);
-    std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
-    bool said_waiting = false;
-    for (const auto& r : ranks) {
-      if (!said_waiting && !status.rank_ready(r.rank)) {
-        const char b = 'w';
-        if (::send(sock, &b, 1, MSG_NOSIGNAL) != 1) return 58;
-        said_waiting = true;
-      }
-      auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30), &fb);
-      if (!st) {
-        std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
-        return 53;
-      }
-      if (fb.taken_over()) break;
-      for (uint64_t u = 0; u < units; ++u) {
-        if (checked[u] || !status.unit_ready(static_cast<uint32_t>(u))) continue;
-        if (!verify_unit(base, u)) return 3;
-        checked[u] = true;
-      }
-    }
-    if (!fb.taken_over()) return 7;
-    if (announced.load() != 1) return 55;
-    if (status.ready_units() == status.unit_count()) return 7;
-    // Ready units or not, every byte of the file through the same pointer.
-    for (uint64_t u = 0; u < units; ++u)
-      if (!verify_unit(base, u, false)) return 3;
-    // A second take-over is a no-op, and the waits return at once now.
-    if (!fb.take_over() || announced.load() != 1) return 56;
-    if (!airs::client::wait_resident(status, std::chrono::seconds(0), &fb)) return 57;
-    std::fprintf(stderr, "client %d: took over with %u of %u units filled by the daemon\n", getpid(),
-                 status.ready_units(), status.unit_count());
-    return 0;
-  }
-  if (mode == "coop-ranks") {
-    const bool resident_at_start = status.ready_units() == status.unit_count();
-    std::vector<airs::wire::RankEntry> ranks(status.ranks(), status.ranks() + status.rank_count());
-    // Each unit belongs to the lowest rank of the extents it overlaps; a
-    // unit is checked once its rank is complete.
-    std::vector<bool> checked(units, false);
-    uint32_t waited_for_something = 0;
-    bool said_waiting = false;
-    for (const auto& r : ranks) {
-      const bool before = status.rank_ready(r.rank);
-      // Says so (one byte on the socket) before it first waits: the test
-      // holds the fill until then.
-      if (!before && !said_waiting) {
-        const char b = 'w';
-        if (::send(sock, &b, 1, MSG_NOSIGNAL) != 1) return 58;
-        said_waiting = true;
-      }
-      auto st = airs::client::wait_rank(status, r.rank, std::chrono::seconds(30));
-      if (!st) {
-        std::fprintf(stderr, "client: rank %u: %s\n", r.rank, st.error().message.c_str());
-        return 53;
-      }
-      if (!before) ++waited_for_something;
-      // Every unit ready now must hold its bytes; the rest must not be read.
-      for (uint64_t u = 0; u < units; ++u) {
-        if (checked[u] || !status.unit_ready(static_cast<uint32_t>(u))) continue;
-        if (!verify_unit(base, u)) return 3;
-        checked[u] = true;
-      }
-    }
-    if (airs::client::wait_resident(status, std::chrono::seconds(30)).ok() == false) return 54;
-    for (uint64_t u = 0; u < units; ++u)
-      if (!checked[u] && !verify_unit(base, u)) return 3;
-    if (resident_at_start || waited_for_something == 0) return 7;
-    return 0;
-  }
+  if (mode == "coop-resident") return coop_resident(m->bytes(), units, status);
+  if (mode == "coop-fallback") return coop_fallback(m->bytes(), m->get(), units, sock, hello, status);
+  if (mode == "coop-ranks") return coop_ranks(m->bytes(), units, sock, status);
   return 30;
 }
 
