@@ -4,10 +4,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <chrono>
 #include <thread>
@@ -108,6 +110,46 @@ TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
   EXPECT_EQ(wait_range(p.view(), 3 * 4096 - 1, 2, 10ms).error().code, ETIMEDOUT);
   EXPECT_EQ(wait_range(p.view(), 4 * 4096, 1, 10ms).error().code, EINVAL);
   EXPECT_EQ(wait_resident(p.view(), 10ms).error().code, ETIMEDOUT);
+}
+
+// A wait for bytes of a streamed model asks the daemon for their units
+// (the touch guard's Wait): each unit not ready at the start, and again a
+// unit it comes to that was dropped after it was read (a streamed model
+// drops units all the time; one asked for once and gone is asked again).
+TEST(CooperativeWait, ARangeWaitAsksForItsUnitsAndAgainForOneDropped) {
+  Page p;
+  p.ready(0, 0);
+  p.ready(1, 1);
+  const uint32_t* word = p.w.generation_word();
+  std::array<std::atomic<pid_t>, 1> tid{};
+  std::mutex mu;
+  std::vector<uint32_t> asked;
+  const auto asks_of = [&](uint32_t u) {
+    std::lock_guard lk(mu);
+    return std::count(asked.begin(), asked.end(), u);
+  };
+  bool ok = false;
+  std::thread waiter([&] {
+    tid[0] = static_cast<pid_t>(::syscall(SYS_gettid));
+    // Units 1 (ready), 2 and 3; a long bound: a lost wake fails, never hangs.
+    ok = static_cast<bool>(wait_range(p.view(), 4096 + 10, 3 * 4096 - 20, 300s, nullptr, [&](uint32_t u) {
+      std::lock_guard lk(mu);
+      asked.push_back(u);
+    }));
+  });
+  ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter never slept";
+  EXPECT_EQ(asks_of(1), 0) << "asked for a unit that was ready";
+  EXPECT_GE(asks_of(2), 1);
+  EXPECT_EQ(asks_of(3), 1) << "unit 3 is asked for once at the start";
+  p.ready(3, 2);  // read ahead of the wait...
+  ASSERT_TRUE(all_sleep_on(tid, word));
+  p.w.set_empty(3, 2);  // ...and dropped again before the wait came to it
+  p.ready(2, 1);
+  ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter returned with unit 3 gone";
+  EXPECT_EQ(asks_of(3), 2) << "unit 3, dropped, was not asked for again";
+  p.ready(3, 2);
+  waiter.join();
+  EXPECT_TRUE(ok);
 }
 
 // A failed load ends a waiter that is asleep on it (EIO), not only one that
