@@ -36,7 +36,11 @@ bus_start() {
 start_memd() {  # mode [more toml]
   printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "%s"\n%s' "$pool_bytes" "$1" "${2:-}" \
     >"$work/memd.conf"
-  "$memd" --config "$work/memd.conf" --bus "$bus" --state-dir "" >"$work/memd.log" 2>&1 &
+  # Emptied here, not by the redirection: that runs in the child, and the
+  # wait below could find the last daemon's "serving" line first (a client
+  # then met no daemon on the bus).
+  : >"$work/memd.log"
+  "$memd" --config "$work/memd.conf" --bus "$bus" --state-dir "" >>"$work/memd.log" 2>&1 &
   memd_pid=$!
   wait_memd_up "$work/memd.log" "$memd_pid" "$bench"
 }
