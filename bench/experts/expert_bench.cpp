@@ -7,10 +7,12 @@
 // unit reads any policy could do on the same trace and budget).
 //
 //   expert_bench --model M.gguf [--trace T.txt | --uniform TOKENS] [--unit BYTES]
-//                [--ratio 2.3] [--ratio 1.5] [--seed S]
+//                [--ratio 2.3] [--ratio 1.5] [--budget BYTES] [--seed S]
 //
 // The budget is the file size over each --ratio (the model is that many
-// times the pool), in whole units. The dense part (every unit that is not
+// times the pool), in whole units, or each --budget (a daemon's streaming
+// budget, as `airsctl status` says it: bench/moe replays its run's trace
+// at its run's budget). The dense part (every unit that is not
 // only experts') is resident from the start, as the daemon's warm-up
 // leaves it; the rest of the budget is the expert cache. A use of an
 // expert reads its units that are not in (the daemon reads an expert's
@@ -203,7 +205,7 @@ Count belady(const std::vector<Use>& uses, const pager::ExpertLayout& l, uint32_
 
 [[noreturn]] void usage() {
   std::fputs("usage: expert_bench --model M.gguf [--trace T.txt | --uniform TOKENS] [--unit BYTES] [--ratio R]... "
-             "[--seed S]\n",
+             "[--budget BYTES]... [--seed S]\n",
              stderr);
   std::exit(2);
 }
@@ -215,6 +217,7 @@ int main(int argc, char** argv) {
   uint32_t uniform = 0;
   uint64_t unit = uint64_t{2} << 20, seed = 1;
   std::vector<double> ratios;
+  std::vector<uint64_t> budgets;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) usage();
@@ -224,11 +227,12 @@ int main(int argc, char** argv) {
     else if (a == "--uniform") uniform = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (a == "--unit") unit = std::strtoull(v, nullptr, 0);
     else if (a == "--ratio") ratios.push_back(std::strtod(v, nullptr));
+    else if (a == "--budget") budgets.push_back(std::strtoull(v, nullptr, 0));
     else if (a == "--seed") seed = std::strtoull(v, nullptr, 0);
     else usage();
   }
   if (model.empty() || (trace_path.empty() == (uniform == 0)) || unit == 0) usage();
-  if (ratios.empty()) ratios = {2.3};
+  if (ratios.empty() && budgets.empty()) ratios = {2.3};
   auto src = gguf::FdSource::open(model);
   if (!src) {
     std::fprintf(stderr, "expert_bench: %s: %s\n", model.c_str(), src.error().message.c_str());
@@ -264,17 +268,31 @@ int main(int argc, char** argv) {
               probe.cyclic_units(), expert_units, layout.layers(), n_expert, static_cast<unsigned long>(used),
               uniform != 0 ? "uniform (synthetic)" : trace_path.c_str(), static_cast<unsigned long>(tokens));
   const double mib = static_cast<double>(unit) / 1048576.0;
-  for (double ratio : ratios) {
-    const auto budget = static_cast<uint32_t>(static_cast<double>(size) / ratio / static_cast<double>(unit));
+  // Each case: the budget in whole units, the model's size over the pool
+  // (--ratio) or over the budget (--budget), and which of the two it is.
+  struct Case {
+    uint32_t budget;
+    double ratio;
+    const char* over;
+  };
+  std::vector<Case> cases;
+  for (double ratio : ratios)
+    cases.push_back({static_cast<uint32_t>(static_cast<double>(size) / ratio / static_cast<double>(unit)), ratio,
+                     "model/pool"});
+  for (uint64_t b : budgets)
+    cases.push_back({static_cast<uint32_t>(b / unit),
+                     static_cast<double>(size) / static_cast<double>(std::max<uint64_t>(b / unit * unit, 1)),
+                     "model/budget"});
+  for (const auto& [budget, ratio, over] : cases) {
     if (budget < probe.floor_units() || budget <= probe.cyclic_units()) {
-      std::printf("model/pool %.2f: a budget of %u units is below the floor (%u)\n", ratio, budget,
+      std::printf("%s %.2f: a budget of %u units is below the floor (%u)\n", over, ratio, budget,
                   probe.floor_units());
       continue;
     }
     const uint32_t cache = budget - probe.cyclic_units();
     const Count min = belady(uses, layout, units, cache);
     const double min_mib = static_cast<double>(min.reads) * mib / static_cast<double>(tokens);
-    std::printf("\nmodel/pool %.2f: budget %u units, expert cache %u of %u units (%.0f%%)\n", ratio, budget, cache,
+    std::printf("\n%s %.2f: budget %u units, expert cache %u of %u units (%.0f%%)\n", over, ratio, budget, cache,
                 expert_units, 100.0 * cache / expert_units);
     std::printf("  %-9s %-8s %8s %12s %8s\n", "policy", "view", "hit rate", "MiB/token", "/MIN");
     for (ExpertPolicy pol : {ExpertPolicy::Lru, ExpertPolicy::Lfu, ExpertPolicy::NextUse})

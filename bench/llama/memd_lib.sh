@@ -12,10 +12,13 @@ wait_memd_up() {
 }
 
 # bench_tools WHO: the built programs every bench/llama script runs ($build
-# and $src set; llama.cpp set up on first use): gen, mk, memd, ctl, preload.
+# and $src set; llama.cpp set up on first use, llama-gen built again when
+# its source is newer): gen, mk, memd, ctl, preload.
 bench_tools() {
   llama_work=$build/tests/llama/work
-  [[ -x $llama_work/llama-gen ]] || sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
+  if [[ ! -x $llama_work/llama-gen || $src/tests/llama/llama_gen.c -nt $llama_work/llama-gen ]]; then
+    sh "$src/tests/llama/setup.sh" "$src/tests/llama" "$llama_work" "${CC:-cc}"
+  fi
   gen=$llama_work/llama-gen
   mk=$build/src/gguf/airs-mkmodel
   memd=$build/daemon/airs-memd

@@ -69,65 +69,10 @@ model_bytes=$(stat -c %s "$model")
 pool_bytes=$(numfmt --from=iec "$pool")
 
 source "$here/../support/throttle.sh"
-
-memd_pid=""
-memcg=""
-cleanup() {
-  [[ -n $memd_pid ]] && kill "$memd_pid" 2>/dev/null || true
-  [[ -f $work/dbus.pid ]] && kill "$(cat "$work/dbus.pid")" 2>/dev/null || true
-  [[ -n $memcg ]] && rmdir "$memcg" 2>/dev/null || true
-  throttle_off
-}
-trap cleanup EXIT
-
-dbus-daemon --config-file="$src/tests/support/test-bus.conf" --print-address=3 --print-pid=4 --fork \
-  3>"$work/bus.addr" 4>"$work/dbus.pid" 2>/dev/null
-bus=$(head -1 "$work/bus.addr")
-
-start_memd() {  # mode
-  printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "%s"\n' "$pool_bytes" "$1" >"$work/memd.conf"
-  "$memd" --config "$work/memd.conf" --bus "$bus" --state-dir "" >"$work/memd.log" 2>&1 &
-  memd_pid=$!
-  wait_memd_up "$work/memd.log" "$memd_pid" bench_stream
-}
-stop_memd() { kill "$memd_pid"; wait "$memd_pid" 2>/dev/null || true; memd_pid=""; }
-cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else printf "-" }'; }
-mib() { awk -v b="$1" 'BEGIN{printf "%.1f", b/1048576}'; }
-
-# Bytes a process caused to be read from storage (/proc/PID/io read_bytes:
-# its page faults' reads and readahead, its io_uring workers' O_DIRECT reads);
-# other processes on the machine do not count.
-read_bytes() { awk '/^read_bytes:/ {print $2}' "/proc/$1/io"; }
-
-# A memory cgroup for one command: LIMIT bytes (no swap), and on cgroup v2
-# the speed's read throttle too (a v2 process is in one group only).
-# cgroup v1: the memory hierarchy's own group; the throttle stays inherited.
-memcg_make() {  # limit
-  local v2=/sys/fs/cgroup/unified
-  [[ -f /sys/fs/cgroup/cgroup.controllers ]] && v2=/sys/fs/cgroup
-  if [[ -d /sys/fs/cgroup/memory && ! -f /sys/fs/cgroup/cgroup.controllers ]]; then
-    memcg=/sys/fs/cgroup/memory/airs-bench-mem.$$
-    mkdir -p "$memcg"
-    echo "$1" >"$memcg/memory.limit_in_bytes"
-    [[ -f $memcg/memory.memsw.limit_in_bytes ]] && echo "$1" >"$memcg/memory.memsw.limit_in_bytes"
-    memcg_kind="cgroup v1 memory.limit_in_bytes"
-  elif grep -qw memory "$v2/cgroup.controllers" 2>/dev/null; then
-    memcg=$v2/airs-bench-mem.$$
-    grep -qw memory "$v2/cgroup.subtree_control" || echo +memory >"$v2/cgroup.subtree_control"
-    mkdir -p "$memcg"
-    echo "$1" >"$memcg/memory.max"
-    [[ -f $memcg/memory.swap.max ]] && echo 0 >"$memcg/memory.swap.max"
-    if [[ -n $throttle_cg && $throttle_kind == "cgroup v2 io.max" ]]; then
-      grep -qw io "$v2/cgroup.subtree_control" || echo +io >"$v2/cgroup.subtree_control"
-      echo "$throttle_majmin rbps=$sd_bps" >"$memcg/io.max"
-    fi
-    memcg_kind="cgroup v2 memory.max"
-  else
-    echo "bench_stream: no memory cgroup controller" >&2; exit 1
-  fi
-}
-memcg_drop() { rmdir "$memcg" 2>/dev/null || true; memcg=""; }
+bench=bench_stream
+source "$here/../support/stream_lib.sh"
+trap stream_cleanup EXIT
+bus_start
 
 gen_args=(--backends "$llama_work/bins" --model "$model" --n "$n_gen" --threads 1 --no-repack --mode mmap)
 pool_env=(LD_PRELOAD="$preload" AIRS_BUS="$bus" AIRS_PRELOAD_VERBOSE=1)
@@ -138,14 +83,9 @@ declare -A tps ttft bpt bpp bmin anon limits
 # maps the model.
 run() {
   local key=$1 cg=$2; shift 2
-  rm -f "$work/hold.fifo"; mkfifo "$work/hold.fifo"
-  cold
-  sh -c '[ -z "$1" ] || echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$cg" env "$@" "$gen" "${gen_args[@]}" --hold \
-    <"$work/hold.fifo" >"$work/$key.out" 2>"$work/$key.err" &
-  local p=$!
-  exec 7>"$work/hold.fifo"
-  for _ in $(seq 24000); do grep -q holding "$work/$key.out" && break; kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-  grep -q holding "$work/$key.out" || { echo "bench_stream: $key never held" >&2; cat "$work/$key.err" >&2; exit 1; }
+  held_start "$key" "$cg" env "$@" "$gen" "${gen_args[@]}" --hold
+  local p=$held_pid
+  held_wait "$key" holding || exit 1
   local bytes
   bytes=$(read_bytes "$p")
   anon[$key]=$(awk '/^Anonymous:/ {s += $2} END {print s * 1024}' "/proc/$p/smaps_rollup")
@@ -158,8 +98,7 @@ run() {
     bpp[$key]=$(jq -r .bytes_per_pass <<<"$m")
     bmin[$key]=$(jq -r .bytes_per_pass_min <<<"$m")
   fi
-  exec 7>&-
-  wait "$p"
+  held_end
   awk '/^tokens/' "$work/$key.out" >"$work/$key.tokens"
   local first total
   first=$(awk '/^first_token_ms/{print $2}' "$work/$key.out")

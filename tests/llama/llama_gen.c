@@ -9,7 +9,7 @@
  *
  * usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16]
  *                  [--text "..."] [--threads 1] [--hold] [--no-repack] [--verbose]
- *                  [--segv-handler before|after]
+ *                  [--segv-handler before|after] [--pause-at N]
  * Output (stdout, one per line):
  *   load_ms <ms>         llama_model_load_from_file (API-ready)
  *   first_token_ms <ms>  from the start of the load to the first sampled token
@@ -24,6 +24,9 @@
  *   own_segv <handled count>
  * --hold: after printing, write "holding" and wait for EOF on stdin (so a
  * test can inspect the live process: PSS, fdinfo, pool accounting).
+ * --pause-at N: after N generated tokens write "paused" and wait for a line
+ * on stdin (a bench reads what the load and prefill cost before the decode
+ * steps); the wait is not in total_ms.
  * Exit status: 0 ok, 1 llama.cpp refused (the message is on stderr), 2 usage.
  */
 #define _DEFAULT_SOURCE
@@ -113,14 +116,14 @@ static llama_token argmax(const float *logits, int n) {
 
 static void usage(void) {
   fputs("usage: llama-gen --backends DIR --model FILE [--mode mmap|none] [--n 16] [--text T] [--threads 1] "
-        "[--hold] [--no-repack] [--verbose] [--segv-handler before|after]\n",
+        "[--hold] [--no-repack] [--verbose] [--segv-handler before|after] [--pause-at N]\n",
         stderr);
 }
 
 int main(int argc, char **argv) {
   const char *backends = NULL, *model_path = NULL, *mode = "mmap", *text = "Hello world, this is a test";
   const char *segv = NULL;
-  int n_gen = 16, threads = 1;
+  int n_gen = 16, threads = 1, pause_at = 0;
   bool hold = false, no_repack = false;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
@@ -137,9 +140,10 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--threads") == 0) threads = atoi(v);
     else if (strcmp(a, "--text") == 0) text = v;
     else if (strcmp(a, "--segv-handler") == 0) segv = v;
+    else if (strcmp(a, "--pause-at") == 0) pause_at = atoi(v);
     else { usage(); return 2; }
   }
-  if (backends == NULL || model_path == NULL || n_gen < 1 || threads < 1 ||
+  if (backends == NULL || model_path == NULL || n_gen < 1 || threads < 1 || pause_at < 0 ||
       (strcmp(mode, "mmap") != 0 && strcmp(mode, "none") != 0) ||
       (segv != NULL && strcmp(segv, "before") != 0 && strcmp(segv, "after") != 0)) {
     usage();
@@ -194,9 +198,18 @@ int main(int argc, char **argv) {
 
   llama_token out[1024];
   if (n_gen > 1024) n_gen = 1024;
-  double t_first = 0;
+  double t_first = 0, paused = 0;
   struct llama_batch batch = llama_batch_get_one(prompt, n_prompt);
   for (int i = 0; i < n_gen; ++i) {
+    if (i == pause_at && i > 0) {
+      const double p0 = now_ms();
+      printf("paused\n");
+      fflush(stdout);
+      char c = 0;
+      while (read(0, &c, 1) == 1 && c != '\n') {
+      }
+      paused += now_ms() - p0;
+    }
     if (llama_decode(ctx, batch) != 0) {
       fprintf(stderr, "llama-gen: llama_decode failed at token %d\n", i);
       return 1;
@@ -205,7 +218,7 @@ int main(int argc, char **argv) {
     if (i == 0) t_first = now_ms();
     batch = llama_batch_get_one(&out[i], 1);
   }
-  const double t_end = now_ms();
+  const double t_end = now_ms() - paused;
 
   printf("load_ms %.3f\nfirst_token_ms %.3f\ntotal_ms %.3f\nprompt", t_load - t0, t_first - t0, t_end - t0);
   for (int i = 0; i < n_prompt; ++i) printf(" %d", prompt[i]);
