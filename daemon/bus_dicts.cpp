@@ -72,6 +72,12 @@ dbus::Dict to_dict(const ModelStatus& m) {
                             : 1.0 - std::min(1.0, static_cast<double>(s.last_pass_units_read) / s.cyclic_units));
       d["units_dropped"] = v(s.units_dropped);
       d["drops_refused"] = v(s.drops_refused);
+      // A mixture of experts: the uses its expert cache counted, and its
+      // clients' expert hints (docs/streaming.md).
+      d["expert_uses"] = v(s.expert_uses);
+      d["hinted_bytes_read"] = v(s.hinted_units_read * unit);
+      d["expert_hints"] = v(st->hints.taken);
+      d["expert_hints_ignored"] = v(st->hints.refused);
     }
   }
   return d;
@@ -296,6 +302,7 @@ dbus::Dict to_dict(const OpenInfo& o) {
   d["layers"] = v(o.layers);
   d["lazy"] = v(o.lazy);
   d["streamed"] = v(o.streamed);
+  d["expert_hints"] = v(o.expert_hints);
   return d;
 }
 

@@ -47,7 +47,7 @@ Result<std::tuple<sdbus::UnixFd, uint64_t, sdbus::UnixFd, dbus::Dict>> ModelObje
     return std::move(r).error();
   }
   OpenInfo info{svc_.mode, r->resident, r->unit_size, m->file.size, m->name, static_cast<uint64_t>(m->meta.n_layers),
-                lazy, r->streamed};
+                lazy, r->streamed, r->expert_hints};
   // sdbus::UnixFd(fd, adopt_fd) takes ownership and closes after sending.
   return std::tuple{sdbus::UnixFd(r->region.release(), sdbus::adopt_fd), r->size,
                     sdbus::UnixFd(r->status.release(), sdbus::adopt_fd), to_dict(info)};
@@ -161,6 +161,14 @@ void ModelObject::Follow(const sdbus::UnixFd& requests, const sdbus::UnixFd& ope
   at_bus_edge("Follow", [&] {
     const auto& c = caller();
     auto s = svc_.models.follow(entry(), c, take(requests), take(opened));
+    if (!s) dbus::throw_error(s.error());
+  });
+}
+
+void ModelObject::Hints(const sdbus::UnixFd& socket) {
+  at_bus_edge("Hints", [&] {
+    const auto& c = caller();
+    auto s = svc_.models.hints(entry(), c, take(socket));
     if (!s) dbus::throw_error(s.error());
   });
 }

@@ -54,6 +54,7 @@ class ModelObject final : public sdbus::AdaptorInterfaces<org::aios::Airs1::Mode
   void Attach(const sdbus::UnixFd& notify_fd, const sdbus::UnixFd& uffd, const uint64_t& addr,
               const uint64_t& length) override;
   void Follow(const sdbus::UnixFd& requests, const sdbus::UnixFd& opened) override;
+  void Hints(const sdbus::UnixFd& socket) override;
   std::map<std::string, sdbus::Variant> Residency() override;
   void Release() override;
   std::string Name() override;

@@ -358,6 +358,7 @@ Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int p
   r.resident = resident;
   r.unit_size = st->unit_size;
   r.streamed = st->streamed;
+  r.expert_hints = pager_.takes_hints(m.pager_id);
   ++m.refs[caller.name];
   m.last_used = Clock::now();
   return r;
@@ -383,6 +384,23 @@ Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd r
     return make_error(EDQUOT, "Follow on model '{}': one request socket per reference ({} already)", m.name, keys.size());
   const pager::ClientKey key = next_client_++;
   AIRS_TRY(pager_.follow(m.pager_id, key, caller.pid, std::move(requests), std::move(opened)));
+  keys.push_back(key);
+  return {};
+}
+
+Status Models::hints(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd socket) {
+  auto ref = m.refs.find(caller.name);
+  if (ref == m.refs.end())
+    return make_error(EPERM, "Hints on model '{}': call Open or OpenLazy first (the caller holds no reference)", m.name);
+  auto& keys = m.clients[caller.name];
+  if (keys.size() >= 2 * uint64_t{ref->second})
+    return make_error(EDQUOT, "Hints on model '{}': a mapping and a hint socket per reference ({} channels already)",
+                      m.name, keys.size());
+  const pager::ClientKey key = next_client_++;
+  if (auto st = pager_.hints(m.pager_id, key, caller.pid, std::move(socket)); !st) {
+    if (keys.empty()) m.clients.erase(caller.name);
+    return st;
+  }
   keys.push_back(key);
   return {};
 }

@@ -95,6 +95,7 @@ struct OpenResult {
   bool resident = false;
   uint64_t unit_size = 0;
   bool streamed = false;
+  bool expert_hints = false;  // Pager::takes_hints
 };
 
 struct LoadRequest {
@@ -176,6 +177,12 @@ class Models {
   // reference like an attachment. EPERM without a reference, EDQUOT past
   // one per reference.
   Status follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd requests, sys::UniqueFd opened);
+  // A lazy client's expert hint socket (pager::Pager::hints): for a caller
+  // that holds a reference, at most a mapping and a hint socket per
+  // reference; it goes with the caller's last reference like an
+  // attachment. EPERM without a reference, EDQUOT past that, ENOTSUP for a
+  // model that is not a streamed mixture of experts.
+  Status hints(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd socket);
   // Drops one reference of `caller` (and its attached mappings when its
   // last reference goes). ENOENT if it holds none.
   Status release(ModelEntry& m, const std::string& caller);

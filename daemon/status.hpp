@@ -166,6 +166,7 @@ struct OpenInfo {
   uint64_t layers = 0;
   bool lazy = false;
   bool streamed = false;  // bigger than its budget of the pool: never resident
+  bool expert_hints = false;  // a streamed mixture of experts: takes expert hints
 };
 
 // What Manager.Evict is asked to evict (each part narrows it).

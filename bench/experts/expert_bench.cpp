@@ -19,10 +19,10 @@
 // three slices together), each in place of the policy's victim.
 //
 // Two views per policy: "all uses" (the policy is told every use: what
-// clients reporting their routing to the daemon would give; they do not
-// yet) and "misses" (told only uses that find a unit missing: what the
-// daemon sees today, a resident unit staying mapped in a lazy client and
-// open in a cooperative one).
+// clients' expert hints give the daemon, airs_model_hint_experts) and
+// "misses" (told only uses that find a unit missing: what the daemon sees
+// without hints, a resident unit staying mapped in a lazy client and open
+// in a cooperative one). bench_hints.sh measures the two end to end.
 // Printed per decode token (prefill passes are replayed, not counted): the
 // experts' hit rate (uses whose units were all in), MiB read, and that
 // over MIN's. One run; ratios side by side.

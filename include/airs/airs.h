@@ -104,6 +104,31 @@ const char *airs_model_mode(const airs_model *model);
  * address, and every wait returns). */
 int airs_model_in_fallback(const airs_model *model);
 
+/* ---- expert hints (a streamed mixture of experts) ---- */
+
+/* 1 when the daemon takes expert hints for this model: it is a mixture of
+ * experts streamed through the pool (bigger than its share of it), and this
+ * process has a channel to the daemon for it. 0 otherwise. */
+int airs_model_takes_hints(const airs_model *model);
+/* Tells the daemon that this process is about to read experts[0..n) of
+ * layer `layer` (blk.N; each an index in the layer's expert tensors,
+ * distinct), before it touches them: once the router has chosen. The
+ * daemon counts a use of each (its expert cache keeps the experts used
+ * most) and reads those not in the pool ahead of the first touch. No round
+ * trip: one one-way message on a socket the library holds for the model
+ * (the request socket of the touch guard, or a hint socket of its own for
+ * a lazy mapping); it never waits for the daemon and never blocks. A hint
+ * that cannot be sent now (the socket is full: the daemon is behind) is
+ * dropped and the call says -EAGAIN: the experts are then read on their
+ * touch, as without hints. A hint is never needed for the right bytes,
+ * only for fewer and earlier reads; one the daemon finds wrong (a layer or
+ * expert the model does not have) is ignored there and logged, and nothing
+ * reports it here. Returns 0 once sent; -ENOTSUP when the model takes no
+ * hints (airs_model_takes_hints is 0, or the daemon died and the library
+ * maps the file itself); -EINVAL for a NULL argument, n == 0 or n > 256.
+ * May be called from any thread, one call per model at a time. */
+int airs_model_hint_experts(airs_model *model, uint32_t layer, const uint32_t *experts, size_t n);
+
 /* Drops the reference and unmaps. */
 void airs_model_close(airs_model *model);
 

@@ -63,6 +63,12 @@ class Model {
   }
   [[nodiscard]] bool resident() const { return airs_model_is_resident(m_) == 1; }
   void wait_resident(int timeout_ms = -1) { detail::check(airs_model_wait_resident(m_, timeout_ms)); }
+  [[nodiscard]] bool takes_hints() const { return airs_model_takes_hints(m_) == 1; }
+  // airs_model_hint_experts: false when the hint was not sent (dropped: a
+  // full socket, or a model that takes none); never throws, never blocks.
+  bool hint_experts(uint32_t layer, std::span<const uint32_t> experts) noexcept {
+    return airs_model_hint_experts(m_, layer, experts.data(), experts.size()) == 0;
+  }
   [[nodiscard]] airs_model* get() const { return m_; }
 
  private:

@@ -76,6 +76,10 @@ void print_human(const dbus::Dict& s) {
                  bytes(val<uint64_t>(m, "budget_bytes")), bytes(val<uint64_t>(m, "stream_window_bytes")),
                  bytes(val<uint64_t>(m, "bytes_per_pass")), bytes(val<uint64_t>(m, "bytes_per_pass_min")),
                  percent(val<double>(m, "hit_rate")), val<uint64_t>(m, "passes"));
+    if (val<uint64_t>(m, "expert_uses") > 0 || val<uint64_t>(m, "expert_hints_ignored") > 0)
+      fmt::print("    experts: {} uses counted; {} hints, {} ignored; {} read on a hint\n", val<uint64_t>(m, "expert_uses"),
+                 val<uint64_t>(m, "expert_hints"), val<uint64_t>(m, "expert_hints_ignored"),
+                 bytes(val<uint64_t>(m, "hinted_bytes_read")));
   }
   auto kv = val<dbus::Dict>(s, "kv");
   if (!kv.empty()) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "client/lazy_map.hpp"
+#include "wire/hints.hpp"
 #include "wire/notice_page.hpp"
 #include "wire/opened.hpp"
 #include "wire/requests.hpp"
@@ -107,6 +109,11 @@ struct airs_model {
   airs::sys::UniqueFd touch_trace;
   std::unique_ptr<airs::client::TouchGuard> guard;
   airs::sys::Mapping opened_map;  // a streamed model's open-unit bits (wire/opened.hpp)
+  // Expert hints (a streamed mixture of experts): the socket they go on
+  // (`requests` for the touch guard, `hint_socket` for a lazy mapping).
+  airs::sys::UniqueFd hint_socket;
+  int hint_fd = -1;
+  bool expert_hints = false;  // the daemon takes them (Open's info)
   bool streamed = false;
   std::atomic<bool> guard_stop{false};
   std::thread watcher;
@@ -350,6 +357,7 @@ static int map_cooperative(airs_model* m, bool resident, bool streamed, const ai
   m->opened_map = std::move(bmap).value();
   try {
     m->proxy->Follow(sdbus::UnixFd(theirs.get()), sdbus::UnixFd(bits->get()));
+    if (m->expert_hints) m->hint_fd = m->requests.get();
   } catch (const sdbus::Error& e) {
     // A streamed model without it would be read as zeros where a unit went.
     if (streamed) return fail(e);
@@ -376,6 +384,24 @@ static int map_cooperative(airs_model* m, bool resident, bool streamed, const ai
     pthread_setname_np(m->watcher.native_handle(), "airs-touch");
   }
   return 0;
+}
+
+// A lazy mapping's expert hints: its uffd carries nothing the other way, so
+// a socket of its own that only we send on (Model.Hints). Best effort: a
+// daemon that refuses it (or does not know it) gets no hints.
+static void open_hints(airs_model* m) {
+  auto ch = airs::sys::message_channel();
+  if (!ch) return;
+  try {
+    m->proxy->Hints(sdbus::UnixFd(ch->first.get()));
+  } catch (const sdbus::Error& e) {
+    if (!m->quiet) std::fprintf(stderr, "airs: %s: no expert hints (%s)\n", m->object.c_str(), e.getMessage().c_str());
+    return;
+  }
+  // Never blocks: a full socket drops the hint (airs_model_hint_experts).
+  if (!airs::sys::set_nonblocking(ch->second.get())) return;
+  m->hint_socket = std::move(ch->second);
+  m->hint_fd = m->hint_socket.get();
 }
 
 // Lazy: our own userfaultfd on a writable mapping; the daemon answers the
@@ -411,6 +437,7 @@ static int map_lazy(airs_model* m, airs::sys::UniqueFd proof_uffd) {
     if (!airs::sys::pidfd_exited(m->daemon_pidfd.get())) throw;
     m->start_fallback("airs-memd exited before serving this model");
   }
+  if (m->expert_hints && !m->in_fallback.load()) open_hints(m);
   m->watcher = std::thread([m] { m->watch(); });
   pthread_setname_np(m->watcher.native_handle(), "airs-watch");
   return 0;
@@ -481,6 +508,7 @@ static int map_region(airs_model* m, OpenReply r, const std::string& mode, const
   const bool resident = airs::dbus::get<bool>(r.info, "resident").value_or(false);
   const bool streamed = airs::dbus::get<bool>(r.info, "streamed").value_or(false);
   m->streamed = streamed;
+  m->expert_hints = streamed && airs::dbus::get<bool>(r.info, "expert_hints").value_or(false);
   m->mode = airs::dbus::get<std::string>(r.info, "mode").value_or(mode);
   if (lazy && !resident) return map_lazy(m, std::move(r.proof_uffd));
   if (!lazy && !resident) return map_cooperative(m, resident, streamed, opt);
@@ -552,6 +580,25 @@ int airs_model_wait_range(airs_model* m, uint64_t offset, uint64_t len, int time
   if (m->guard) ask = [g = m->guard.get()](uint32_t u) { g->request(u); };
   if (auto r = airs::client::wait_range(m->status, offset, len, timeout_of(timeout_ms), m->coop.get(), ask); !r)
     return fail(r.error());
+  return 0;
+}
+
+int airs_model_takes_hints(const airs_model* m) {
+  return m != nullptr && m->hint_fd >= 0 && !m->serving_itself() ? 1 : 0;
+}
+
+int airs_model_hint_experts(airs_model* m, uint32_t layer, const uint32_t* experts, size_t n) {
+  if (m == nullptr || (experts == nullptr && n > 0)) return fail(EINVAL, "airs_model_hint_experts: NULL argument");
+  if (n == 0 || n > airs::wire::kMaxHintExperts)
+    return fail(EINVAL, "airs_model_hint_experts: between 1 and 256 experts per hint");
+  if (m->hint_fd < 0 || m->serving_itself())
+    return fail(ENOTSUP, "airs_model_hint_experts: the model takes no expert hints (not a streamed mixture of "
+                         "experts on the daemon)");
+  alignas(uint32_t) std::byte buf[airs::wire::kMaxHintBytes];
+  const size_t len = airs::wire::encode_hint(layer, std::span<const uint32_t>(experts, n), buf);
+  // MSG_DONTWAIT: a full socket drops the hint, never blocks the caller.
+  if (!airs::sys::send_message(m->hint_fd, buf, len))
+    return fail(EAGAIN, "airs_model_hint_experts: the hint socket is full; the hint was dropped");
   return 0;
 }
 

@@ -2,7 +2,7 @@
 // airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
 //               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
 //               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]
-//               [--expert-trace FILE]
+//               [--expert-trace FILE] [--no-hints]
 //
 // Generates text with the engine in src/infer, the model mapped lazily
 // through airs-memd and the KV cache in the daemon's blocks (libairs C API).
@@ -38,6 +38,14 @@
 // every forward pass, written before the layer reads its experts:
 // "P|D LAYER E1 E2 ..." (P: a prefill batch, D: a decode step; the
 // distinct experts the pass chose in that layer). bench/experts replays it.
+//
+// A mixture of experts the daemon streams (bigger than its share of the
+// pool): the expert observer also tells the daemon which experts each layer
+// reads, before it reads them (airs_model_hint_experts: one one-way message,
+// no round trip), so its expert cache counts every use and it reads them
+// ahead of the touch. --no-hints: don't (the measurement's baseline); the
+// tokens are the same either way. --json then also says "expert_hints"
+// (sent) and "expert_hints_dropped" (the socket was full).
 //
 // Exit status: 0 ok, 1 failure (message on stderr), 2 usage.
 #include <fcntl.h>
@@ -81,7 +89,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority interactive|system|background]\n"
     "                     [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32] [--bus ADDRESS]\n"
-    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE]\n";
+    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE] [--no-hints]\n";
 
 struct Options {
   std::string model, prompt, system_file, bus = "system", expert_trace;
@@ -91,7 +99,7 @@ struct Options {
   SamplerParams sampling;
   unsigned threads = 0;
   std::optional<KvElem> kv;  // --kv; default: the daemon's kv_type (f16 without one)
-  bool no_daemon = false, hold = false, json = false;
+  bool no_daemon = false, hold = false, json = false, no_hints = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -123,6 +131,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--hold") o.hold = true;
     else if (a == "--json") o.json = true;
     else if (a == "--expert-trace") o.expert_trace = val();
+    else if (a == "--no-hints") o.no_hints = true;
     else if (a == "--kv") {
       const std::string v = val();
       if (v != "f16" && v != "f32") usage_error("--kv must be f16 or f32");
@@ -284,6 +293,7 @@ void say_start(const Options& o, const Model& model, const char* kernels, bool d
 // What a generation produced and how long it took.
 struct Generated {
   std::vector<int32_t> tokens;
+  uint64_t hints = 0, hints_dropped = 0;  // expert hints sent to the daemon, and dropped (a full socket)
   double ttft_ms = 0;
   double decode_s = 0;  // a --pause-at wait excluded
   double max_token_ms = 0;  // the slowest decode step
@@ -355,6 +365,8 @@ void print_json(const Generated& g, const std::vector<int32_t>& prompt, const Se
   if (model.config.n_expert > 0) {
     j["experts"] = model.config.n_expert;
     j["experts_used"] = model.config.n_expert_used;
+    j["expert_hints"] = g.hints;
+    j["expert_hints_dropped"] = g.hints_dropped;
   }
   std::printf("%s\n", j.dump().c_str());
 }
@@ -407,7 +419,19 @@ int run(const Options& o) {
       std::fprintf(stderr, "airs-generate: --expert-trace %s: %s\n", o.expert_trace.c_str(), std::strerror(errno));
       return 1;
     }
+  }
+  // Expert hints: the daemon streams this mixture of experts and takes them.
+  airs_model* hinted = !o.no_hints && b.model && airs_model_takes_hints(b.model.get()) == 1 ? b.model.get() : nullptr;
+  uint64_t hints = 0, hints_dropped = 0;
+  if (trace || hinted != nullptr) {
     engine.set_expert_observer([&](uint32_t layer, std::span<const uint32_t> chosen) {
+      if (hinted != nullptr) {
+        // Never blocks: a hint the socket has no room for is dropped, and
+        // its experts are read on their touch.
+        if (airs_model_hint_experts(hinted, layer, chosen.data(), chosen.size()) == 0) ++hints;
+        else ++hints_dropped;
+      }
+      if (!trace) return;
       std::fprintf(trace.get(), "%c %u", phase, layer);
       for (uint32_t e : chosen) std::fprintf(trace.get(), " %u", e);
       std::fputc('\n', trace.get());
@@ -418,6 +442,8 @@ int run(const Options& o) {
     std::fprintf(stderr, "airs-generate: %s\n", g.error().message.c_str());
     return 1;
   }
+  g->hints = hints;
+  g->hints_dropped = hints_dropped;
   // The decode steps posted their lengths one way; one round trip makes sure
   // the daemon applied the last before the output says we are done.
   if (dkv) (void)dkv->set_length(seq.size());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 #include "sys/uffd.hpp"
 #include "util/units.hpp"
 #include "sys/files.hpp"
+#include "wire/hints.hpp"
 #include "wire/opened.hpp"
 #include "wire/requests.hpp"
 
@@ -35,6 +37,14 @@ struct ClientService::Follower {
   wire::OpenedBits opened;
   std::set<uint32_t> asked;    // units asked to close, not answered yet
   std::set<uint32_t> refused;  // units it did not close in time
+  HintLog hint_log;
+};
+
+// A lazy client's hint socket: it only sends (hints), the daemon only reads.
+struct ClientService::Hinter {
+  sys::UniqueFd socket;
+  sys::UniqueFd pidfd;
+  HintLog hint_log;
 };
 
 ClientService::ClientService(sys::EventLoop& loop, TouchListener& listener) : loop_(loop), listener_(listener) {}
@@ -48,6 +58,10 @@ ClientService::~ClientService() {
     for (auto& [key, f] : s.followers) {
       loop_.remove(f->socket.get());
       loop_.remove(f->pidfd.get());
+    }
+    for (auto& [key, h] : s.hinters) {
+      loop_.remove(h->socket.get());
+      loop_.remove(h->pidfd.get());
     }
   }
 }
@@ -74,6 +88,7 @@ void ClientService::remove_model(ModelId id) {
   std::vector<ClientKey> keys;
   for (auto& [key, c] : s->lazy) keys.push_back(key);
   for (auto& [key, f] : s->followers) keys.push_back(key);
+  for (auto& [key, h] : s->hinters) keys.push_back(key);
   for (ClientKey k : keys) drop(id, k, "model unloaded");
   models_.erase(id);
 }
@@ -88,7 +103,7 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
     return make_error(ENOTSUP, "model '{}': the daemon runs in cooperative mode (no userfaultfd); map the region "
                                "read-only and wait for each rank on the status page",
                       m.name);
-  if (s->lazy.contains(key) || s->followers.contains(key))
+  if (s->lazy.contains(key) || s->followers.contains(key) || s->hinters.contains(key))
     return make_error(EEXIST, "model '{}': client {} is already attached", m.name, key);
   // Units are counted from the client's base address; the kernel aligns a
   // hugetlbfs mapping to its page, a shmem one only to the base page (and
@@ -152,7 +167,7 @@ Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
   ClientSet* s = find(id);
   if (s == nullptr) return make_error(ENOENT, "follow: no model {}", id);
   const std::string what = "model '" + s->info.name + "'";
-  if (s->followers.contains(key) || s->lazy.contains(key))
+  if (s->followers.contains(key) || s->lazy.contains(key) || s->hinters.contains(key))
     return make_error(EEXIST, "{}: client {} already follows it", what, key);
   AIRS_TRY(sys::check_message_socket(requests.get(), what + ": the request fd"));
   // Sealed against shrinking: the daemon reads it, and a client that
@@ -179,6 +194,30 @@ Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
   return {};
 }
 
+Status ClientService::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) {
+  ClientSet* s = find(id);
+  if (s == nullptr) return make_error(ENOENT, "hints: no model {}", id);
+  const std::string what = "model '" + s->info.name + "'";
+  if (s->followers.contains(key) || s->lazy.contains(key) || s->hinters.contains(key))
+    return make_error(EEXIST, "{}: client {} is already attached", what, key);
+  AIRS_TRY(sys::check_message_socket(socket.get(), what + ": the hint socket"));
+  auto pidfd = sys::pidfd_open(pid);
+  if (!pidfd) return make_error(ESRCH, "{}: client {} (pid {}) is gone: {}", what, key, pid, pidfd.error().message);
+  AIRS_TRY(sys::set_nonblocking(socket.get()));
+  auto h = std::make_unique<Hinter>();
+  h->socket = std::move(socket);
+  h->pidfd = std::move(pidfd).value();
+  const int sfd = h->socket.get();
+  const int pfd = h->pidfd.get();
+  AIRS_TRY(loop_.add(sfd, EPOLLIN, [this, id, key](uint32_t ev) { on_hints(id, key, ev); }));
+  if (auto st = loop_.add(pfd, EPOLLIN, [this, id, key](uint32_t) { detach(id, key, "exited"); }); !st) {
+    loop_.remove(sfd);
+    return st;
+  }
+  s->hinters.emplace(key, std::move(h));
+  return {};
+}
+
 void ClientService::detach(ModelId id, ClientKey key, const char* why) {
   if (find(id) == nullptr) return;
   drop(id, key, why);
@@ -192,6 +231,14 @@ void ClientService::drop(ModelId id, ClientKey key, const char* why) {
     loop_.remove(f->second->pidfd.get());
     spdlog::debug("model '{}': request socket {} {}", s->info.name, key, why);
     s->followers.erase(f);
+    listener_.client_left(id, key);
+    return;
+  }
+  if (auto h = s->hinters.find(key); h != s->hinters.end()) {
+    loop_.remove(h->second->socket.get());
+    loop_.remove(h->second->pidfd.get());
+    spdlog::debug("model '{}': hint socket {} {}", s->info.name, key, why);
+    s->hinters.erase(h);
     listener_.client_left(id, key);
     return;
   }
@@ -222,8 +269,10 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
   const auto t0 = Clock::now();
   int n_read = 0;
   for (; n_read < 256; ++n_read) {
-    uint32_t word = 0;
-    const auto r = sys::read_message(it->second->socket.get(), &word, sizeof word);
+    // A request word, or an expert hint (longer): one byte more than the
+    // longest hint, so a message cut at the buffer's end is seen as too long.
+    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes + 4];
+    const auto r = sys::read_message(it->second->socket.get(), buf, sizeof buf);
     if (r.state == sys::MessageRead::Again) break;
     if (r.state == sys::MessageRead::Closed) {
       gone = "closed by the client";
@@ -233,7 +282,16 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
       gone = "failed";
       break;
     }
-    if (r.bytes != sizeof word) continue;
+    if (r.bytes != sizeof(uint32_t)) {
+      take_hint(id, key, buf, r.bytes);
+      s = find(id);
+      if (s == nullptr) return;
+      it = s->followers.find(key);
+      if (it == s->followers.end()) return;
+      continue;
+    }
+    uint32_t word = 0;
+    std::memcpy(&word, buf, sizeof word);
     const auto msg = wire::decode_request(word);
     if (msg.unit >= s->info.units) continue;
     switch (msg.kind) {
@@ -257,6 +315,76 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
   if (gone == nullptr && n_read == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) gone = "hung up";
   if (gone != nullptr) drop(id, key, gone);
   listener_.touches_done();
+}
+
+// A lazy client's hint socket: hints only, at most 256 per wake-up (one
+// client cannot hold the loop; the rest wait in the socket, whose buffer
+// bounds what a flood costs). EOF, an error or a hang-up ends the socket.
+void ClientService::on_hints(ModelId id, ClientKey key, uint32_t events) {
+  ClientSet* s = find(id);
+  if (s == nullptr) return;
+  auto it = s->hinters.find(key);
+  if (it == s->hinters.end()) return;
+  const char* gone = nullptr;
+  int n_read = 0;
+  for (; n_read < 256; ++n_read) {
+    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes + 4];
+    const auto r = sys::read_message(it->second->socket.get(), buf, sizeof buf);
+    if (r.state == sys::MessageRead::Again) break;
+    if (r.state == sys::MessageRead::Closed) {
+      gone = "closed by the client";
+      break;
+    }
+    if (r.state == sys::MessageRead::Failed) {
+      gone = "failed";
+      break;
+    }
+    take_hint(id, key, buf, r.bytes);
+    s = find(id);
+    if (s == nullptr) return;
+    it = s->hinters.find(key);
+    if (it == s->hinters.end()) return;
+  }
+  if (gone == nullptr && n_read == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) gone = "hung up";
+  if (gone != nullptr) drop(id, key, gone);
+  listener_.touches_done();
+}
+
+void ClientService::take_hint(ModelId id, ClientKey key, const std::byte* msg, size_t len) {
+  const wire::DecodedHint h = wire::decode_hint(msg, len);
+  if (h.error != nullptr) return refuse_hint(id, key, fmt::format("a malformed hint of {} bytes: {}", len, h.error));
+  auto why = listener_.hinted(id, key, h.layer, std::span<const uint32_t>(h.experts, h.count));
+  ClientSet* s = find(id);
+  if (s == nullptr) return;
+  if (why) return refuse_hint(id, key, *why);
+  ++s->hints.taken;
+}
+
+void ClientService::refuse_hint(ModelId id, ClientKey key, const std::string& why) {
+  ClientSet* s = find(id);
+  if (s == nullptr) return;
+  ++s->hints.refused;
+  HintLog* log = nullptr;
+  if (auto f = s->followers.find(key); f != s->followers.end()) log = &f->second->hint_log;
+  if (auto h = s->hinters.find(key); h != s->hinters.end()) log = &h->second->hint_log;
+  if (log == nullptr) return;
+  const auto now = Clock::now();
+  if (now < log->next) {
+    ++log->quiet;
+    return;
+  }
+  if (log->quiet > 0)
+    spdlog::warn("model '{}': client {}: expert hint ignored: {} ({} more ignored since the last line)", s->info.name,
+                 key, why, log->quiet);
+  else
+    spdlog::warn("model '{}': client {}: expert hint ignored: {}", s->info.name, key, why);
+  log->quiet = 0;
+  log->next = now + kHintLogInterval;
+}
+
+HintStats ClientService::hint_stats(ModelId id) const {
+  const ClientSet* s = find(id);
+  return s == nullptr ? HintStats{} : s->hints;
 }
 
 void ClientService::on_uffd(ModelId id, ClientKey key, uint32_t events) {

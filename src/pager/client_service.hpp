@@ -11,6 +11,13 @@
 //     wait for, or a streamed unit they just opened. For a streamed model
 //     the daemon asks them on the same socket to close a unit again
 //     (PROT_NONE) before it is dropped, and they answer when they have.
+//   - Expert hints (wire/hints.hpp): a client of a streamed mixture of
+//     experts says which experts of a layer it reads next. A cooperative
+//     client sends them on its request socket; a lazy client, whose uffd
+//     carries nothing the other way, on a hint socket of its own (hints():
+//     one-way, SOCK_SEQPACKET). Each is checked here (its form) and by the
+//     listener (its meaning); one that is wrong is ignored, with a log line
+//     per client at most once a second, and counted.
 // Faults and messages are read on the daemon's loop; a client that errs
 // (a dead process, a broken socket, a uffd that fails) is dropped once.
 //
@@ -25,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +69,17 @@ class TouchListener {
   virtual void client_left(ModelId id, ClientKey key) = 0;
   // After a batch of touches (the pager issues reads here).
   virtual void touches_done() = 0;
+  // Client `key` will read `experts` (distinct, as sent) of `layer` next
+  // (an expert hint, well formed). Returns nullopt when taken, else why it
+  // is refused (logged by the caller, rate-limited).
+  virtual std::optional<std::string> hinted(ModelId id, ClientKey key, uint32_t layer,
+                                            std::span<const uint32_t> experts) = 0;
+};
+
+// Expert hints of one model's clients, since it was loaded.
+struct HintStats {
+  uint64_t taken = 0;
+  uint64_t refused = 0;  // malformed or meaningless (ignored)
 };
 
 struct ClientModelInfo {
@@ -91,6 +110,11 @@ class ClientService {
                               const std::vector<std::pair<uint32_t, uint32_t>>& map_now, bool resident);
   // A cooperative client's request socket and open-unit bits: see Pager::follow.
   [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened);
+  // A lazy client's expert hints (see Pager::hints): `socket` is one end
+  // of a SOCK_SEQPACKET pair the client made; it only sends. Goes with the
+  // process, its socket or detach(key). Errors: ENOENT model, EBADF not a
+  // connected SOCK_SEQPACKET socket, ESRCH process gone, EEXIST key.
+  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket);
   void detach(ModelId id, ClientKey key, const char* why);
 
   // --- answers (loop thread, from TouchListener::touched or a read's end) ---
@@ -135,10 +159,20 @@ class ClientService {
   [[nodiscard]] uint32_t lazy_clients(ModelId id) const;
   [[nodiscard]] uint32_t cooperative_clients(ModelId id) const;
   [[nodiscard]] LatencyStats latency(ModelId id) const;
+  [[nodiscard]] HintStats hint_stats(ModelId id) const;
+
+  // At most one refused-hint line per client and this interval.
+  static constexpr std::chrono::seconds kHintLogInterval{1};
 
  private:
   struct Lazy;
   struct Follower;
+  struct Hinter;
+  // A client's refused hints, for its rate-limited log line.
+  struct HintLog {
+    Clock::time_point next{};
+    uint64_t quiet = 0;  // refused since the last line
+  };
   struct Waiter {
     ClientKey key;
     Clock::time_point since;
@@ -147,13 +181,21 @@ class ClientService {
     ClientModelInfo info;
     std::map<ClientKey, std::unique_ptr<Lazy>> lazy;
     std::map<ClientKey, std::unique_ptr<Follower>> followers;
+    std::map<ClientKey, std::unique_ptr<Hinter>> hinters;
     std::map<uint32_t, std::vector<Waiter>> waiting;
     LatencyStats latency;
+    HintStats hints;
   };
   ClientSet* find(ModelId id);
   const ClientSet* find(ModelId id) const;
   void on_uffd(ModelId id, ClientKey key, uint32_t events);
   void on_requests(ModelId id, ClientKey key, uint32_t events);
+  void on_hints(ModelId id, ClientKey key, uint32_t events);
+  // One message that is not a request word: decoded, checked, handed to
+  // the listener; a refusal is counted and logged (rate-limited). Callers
+  // look the model and the client up again after it.
+  void take_hint(ModelId id, ClientKey key, const std::byte* msg, size_t len);
+  void refuse_hint(ModelId id, ClientKey key, const std::string& why);
   bool continue_range(ClientSet& s, Lazy& c, uint32_t first, uint32_t count, uint64_t fault = 0);
   void poison_one(ClientSet& s, Lazy& c, uint32_t unit);
   Status map_units(ClientSet& s, Lazy& c, const std::vector<std::pair<uint32_t, uint32_t>>& ranges);

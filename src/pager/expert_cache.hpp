@@ -61,6 +61,8 @@ class ExpertCache {
   [[nodiscard]] double key_score(uint32_t key) const;
   // The layer the last use was in.
   [[nodiscard]] std::optional<uint32_t> layer() const { return layer_; }
+  // Uses counted so far (access() calls with a valid key).
+  [[nodiscard]] uint64_t uses() const { return tick_; }
 
  private:
   [[nodiscard]] double decayed(double value, uint64_t since) const;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string_view>
 #include <utility>
 
@@ -35,6 +36,9 @@ struct Pager::Model {
     Clock::time_point deadline;
   };
   std::map<uint32_t, Close> closes;
+  // Streamed mixture of experts: units of hinted experts to read, with the
+  // client whose hint named them (its next hint replaces what is left).
+  std::deque<std::pair<uint32_t, ClientKey>> hint_queue;
   // Streamed, while a budget cut drops units: the budget it shrinks to.
   std::optional<uint32_t> shrink_to;
   Clock::time_point fill_start{};
@@ -275,6 +279,11 @@ bool Pager::streamed(ModelId id) const {
   return m != nullptr && m->res->streamed();
 }
 
+bool Pager::takes_hints(ModelId id) const {
+  const Model* m = find(id);
+  return m != nullptr && m->res->streamed() && !m->res->policy().experts().empty();
+}
+
 std::vector<ModelId> Pager::models() const {
   std::vector<ModelId> out;
   for (const auto& [id, m] : models_) out.push_back(id);
@@ -325,7 +334,7 @@ void Pager::pump() {
         if (cls == ReadClass::Urgent) {
           if (auto u = m->res->plan().next(ReadClass::Urgent); u && make_room(*m, 0, true)) read(*m, *u, ReadClass::Urgent);
         } else if (cls == ReadClass::Prefetch) {
-          pump_streamed(*m);
+          if (!pump_hinted(*m)) pump_streamed(*m);
         }
         if (engine_->reads_active() != before) progress = true;
       }
@@ -372,6 +381,23 @@ void Pager::pump_streamed(Model& m) {
   // is needed later (StreamPolicy::ahead says why no further).
   const std::vector<uint32_t> next = p.ahead(1, wanted, p.window());
   if (!next.empty() && make_room(m, p.distance(next.front()), false)) read(m, next.front(), ReadClass::Prefetch);
+}
+
+// One read of a hinted expert's unit, before the read-ahead of the dense
+// part (a hint names what the client reads within its current layer).
+// Room comes only from cold units and experts no client protects: a hint is
+// a guess made ahead, and never takes the dense part or what a client reads
+// now (make_room with no distance the dense part is farther than).
+bool Pager::pump_hinted(Model& m) {
+  Residency& r = *m.res;
+  auto& q = m.hint_queue;
+  while (!q.empty() && r.plan().state(q.front().first) != UnitState::Empty) q.pop_front();
+  if (q.empty() || !make_room(m, UINT64_MAX, false)) return false;
+  const uint32_t u = q.front().first;
+  q.pop_front();
+  if (!read(m, u, ReadClass::Prefetch)) return false;
+  r.hinted_read();
+  return true;
 }
 
 bool Pager::make_room(Model& m, uint64_t distance, bool urgent) {
@@ -692,9 +718,62 @@ void Pager::fetch_expert(Model& m, uint32_t expert) {
   }
 }
 
+Status Pager::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) {
+  Model* m = find(id);
+  if (m == nullptr) return make_error(ENOENT, "hints: no model {}", id);
+  if (!m->res->streamed())
+    return make_error(ENOTSUP, "model '{}' fits in its pool pages (it is not streamed): expert hints are for streamed "
+                               "mixtures of experts, whose experts come and go",
+                      m->name);
+  if (m->res->policy().experts().empty())
+    return make_error(ENOTSUP, "model '{}' has no experts (a dense model): expert hints are for mixtures of experts",
+                      m->name);
+  return clients_.hints(id, key, pid, std::move(socket));
+}
+
+std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t layer, std::span<const uint32_t> experts) {
+  Model* m = find(id);
+  if (m == nullptr) return "the model is being unloaded";
+  Residency& r = *m->res;
+  if (!r.streamed()) return "the model fits in its pool pages (it is not streamed): there is nothing to read ahead";
+  const ExpertLayout& layout = r.policy().experts();
+  if (layout.empty()) return "the model has no experts (a dense model)";
+  if (layer >= layout.layers())
+    return fmt::format("layer {} is out of range (the model's experts are in layers below {})", layer, layout.layers());
+  std::vector<uint32_t> keys;
+  keys.reserve(experts.size());
+  for (uint32_t e : experts) {
+    const auto k = layout.find({layer, e});
+    if (!k) return fmt::format("layer {} has no expert {}", layer, e);
+    keys.push_back(*k);
+  }
+  std::sort(keys.begin(), keys.end());
+  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+    return fmt::format("it names an expert of layer {} twice", layer);
+  r.hinted(key, keys);
+  // What is left of the client's previous hint is not worth a read now.
+  std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
+  bool published = false;
+  for (uint32_t k : keys) {
+    for (uint32_t u : layout.units_of(k)) {
+      if (r.closing(u)) {
+        m->closes.erase(u);
+        r.cancel_drop(u);
+        published = true;
+      }
+      if (r.plan().state(u) != UnitState::Empty) continue;
+      if (std::none_of(m->hint_queue.begin(), m->hint_queue.end(), [u](const auto& e) { return e.first == u; }))
+        m->hint_queue.emplace_back(u, key);
+    }
+  }
+  if (published) publish(*m);
+  return std::nullopt;
+}
+
 void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
+  std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
   if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);
   if (m->res->streamed()) m->res->forget(key);
   std::vector<uint32_t> free_now;
@@ -847,6 +926,7 @@ Result<ModelStats> Pager::stats(ModelId id) const {
   s.wait_latency = l.waited;
   s.streamed = r.streamed();
   if (s.streamed) s.stream = r.stream_stats();
+  s.hints = clients_.hint_stats(id);
   return s;
 }
 

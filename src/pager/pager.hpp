@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,7 @@ struct ModelStats {
   LatencyHistogram wait_latency;  // faults that waited for a read
   bool streamed = false;
   StreamStats stream;             // streamed models only
+  HintStats hints;                // expert hints of its clients
 };
 
 class Pager final : FillListener, TouchListener {
@@ -213,6 +215,8 @@ class Pager final : FillListener, TouchListener {
   [[nodiscard]] int gguf_fd(ModelId id) const;
   [[nodiscard]] uint64_t region_size(ModelId id) const;
   [[nodiscard]] bool streamed(ModelId id) const;
+  // A streamed mixture of experts: its clients' expert hints are taken.
+  [[nodiscard]] bool takes_hints(ModelId id) const;
 
   // A client mapped [addr, addr+length) of the region PROT_READ MAP_SHARED,
   // MADV_DONTFORK, and registered it MISSING|MINOR on `uffd` (it keeps its
@@ -237,6 +241,20 @@ class Pager final : FillListener, TouchListener {
   // EBADF not a connected SOCK_SEQPACKET socket or not a sealed memfd of
   // the model's size, ESRCH process gone, EEXIST key.
   [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened);
+  // A lazy client's expert hints (wire/hints.hpp; a cooperative client
+  // sends them on its request socket): `socket` is one end of a
+  // SOCK_SEQPACKET socket pair the client (process `pid`) made, which it
+  // only sends on. A hint (layer, experts) counts a use of each expert in
+  // the expert cache and queues the reads of each one's units that are not
+  // in (its three slices, one batch), ahead of the client's touch; they
+  // make room only from cold units and experts no client protects, never
+  // from the dense part, and the hinted experts are protected until the
+  // client's next hint. A hint that is malformed or names what the model
+  // does not have is ignored with a rate-limited log line. Only for a
+  // streamed mixture of experts. Errors: ENOENT model, ENOTSUP a model that
+  // fits or has no experts, EBADF not a connected SOCK_SEQPACKET socket,
+  // ESRCH process gone, EEXIST key.
+  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket);
 
   // Forget the model, at once for every caller: the id is unknown from the
   // return on, the status page says Unloaded, clients are woken and
@@ -302,6 +320,7 @@ class Pager final : FillListener, TouchListener {
   Result<ModelId> install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled);
   std::vector<uint32_t> stream_steps(const ModelSpec& spec) const;
   void fetch_expert(Model& m, uint32_t expert);
+  bool pump_hinted(Model& m);
   uint32_t stream_window(const ModelSpec& spec, uint32_t budget_units) const;
 
   // FillListener
@@ -313,6 +332,8 @@ class Pager final : FillListener, TouchListener {
   void closed(ModelId id, ClientKey key, uint32_t unit) override;
   void client_left(ModelId id, ClientKey key) override;
   void touches_done() override { pump(); }
+  std::optional<std::string> hinted(ModelId id, ClientKey key, uint32_t layer,
+                                    std::span<const uint32_t> experts) override;
 
   void pump();
   void pump_fitting(Model& m, ReadClass cls, bool& progress);

@@ -88,6 +88,10 @@ void Residency::touched_expert(ClientKey client, uint32_t key, bool current) {
   it->second = layer;
 }
 
+void Residency::hinted(ClientKey client, std::span<const uint32_t> keys) {
+  if (policy_) policy_->hinted(client, keys);
+}
+
 void Residency::forget(ClientKey client) {
   if (policy_) policy_->forget(client);
   expert_layer_.erase(client);
@@ -125,6 +129,7 @@ StreamStats Residency::stream_stats() const {
   StreamStats s = stats_;
   s.budget_units = budget_;
   s.closing = static_cast<uint32_t>(closing_.size());
+  if (policy_) s.expert_uses = policy_->expert_cache().uses();
   return s;
 }
 

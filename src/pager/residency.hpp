@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct StreamStats {
   uint64_t units_dropped = 0;
   uint64_t drops_refused = 0;  // cooperative clients that did not close a unit in time
   uint32_t closing = 0;        // units being dropped now
+  // A mixture of experts: expert uses the cache counted (hinted and
+  // touched), and units read because a hint named their expert.
+  uint64_t expert_uses = 0;
+  uint64_t hinted_units_read = 0;
 };
 
 class Residency {
@@ -92,6 +97,12 @@ class Residency {
   // misses are seen: a token without one joins the next one's pass.
   // `current`: StreamPolicy::touched_expert.
   void touched_expert(ClientKey client, uint32_t key, bool current = true);
+  // A client's expert hint (StreamPolicy::hinted). Passes are not counted
+  // here: a lazy client hints on a socket of its own (another key than its
+  // faults'), and its touches count them.
+  void hinted(ClientKey client, std::span<const uint32_t> keys);
+  // A read was issued for `u` because of a hint.
+  void hinted_read() { ++stats_.hinted_units_read; }
   // The client is gone.
   void forget(ClientKey client);
   // The drop of READY unit `u` starts: its status bit is cleared (publish).

@@ -71,6 +71,19 @@ void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
   cache_.access(key);
 }
 
+void StreamPolicy::hinted(uint64_t client, std::span<const uint32_t> keys) {
+  Client& c = clients_[client];
+  c.hinted.clear();
+  for (uint32_t k : keys) {
+    if (k >= experts_.key_count()) continue;
+    cache_.access(k);
+    const auto& units = experts_.units_of(k);
+    c.hinted.insert(c.hinted.end(), units.begin(), units.end());
+  }
+  std::sort(c.hinted.begin(), c.hinted.end());
+  c.hinted.erase(std::unique(c.hinted.begin(), c.hinted.end()), c.hinted.end());
+}
+
 void StreamPolicy::forget(uint64_t client) { clients_.erase(client); }
 
 std::optional<uint32_t> StreamPolicy::position(uint64_t client) const {
@@ -96,6 +109,7 @@ bool StreamPolicy::protected_unit(uint32_t u) const {
       if (std::binary_search(units.begin(), units.end(), u)) return true;
     }
     if (std::find(c.recent.begin(), c.recent.end(), u) != c.recent.end()) return true;
+    if (std::binary_search(c.hinted.begin(), c.hinted.end(), u)) return true;
   }
   return false;
 }

@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "pager/expert_cache.hpp"
@@ -86,6 +87,12 @@ class StreamPolicy {
   // of the experts of a touched unit that does not tell which (each is
   // counted; the unit is protected as a recent one).
   void touched_expert(uint64_t client, uint32_t key, bool current = true);
+  // Client `client` will read experts `keys` next (an expert hint: its
+  // router chose them, it has not touched them yet): the cache counts a
+  // use of each, and their units are protected for the client until its
+  // next hint (a hinted expert read ahead of its touch must not make room
+  // for the next one). Keys out of range are skipped.
+  void hinted(uint64_t client, std::span<const uint32_t> keys);
   void forget(uint64_t client);
   [[nodiscard]] size_t clients() const { return clients_.size(); }
   // The step client `client` is at, if it touched a cyclic unit.
@@ -97,8 +104,8 @@ class StreamPolicy {
   // distance is its step (a fresh client starts at step 0).
   [[nodiscard]] uint64_t distance(uint32_t u) const;
   // Never evicted while a client is at it: the units of a client's current
-  // step, the last unit each client touched and the units of its last
-  // expert.
+  // step, the last unit each client touched, the units of its last expert
+  // and of the experts of its last hint.
   [[nodiscard]] bool protected_unit(uint32_t u) const;
 
   // Up to `limit` units to read ahead, nearest first, for which `wanted(u)`
@@ -129,6 +136,7 @@ class StreamPolicy {
     std::optional<uint32_t> last;  // the last unit it touched
     std::optional<uint32_t> expert;  // the last expert it used
     std::vector<uint32_t> recent;    // expert units touched since its last expert, oldest first
+    std::vector<uint32_t> hinted;    // the units of the experts of its last hint, ascending
   };
   std::vector<uint32_t> step_;
   std::vector<std::vector<uint32_t>> units_of_step_;

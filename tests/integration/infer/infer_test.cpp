@@ -4,6 +4,7 @@
 // and without a matched prefix, after forced eviction + recompute, and two
 // processes sharing one system prompt's blocks.
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -29,6 +31,7 @@
 #include "infer/sequence.hpp"
 #include "infer_model.hpp"
 #include "integration/pressure/memcg_stressor.hpp"
+#include "wire/hints.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -261,6 +264,119 @@ TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens
   const auto ms = model_in(c.status(), obj);
   EXPECT_EQ(ms.value("streamed", false), true) << ms.dump();
   EXPECT_GT(ms.value("units_dropped", uint64_t{0}), 0U) << "nothing was dropped: nothing tested\n" << ms.dump();
+  // The engine told the daemon every layer's experts ahead (expert hints,
+  // on by default), and the daemon took every one.
+  EXPECT_GT(d.value("expert_hints", uint64_t{0}), 0U) << d.dump();
+  EXPECT_GE(d.value("expert_hints", uint64_t{0}) + d.value("expert_hints_dropped", uint64_t{0}), 23U * 4)
+      << "one hint per layer and forward pass (23 decode steps of 4 layers, and the prefill's)";
+  EXPECT_GT(ms.value("expert_hints", uint64_t{0}), 0U) << ms.dump();
+  EXPECT_EQ(ms.value("expert_hints_ignored", uint64_t{1}), 0U) << ms.dump();
+  EXPECT_GT(ms.value("expert_uses", uint64_t{0}), 0U) << ms.dump();
+  // Without hints: the same tokens.
+  const auto n = run(args("what is the river", {"-n", "24", "--no-hints"}));
+  EXPECT_EQ(n["token_ids"], priv["token_ids"]);
+  EXPECT_EQ(n.value("expert_hints", uint64_t{1}), 0U);
+}
+
+// Expert hints the daemon cannot use, or that are not hints at all, from
+// clients that may hint and from one that may not: each is refused or
+// ignored (and counted), the daemon goes on answering, and a client then
+// reads the file's bytes (the tokens of private memory).
+TEST_F(InferIntegration, HostileExpertHintsAreIgnoredAndTheDaemonGoesOn) {
+  if (!start(64, kQuietPressure,
+             {"--experts", "32", "--experts-used", "2", "--embd", "512", "--ff", "512", "--router-skew", "2"})) {
+    return;
+  }
+  BusClient c(bus_->address());
+  std::string obj;
+  ASSERT_TRUE(c.load_model(model_, &obj).ok());
+  ASSERT_TRUE(open_model());
+  ASSERT_EQ(airs_model_takes_hints(am_), 1) << "a streamed mixture of experts, mapped lazily";
+  // Through the library: what it can check, it refuses itself.
+  const uint32_t e0[] = {0}, e32[] = {32}, twice[] = {1, 1};
+  std::vector<uint32_t> many(257, 0);
+  EXPECT_EQ(airs_model_hint_experts(am_, 0, e0, 0), -EINVAL);
+  EXPECT_EQ(airs_model_hint_experts(am_, 0, many.data(), many.size()), -EINVAL);
+  EXPECT_EQ(airs_model_hint_experts(am_, 0, nullptr, 1), -EINVAL);
+  // What only the daemon knows: a layer, an expert it does not have, one
+  // named twice. Sent (one-way), ignored there.
+  EXPECT_EQ(airs_model_hint_experts(am_, 99, e0, 1), 0);
+  EXPECT_EQ(airs_model_hint_experts(am_, 0, e32, 1), 0);
+  EXPECT_EQ(airs_model_hint_experts(am_, 1, twice, 2), 0);
+  EXPECT_EQ(airs_model_hint_experts(am_, 3, e0, 1), 0) << "a good one";
+  uint64_t ignored = 3, taken = 1;
+  // A raw hint socket of this test's own bus client (which holds a
+  // reference once it opened the model): messages that are no hints.
+  ASSERT_TRUE(c.open_model(obj, model_, true).ok());
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  const auto hinted = c.hints(obj, sv[0]);
+  ::close(sv[0]);
+  ASSERT_TRUE(hinted.ok()) << hinted.name << ": " << hinted.message;
+  const auto send_raw = [&](const void* p, size_t n) {
+    EXPECT_EQ(::send(sv[1], p, n, MSG_DONTWAIT | MSG_NOSIGNAL), static_cast<ssize_t>(n)) << std::strerror(errno);
+  };
+  const uint32_t word = 5;
+  send_raw(&word, 3);
+  send_raw(&word, 4);
+  const uint32_t bad_magic[4] = {0x12345678, 0, 1, 0};
+  send_raw(bad_magic, sizeof bad_magic);
+  const uint32_t miscount[5] = {airs::wire::kHintMagic, 0, 1, 0, 1};
+  send_raw(miscount, sizeof miscount);
+  std::vector<uint32_t> huge(2048, airs::wire::kHintMagic);
+  send_raw(huge.data(), huge.size() * 4);
+  ignored += 5;
+  // A flood of good hints (what the socket takes without blocking).
+  for (int i = 0; i < 4096; ++i) {
+    alignas(uint32_t) std::byte buf[airs::wire::kMaxHintBytes];
+    const uint32_t e = static_cast<uint32_t>(i % 32);
+    const size_t n = airs::wire::encode_hint(static_cast<uint32_t>(i % 4), std::span<const uint32_t>(&e, 1), buf);
+    if (::send(sv[1], buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(n)) break;
+    ++taken;
+  }
+  // A third channel on one reference is past the quota; a bus
+  // client without a reference may not hint at all, and a model that fits
+  // in the pool takes no hints.
+  int sv2[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv2), 0);
+  EXPECT_TRUE(c.hints(obj, sv2[0]).ok()) << "a mapping and a hint socket per reference: this client maps nothing";
+  EXPECT_EQ(c.hints(obj, sv2[0]).name, "org.aios.Airs1.Error.QuotaExceeded");
+  BusClient stranger(bus_->address());
+  EXPECT_EQ(stranger.hints(obj, sv2[0]).name, "org.freedesktop.DBus.Error.AccessDenied");
+  const std::string dense = dir_.path() + "/dense.gguf";
+  ASSERT_EQ(run_process({kMkmodel, "--llama", "--out", dense, "--types", "q8_0", "--layers", "2", "--embd", "128",
+                         "--ff", "256", "--vocab", "600", "--seed", "5"},
+                        60s)
+                .exit_code,
+            0);
+  std::string dense_obj;
+  ASSERT_TRUE(c.load_model(dense, &dense_obj).ok());
+  ASSERT_TRUE(c.open_model(dense_obj, dense, true).ok());
+  EXPECT_EQ(c.hints(dense_obj, sv2[0]).name, "org.aios.Airs1.Error.Unsupported");
+  ::close(sv2[0]);
+  ::close(sv2[1]);
+  // The daemon reads the sockets on its loop: wait until it counted them
+  // all (GetStatus answers meanwhile, or this fails).
+  nlohmann::json ms;
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  do {
+    ms = model_in(c.status(), obj);
+    if (ms.value("expert_hints", uint64_t{0}) >= taken && ms.value("expert_hints_ignored", uint64_t{0}) >= ignored)
+      break;
+    std::this_thread::sleep_for(20ms);
+  } while (std::chrono::steady_clock::now() < end);
+  EXPECT_EQ(ms.value("expert_hints", uint64_t{0}), taken) << ms.dump();
+  EXPECT_EQ(ms.value("expert_hints_ignored", uint64_t{0}), ignored) << ms.dump();
+  EXPECT_NE(daemon_->log().find("expert hint ignored: layer 99 is out of range"), std::string::npos)
+      << daemon_->log();
+  EXPECT_NE(daemon_->log().find("expert hint ignored: a malformed hint of 3 bytes"), std::string::npos)
+      << "the first bad message of the raw socket has its line";
+  ::close(sv[1]);
+  // The daemon goes on: a client reads the file's bytes.
+  const auto priv = run(args("what is the river", {"--no-daemon", "-n", "8"}));
+  const auto d = run(args("what is the river", {"-n", "8"}));
+  EXPECT_EQ(d["backend"], "daemon") << last_err_;
+  EXPECT_EQ(d["token_ids"], priv["token_ids"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoe, ::testing::Values("full", "small-pages", "cooperative"),

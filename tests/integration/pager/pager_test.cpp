@@ -44,6 +44,10 @@
 #include "sys/uffd.hpp"
 #include "blkio_throttle.hpp"
 #include "wire.hpp"
+#include "wire/hints.hpp"
+#include "wire/opened.hpp"
+#include "wire/requests.hpp"
+#include "sys/files.hpp"
 
 namespace airs {
 namespace {
@@ -1059,6 +1063,172 @@ TEST_P(MoeStreamTest, EveryByteIsTheFilesWhileExpertsComeAndGo) {
   const auto reads = d.pager->read_order(id);
   for (uint32_t u : moe_dense_units(f))
     EXPECT_EQ(std::count(reads.begin(), reads.end(), u), 1) << "dense unit " << u << " was dropped and read again";
+}
+
+// A hint socket of this process (the test is the client): the pager holds
+// one end, the test sends on the other.
+struct HintSocket {
+  sys::UniqueFd mine;
+  template <class Daemon>
+  static HintSocket open(Daemon& d, ModelId id, pager::ClientKey key, Status* st) {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    HintSocket h;
+    h.mine.reset(sv[1]);
+    *st = d.pager->hints(id, key, ::getpid(), sys::UniqueFd(sv[0]));
+    return h;
+  }
+  [[nodiscard]] bool send(const void* p, size_t n) const {
+    return ::send(mine.get(), p, n, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+  }
+  [[nodiscard]] bool hint(uint32_t layer, std::vector<uint32_t> experts) const {
+    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
+    const size_t n = wire::encode_hint(layer, experts, buf);
+    return n > 0 && send(buf, n);
+  }
+};
+
+// An expert hint, before any touch: the hinted expert's three slices are
+// read (and nothing only a neighbour holds), the cache counts the use; then
+// a client reads the slices byte for byte, the file's bytes, and nothing is
+// read again for its touches.
+TEST_P(MoeStreamTest, AHintReadsTheExpertsSlicesBeforeAnyTouch) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const MoeFile f = moe_file();
+  uint32_t budget = 0;
+  const ModelId id = load_moe(d, f, &budget);
+  settle(d, id);
+  const std::set<uint32_t> dense = moe_dense_units(f);
+  const std::set<uint32_t> before = ready_units(d, id);
+  const uint64_t uses0 = stats(d, id).stream.expert_uses;
+  Status st;
+  HintSocket h = HintSocket::open(d, id, 9, &st);
+  ASSERT_TRUE(st) << st.error().message;
+  ASSERT_TRUE(h.hint(0, {3}));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; })) << "the hint was not taken";
+  settle(d, id);
+  const std::set<uint32_t> mine = moe_units(f, 3);
+  const std::set<uint32_t> after = ready_units(d, id);
+  for (uint32_t u : mine) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of the hinted expert is not in";
+  for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || mine.contains(u)) << "unit " << u << " was not asked for";
+  const auto s1 = stats(d, id);
+  EXPECT_EQ(s1.stream.expert_uses, uses0 + 1) << "the hint is a use the cache counts";
+  uint64_t fresh = 0;
+  for (uint32_t u : mine) fresh += before.contains(u) ? 0U : 1U;
+  EXPECT_EQ(s1.stream.hinted_units_read, fresh);
+  EXPECT_EQ(s1.hints.refused, 0U);
+  // The client reads expert 3's three slices: the file's bytes, and its
+  // touches read nothing (every unit was in).
+  const auto reads_before = d.pager->read_order(id).size();
+  std::string ranges;
+  for (uint32_t t = 0; t < 3; ++t)
+    ranges += (t ? "," : "") + std::to_string(f.at(t, 3, 0)) + "-" + std::to_string(f.at(t, 3, f.slice));
+  Child c = spawn("range:" + ranges);
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int cst = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << describe(cst);
+  EXPECT_EQ(d.pager->read_order(id).size(), reads_before) << "a touch read a unit again";
+  const auto reads = d.pager->read_order(id);
+  for (uint32_t u : mine) EXPECT_EQ(std::count(reads.begin(), reads.end(), u), before.contains(u) ? 0 : 1) << u;
+}
+
+// Hints that are not hints, or name what the model does not have, are
+// ignored and counted, read nothing, and the daemon goes on: a flood of
+// them ends (the loop is not held), and a client then reads every byte
+// right. Hints for a model without experts, or one that fits, are refused
+// at the door.
+TEST_P(MoeStreamTest, HostileHintsAreIgnoredAndReadNothing) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const MoeFile f = moe_file();
+  uint32_t budget = 0;
+  const ModelId id = load_moe(d, f, &budget);
+  settle(d, id);
+  const std::set<uint32_t> before = ready_units(d, id);
+  const auto reads0 = d.pager->read_order(id).size();
+  Status st;
+  HintSocket h = HintSocket::open(d, id, 9, &st);
+  ASSERT_TRUE(st) << st.error().message;
+  uint64_t bad = 0;
+  const uint32_t word = wire::encode_request({wire::RequestKind::Wait, 3});
+  EXPECT_TRUE(h.send(&word, sizeof word)) << "a request word on a hint socket";
+  EXPECT_TRUE(h.send(&word, 3));
+  const uint32_t magic_wrong[4] = {0xdeadbeef, 0, 1, 1};
+  EXPECT_TRUE(h.send(magic_wrong, sizeof magic_wrong));
+  const uint32_t count_wrong[5] = {wire::kHintMagic, 0, 3, 1, 2};
+  EXPECT_TRUE(h.send(count_wrong, sizeof count_wrong));
+  std::vector<uint32_t> too_long(wire::kMaxHintBytes / 4 + 64, wire::kHintMagic);
+  EXPECT_TRUE(h.send(too_long.data(), too_long.size() * 4));
+  bad += 5;
+  EXPECT_TRUE(h.hint(1, {0})) << "a layer without experts";
+  EXPECT_TRUE(h.hint(UINT32_MAX, {0}));
+  EXPECT_TRUE(h.hint(0, {kMoeExperts}));
+  EXPECT_TRUE(h.hint(0, {UINT32_MAX}));
+  EXPECT_TRUE(h.hint(0, {2, 2}));
+  EXPECT_TRUE(h.hint(0, {1, kMoeExperts})) << "one good expert does not make a bad hint good";
+  bad += 6;
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.refused == bad; })) << stats(d, id).hints.refused;
+  settle(d, id);
+  EXPECT_EQ(stats(d, id).hints.taken, 0U);
+  EXPECT_EQ(ready_units(d, id), before) << "a refused hint read something";
+  EXPECT_EQ(d.pager->read_order(id).size(), reads0);
+  // A flood: as many good hints as the socket takes, every expert in turn
+  // (each names what the budget cannot all hold), and bad ones between.
+  uint64_t good = 0;
+  for (uint32_t i = 0;; ++i) {
+    if (i % 2 == 0 ? !h.hint(0, {i / 2 % kMoeExperts}) : !h.send(&word, sizeof word)) break;
+    (i % 2 == 0 ? good : bad) += 1;
+  }
+  ASSERT_GT(good, 50U) << "the socket took too few to flood";
+  ASSERT_TRUE(run_until(d, [&] {
+    const auto s = stats(d, id);
+    return s.hints.taken == good && s.hints.refused == bad;
+  }, 60s)) << "the flood was not all read";
+  // The daemon goes on: every byte of the model, read by a client, is
+  // the file's, and the budget held.
+  Child c = spawn("tokens:1");
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const StreamRun run = serve_streamed(d, id, {c.pid});
+  EXPECT_LE(run.max_held, budget);
+  // A model without experts, and one that fits, take no hints.
+  const ModelId dense = load(d, g_src, "dense", {}, false, kStreamBudget * g_unit);
+  HintSocket h2 = HintSocket::open(d, dense, 10, &st);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ENOTSUP) << st.error().message;
+  ASSERT_TRUE(d.pager->unload(dense));
+  ASSERT_TRUE(d.pager->unload(id));
+  ASSERT_TRUE(d.pager->finish_drains(std::chrono::steady_clock::now() + 30s));
+  const ModelId fits = load(d, g_src, "fits");
+  HintSocket h3 = HintSocket::open(d, fits, 11, &st);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ENOTSUP) << st.error().message;
+}
+
+// A cooperative client sends its hints on its request socket (Follow),
+// between its request words: taken the same.
+TEST_P(MoeStreamTest, ACooperativeClientHintsOnItsRequestSocket) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const MoeFile f = moe_file();
+  uint32_t budget = 0;
+  const ModelId id = load_moe(d, f, &budget);
+  settle(d, id);
+  const std::set<uint32_t> before = ready_units(d, id);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  sys::UniqueFd mine(sv[1]);
+  const uint32_t units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
+  auto bits = sys::memfd_create_sealable("opened", wire::opened_bytes(units));
+  ASSERT_TRUE(bits.ok());
+  ASSERT_TRUE(sys::seal_size(bits->get(), "opened"));
+  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
+  alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
+  const uint32_t e = 2;
+  const size_t n = wire::encode_hint(0, std::span<const uint32_t>(&e, 1), buf);
+  ASSERT_EQ(::send(mine.get(), buf, n, MSG_DONTWAIT), static_cast<ssize_t>(n));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; }));
+  settle(d, id);
+  const std::set<uint32_t> after = ready_units(d, id);
+  for (uint32_t u : moe_units(f, 2)) EXPECT_TRUE(after.contains(u)) << "unit " << u;
+  for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || moe_units(f, 2).contains(u)) << "unit " << u;
 }
 
 TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {

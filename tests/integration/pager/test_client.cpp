@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -558,6 +559,27 @@ int run_byte(const LazyClient& c, uint64_t off) {
   return 0;
 }
 
+// Bytes [lo, hi) of the file, compared byte for byte; each range of a
+// "range:LO-HI,LO-HI,..." list in turn.
+int run_ranges(const LazyClient& c, const std::string& list) {
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto dash = item.find('-');
+    if (dash == std::string::npos) return 30;
+    const uint64_t lo = std::stoull(item.substr(0, dash)), hi = std::stoull(item.substr(dash + 1));
+    if (hi > g_file_size || lo > hi) return 19;
+    std::vector<std::byte> want(hi - lo);
+    if (::pread(g_src, want.data(), want.size(), static_cast<off_t>(lo)) != static_cast<ssize_t>(want.size())) return 19;
+    if (std::memcmp(c.base + lo, want.data(), want.size()) != 0) {
+      std::fprintf(stderr, "client %d: bytes [%lu, %lu) differ from the file\n", getpid(), static_cast<unsigned long>(lo),
+                   static_cast<unsigned long>(hi));
+      return 3;
+    }
+  }
+  return 0;
+}
+
 int run_lazy(const std::string& mode, const LazyClient& c) {
   if (mode == "seq") return verify_all(c.base, c.order, 0) ? 0 : 3;
   if (mode.starts_with("tokens:")) {
@@ -587,6 +609,7 @@ int run_lazy(const std::string& mode, const LazyClient& c) {
   if (mode == "fork") return run_fork(c);
   if (mode.starts_with("touch:")) return verify_unit(c.base, std::stoull(mode.substr(6))) ? 0 : 3;
   if (mode.starts_with("byte:")) return run_byte(c, std::stoull(mode.substr(5)));
+  if (mode.starts_with("range:")) return run_ranges(c, mode.substr(6));
   if (mode == "loop") run_loop(c);
   if (mode.starts_with("fallback:")) return run_fallback(c, static_cast<useconds_t>(std::stoul(mode.substr(9))));
   return 30;

@@ -306,3 +306,46 @@ TEST(ExpertCache, NextUseDropsTheLayerJustPassedWhenRoutingIsUniform) {
 
 }  // namespace
 }  // namespace airs::pager
+
+namespace airs::pager {
+namespace {
+
+// An expert hint counts a use of each expert it names (the cache sees the
+// uses that hit, not only the misses) and protects their units until the
+// client's next hint; it does not move the client or make its expert the
+// current one.
+TEST(StreamPolicyExperts, AHintCountsAUseOfEachExpertAndProtectsItsUnitsUntilTheNextHint) {
+  const MoeLayout m;
+  StreamPolicy p = m.policy(ExpertPolicy::Lfu);
+  const uint32_t a = *p.experts().find({0, 0}), b = *p.experts().find({0, 1});
+  const uint32_t c = *p.experts().find({1, 0}), d = *p.experts().find({1, 1});
+  const uint64_t uses0 = p.expert_cache().uses();
+  // Three tokens whose layer 0 reads expert 1 and layer 1 expert 0, told by
+  // hints only (every read a hit: nothing faulted).
+  for (int token = 0; token < 3; ++token) {
+    p.hinted(7, std::vector<uint32_t>{b});
+    p.hinted(7, std::vector<uint32_t>{c});
+  }
+  EXPECT_EQ(p.expert_cache().uses(), uses0 + 6) << "every hinted expert counted, once per hint";
+  EXPECT_GT(p.expert_cache().key_score(a), p.expert_cache().key_score(b)) << "a hinted expert is worth more";
+  EXPECT_GT(p.expert_cache().key_score(d), p.expert_cache().key_score(c));
+  EXPECT_EQ(p.position(7), std::nullopt) << "a hint is not a touch";
+  // The last hint (layer 1's expert 0: units 7, 8) is protected, the one
+  // before it (units 4, 5) no longer.
+  EXPECT_TRUE(p.protected_unit(7));
+  EXPECT_TRUE(p.protected_unit(8));
+  EXPECT_FALSE(p.protected_unit(4));
+  EXPECT_EQ(p.victim({7, 8}, UINT64_MAX, false), std::nullopt) << "a hinted expert is not a victim for an ordinary read";
+  EXPECT_EQ(p.victim({2, 7, 8}, UINT64_MAX, false), 2U);
+  // A hint naming what the layout does not have counts nothing.
+  p.hinted(7, std::vector<uint32_t>{p.experts().key_count(), UINT32_MAX});
+  EXPECT_EQ(p.expert_cache().uses(), uses0 + 6);
+  EXPECT_FALSE(p.protected_unit(7)) << "the new hint replaced the old one";
+  p.hinted(7, std::vector<uint32_t>{d});
+  EXPECT_TRUE(p.protected_unit(9));
+  p.forget(7);
+  EXPECT_FALSE(p.protected_unit(9)) << "a client that left protects nothing";
+}
+
+}  // namespace
+}  // namespace airs::pager

@@ -386,6 +386,13 @@ CallError BusClient::release_model(const std::string& object) {
   });
 }
 
+CallError BusClient::hints(const std::string& object, int socket_fd) {
+  return guarded([&] {
+    auto p = sdbus::createProxy(*bus_, kBus, object);
+    p->callMethod("Hints").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(socket_fd));
+  });
+}
+
 uint64_t BusClient::property_u64(const std::string& object, const std::string& interface, const std::string& name) {
   auto p = sdbus::createProxy(*bus_, kBus, object);
   sdbus::Variant v = p->getProperty(name).onInterface(interface);

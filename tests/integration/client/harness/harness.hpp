@@ -136,6 +136,8 @@ class BusClient {
   // userfaultfd), proving access with an fd of `proof_path`.
   CallError open_model(const std::string& object, const std::string& proof_path, bool lazy);
   CallError release_model(const std::string& object);
+  // Model.Hints with `socket_fd` (the caller keeps its own copy).
+  CallError hints(const std::string& object, int socket_fd);
   // A property of type t (u is widened) of `object` on `interface`.
   uint64_t property_u64(const std::string& object, const std::string& interface, const std::string& name);
   // CreateSession; on success *session and the arena fd (owned by caller, -1 if not wanted).
