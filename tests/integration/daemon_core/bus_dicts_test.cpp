@@ -349,10 +349,12 @@ TEST(BusDicts, SessionGeometryOpenInfoPressureChangeAndEvictionReport) {
                                         {"kv_type", "s"}}));
   EXPECT_EQ(gd.at("block_bytes").get<uint32_t>(), 65536u);
 
-  const dbus::Dict od = to_dict(OpenInfo{"full", true, 2 << 20, 3 << 20, "tiny", 4, true, false});
+  const dbus::Dict od = to_dict(OpenInfo{"full", true, 2 << 20, 3 << 20, "tiny", 4, true, false, true});
   EXPECT_EQ(signatures(od), (Signatures{{"mode", "s"}, {"resident", "b"}, {"unit_size", "t"}, {"file_size", "t"},
-                                        {"name", "s"}, {"layers", "t"}, {"lazy", "b"}, {"streamed", "b"}}));
+                                        {"name", "s"}, {"layers", "t"}, {"lazy", "b"}, {"streamed", "b"},
+                                        {"expert_hints", "b"}}));
   EXPECT_EQ(od.at("unit_size").get<uint64_t>(), uint64_t{2} << 20);
+  EXPECT_TRUE(od.at("expert_hints").get<bool>());
 
   PressureChange c;
   c.previous = policy::Level::None;
