@@ -28,6 +28,9 @@ struct ClientService::Lazy {
   sys::UniqueFd notify;
   uint64_t addr = 0;
   uint64_t len = 0;
+  // Told the model is resident: from then on it may drop its registration
+  // (libairs does), and a CONTINUE that finds none is no sign it left.
+  bool told_resident = false;
 };
 
 struct ClientService::Follower {
@@ -145,7 +148,10 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
     loop_.remove(ufd);
     return st;
   }
-  if (resident && c->notify) (void)sys::eventfd_signal(c->notify.get());
+  if (resident && c->notify) {
+    c->told_resident = true;
+    (void)sys::eventfd_signal(c->notify.get());
+  }
   s->lazy.emplace(key, std::move(c));
   // Faults raised before we watched the uffd are waiting in it.
   on_uffd(id, key, EPOLLIN);
@@ -527,8 +533,10 @@ void ClientService::poison_one(ClientSet& s, Lazy& c, uint32_t unit) {
 void ClientService::notify_resident(ModelId id) {
   ClientSet* s = find(id);
   if (s == nullptr) return;
-  for (auto& [key, c] : s->lazy)
+  for (auto& [key, c] : s->lazy) {
+    c->told_resident = true;
     if (c->notify) (void)sys::eventfd_signal(c->notify.get());
+  }
 }
 
 std::set<ClientKey> ClientService::ask_to_close(ModelId id, uint32_t unit) {
@@ -637,6 +645,16 @@ bool ClientService::continue_range(ClientSet& s, Lazy& c, uint32_t first, uint32
     // the thread then faults again, on whatever maps the range now
     // (docs/kernel-facts.md).
     (void)sys::uffd_wake(c.uffd.get(), addr, len);
+    // Once told "resident" it unregisters as it was told it may, and a
+    // fault it raised before that can still be read here afterwards (a
+    // thread woken before it went to sleep takes its message off the queue
+    // only once it runs again): it still maps the model and holds its
+    // reference, so it stays counted and watched until it detaches or exits.
+    if (r.error().code == ENOENT && c.told_resident) {
+      spdlog::debug("model '{}': client {} (pid {}) dropped its registration after \"resident\"", s.info.name, c.key,
+                    c.pid);
+      return true;
+    }
     if (r.error().code == ENOENT)
       spdlog::debug("model '{}': client {} (pid {}) unregistered; detaching it", s.info.name, c.key, c.pid);
     else
