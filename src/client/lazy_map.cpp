@@ -317,29 +317,36 @@ Status wait_range(wire::StatusPageView status, uint64_t offset, uint64_t len, st
   const auto first = static_cast<uint32_t>(offset / unit);
   const auto last = static_cast<uint32_t>((offset + len - 1) / unit);
   uint32_t next = first;  // units before `next` were seen ready (bits are never cleared but by eviction)
-  std::optional<uint32_t> asked_at;  // the unit the wait last stopped at, once asked for
-  if (ask)
-    for (uint32_t u = first; u <= last; ++u)
-      if (!status.unit_ready(u)) {
-        ask(u);
-        if (u == first) asked_at = first;
-      }
   const std::string what = "bytes [" + std::to_string(offset) + ", +" + std::to_string(len) + ")";
   return wait_until(status, timeout, what.c_str(), fallback, [&] {
     while (next <= last && status.unit_ready(next)) ++next;
     if (next > last) return true;
-    if (ask && asked_at != next) {
-      ask(next);
-      asked_at = next;
-    }
+    // One unit at a time, the one the wait stopped at, as a touch asks: the
+    // daemon protects the unit a client asked for last (where it is), so
+    // asking for the whole range at once left the earlier units
+    // unprotected, and one read and dropped again before this wait looked
+    // was never asked for again (the wait hung). Asked again at every
+    // change of the page while it is not ready: a unit read and dropped
+    // between two looks (another reader's read needed the room) is asked
+    // for anew.
+    if (ask) ask(next);
     return false;
   });
 }
 
 Status wait_resident(wire::StatusPageView status, std::chrono::nanoseconds timeout, CooperativeFallback* fallback) {
-  return wait_until(status, timeout, "the whole model", fallback, [&] {
-    return status.state() == wire::ModelLoadState::Resident || status.ready_units() == status.unit_count();
-  });
+  // A streamed model never becomes resident: a wait for it would last its
+  // whole timeout, or for ever.
+  bool streamed = false;
+  AIRS_TRY(wait_until(status, timeout, "the whole model", fallback, [&] {
+    streamed = status.state() == wire::ModelLoadState::Streaming;
+    return streamed || status.state() == wire::ModelLoadState::Resident || status.ready_units() == status.unit_count();
+  }));
+  if (streamed && (fallback == nullptr || !fallback->taken_over()))
+    return make_error(EFBIG, "waiting for the whole model: it is bigger than its share of the pool and streams (its "
+                             "units come as they are read and go again), so it is never resident: read it, or wait "
+                             "for the bytes or layer needed next");
+  return {};
 }
 
 }  // namespace airs::client

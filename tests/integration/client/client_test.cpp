@@ -653,12 +653,17 @@ TEST_P(StreamedClients, AForcedUnloadMidStreamIsSigbusNeverZeros) {
 // far from where the client is, in units the read-ahead does not reach,
 // with the budget full, is served (the wait asks for its units, as a touch
 // does), never left to time out. In the other modes the same reads fault.
+// A wait for the whole model to be resident, which it never is, is refused
+// at once (-EFBIG), not left to its minute.
 TEST_P(StreamedClients, WaitsForRangesInAnyOrderAreServed) {
   ModelFile m;
   if (!start_streaming(m, "scattered-stream")) return;
-  Child c(client(m, {"--per-layer", "--order", "random:11", "--passes", "2"}));
+  Child c(client(m, {"--per-layer", "--order", "random:11", "--passes", "2", "--wait-resident", "60000"}));
   auto o = c.expect_line("opened");
   ASSERT_TRUE(o) << c.transcript();
+  auto r = c.expect_line("resident rc", 120s);
+  ASSERT_TRUE(r) << c.transcript();
+  EXPECT_EQ(field(*r, "rc"), std::to_string(-EFBIG)) << *r;
   expect_verified(c, m, "0", 120s);
   expect_verified(c, m, "0", 120s);
   EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();

@@ -112,10 +112,38 @@ TEST(CooperativeWait, WaitsForEveryUnitOfTheRankThenReturns) {
   EXPECT_EQ(wait_resident(p.view(), 10ms).error().code, ETIMEDOUT);
 }
 
+// A streamed model is never resident: waiting for it is an error at once,
+// and a waiter already asleep when the model turns out streamed wakes to it
+// (no timeout, no hang).
+TEST(CooperativeWait, AWaitForAStreamedModelToBeResidentIsRefusedAtOnce) {
+  Page p;
+  p.w.set_state(wire::ModelLoadState::Streaming);
+  p.w.publish();
+  auto st = wait_resident(p.view(), -1ns);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, EFBIG);
+  EXPECT_NE(st.error().message.find("streams"), std::string::npos) << st.error().message;
+  Page q;
+  std::atomic<pid_t> tid{0};
+  Status got;
+  std::thread waiter([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    got = wait_resident(q.view(), -1ns);
+  });
+  while (tid.load() == 0 || !sleeps_on(tid.load(), q.w.generation_word())) std::this_thread::yield();
+  q.w.set_state(wire::ModelLoadState::Streaming);
+  q.w.publish();
+  sys::futex_wake_all(q.w.generation_word());
+  waiter.join();
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, EFBIG);
+}
+
 // A wait for bytes of a streamed model asks the daemon for their units
-// (the touch guard's Wait): each unit not ready at the start, and again a
-// unit it comes to that was dropped after it was read (a streamed model
-// drops units all the time; one asked for once and gone is asked again).
+// (the touch guard's Wait), one at a time as a touch does: the unit it
+// stopped at, never the ones past it (the daemon protects the unit a client
+// asked for last). A unit read and dropped again before the wait looked is
+// asked for again, as is each unit the wait comes to.
 TEST(CooperativeWait, ARangeWaitAsksForItsUnitsAndAgainForOneDropped) {
   Page p;
   p.ready(0, 0);
@@ -139,14 +167,20 @@ TEST(CooperativeWait, ARangeWaitAsksForItsUnitsAndAgainForOneDropped) {
   });
   ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter never slept";
   EXPECT_EQ(asks_of(1), 0) << "asked for a unit that was ready";
-  EXPECT_GE(asks_of(2), 1);
-  EXPECT_EQ(asks_of(3), 1) << "unit 3 is asked for once at the start";
-  p.ready(3, 2);  // read ahead of the wait...
-  ASSERT_TRUE(all_sleep_on(tid, word));
-  p.w.set_empty(3, 2);  // ...and dropped again before the wait came to it
+  EXPECT_EQ(asks_of(2), 1) << "the unit the wait stopped at was not asked for";
+  EXPECT_EQ(asks_of(3), 0) << "asked for a unit past the one it waits for";
+  // Unit 2 is read, then dropped again before the wait looked.
+  p.w.set_ready(2, 1);
+  p.w.publish();
+  p.w.set_empty(2, 1);
+  p.w.publish();
+  sys::futex_wake_all(word);
+  ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter returned with unit 2 gone";
+  EXPECT_GE(asks_of(2), 2) << "unit 2, read and dropped before the wait saw it, was not asked for again";
+  EXPECT_EQ(asks_of(3), 0);
   p.ready(2, 1);
-  ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter returned with unit 3 gone";
-  EXPECT_EQ(asks_of(3), 2) << "unit 3, dropped, was not asked for again";
+  ASSERT_TRUE(all_sleep_on(tid, word)) << "the waiter returned before unit 3 was ready";
+  EXPECT_GE(asks_of(3), 1) << "unit 3, which the wait came to, was not asked for";
   p.ready(3, 2);
   waiter.join();
   EXPECT_TRUE(ok);
