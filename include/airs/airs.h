@@ -88,7 +88,8 @@ const char *airs_model_object(const airs_model *model); /* D-Bus object path */
 /* 1 when every page is resident, 0 otherwise. */
 int airs_model_is_resident(const airs_model *model);
 /* Waits until the model is resident (timeout_ms < 0: forever).
- * -ETIMEDOUT on time-out. */
+ * -ETIMEDOUT on time-out; -EFBIG at once for a model the daemon streams
+ * (bigger than its share of the pool: never resident). */
 int airs_model_wait_resident(airs_model *model, int timeout_ms);
 /* Cooperative mode: wait until load rank `rank` (0 = header and token
  * embeddings, N+1 = blk.N, last = output) or the byte range is resident.
