@@ -262,23 +262,17 @@ void ClientService::drop(ModelId id, ClientKey key, const char* why) {
   listener_.client_left(id, key);
 }
 
-void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
-  ClientSet* s = find(id);
-  if (s == nullptr) return;
-  auto it = s->followers.find(key);
-  if (it == s->followers.end()) return;
-  // One record per message (SOCK_SEQPACKET keeps the boundaries); at most
-  // 256 per wake-up, so one client cannot hold the loop. Anything but a
-  // message or "nothing now" (EOF, a reset or unconnected socket, an error
-  // event) ends the follower: the loop never spins on a dead socket.
+void ClientService::read_messages(ModelId id, ClientKey key, uint32_t events, const std::function<int()>& socket,
+                                  const std::function<void(const std::byte*, size_t)>& take) {
   const char* gone = nullptr;
-  const auto t0 = Clock::now();
   int n_read = 0;
   for (; n_read < 256; ++n_read) {
+    const int fd = socket();
+    if (fd < 0) return;  // the last message's handling dropped the model or this client
     // A request word, or an expert hint (longer): one byte more than the
     // longest hint, so a message cut at the buffer's end is seen as too long.
     alignas(uint32_t) std::byte buf[wire::kMaxHintBytes + 4];
-    const auto r = sys::read_message(it->second->socket.get(), buf, sizeof buf);
+    const auto r = sys::read_message(fd, buf, sizeof buf);
     if (r.state == sys::MessageRead::Again) break;
     if (r.state == sys::MessageRead::Closed) {
       gone = "closed by the client";
@@ -288,72 +282,56 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
       gone = "failed";
       break;
     }
-    if (r.bytes != sizeof(uint32_t)) {
-      take_hint(id, key, buf, r.bytes);
-      s = find(id);
-      if (s == nullptr) return;
-      it = s->followers.find(key);
-      if (it == s->followers.end()) return;
-      continue;
-    }
-    uint32_t word = 0;
-    std::memcpy(&word, buf, sizeof word);
-    const auto msg = wire::decode_request(word);
-    if (msg.unit >= s->info.units) continue;
-    switch (msg.kind) {
-      case wire::RequestKind::Wait:
-        listener_.touched(id, key, msg.unit, Touch::Request, 0, t0);
-        break;
-      case wire::RequestKind::Opened:
-        listener_.touched(id, key, msg.unit, Touch::Opened, 0, t0);
-        break;
-      case wire::RequestKind::Closed:
-        if (it->second->asked.erase(msg.unit) != 0) listener_.closed(id, key, msg.unit);
-        break;
-      case wire::RequestKind::Close:
-        break;  // the daemon's own message kind: a client cannot send it
-    }
-    s = find(id);  // the listener may have dropped the model or this client
-    if (s == nullptr) return;
-    it = s->followers.find(key);
-    if (it == s->followers.end()) return;
+    take(buf, r.bytes);
   }
   if (gone == nullptr && n_read == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) gone = "hung up";
   if (gone != nullptr) drop(id, key, gone);
   listener_.touches_done();
 }
 
-// A lazy client's hint socket: hints only, at most 256 per wake-up (one
-// client cannot hold the loop; the rest wait in the socket, whose buffer
-// bounds what a flood costs). EOF, an error or a hang-up ends the socket.
-void ClientService::on_hints(ModelId id, ClientKey key, uint32_t events) {
-  ClientSet* s = find(id);
-  if (s == nullptr) return;
-  auto it = s->hinters.find(key);
-  if (it == s->hinters.end()) return;
-  const char* gone = nullptr;
-  int n_read = 0;
-  for (; n_read < 256; ++n_read) {
-    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes + 4];
-    const auto r = sys::read_message(it->second->socket.get(), buf, sizeof buf);
-    if (r.state == sys::MessageRead::Again) break;
-    if (r.state == sys::MessageRead::Closed) {
-      gone = "closed by the client";
-      break;
-    }
-    if (r.state == sys::MessageRead::Failed) {
-      gone = "failed";
-      break;
-    }
-    take_hint(id, key, buf, r.bytes);
-    s = find(id);
+// A cooperative client's request socket: one record per message
+// (SOCK_SEQPACKET keeps the boundaries), a request word or an expert hint.
+void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
+  const auto t0 = Clock::now();
+  const auto socket = [this, id, key] {
+    ClientSet* s = find(id);
+    auto it = s == nullptr ? decltype(s->followers)::iterator{} : s->followers.find(key);
+    return s == nullptr || it == s->followers.end() ? -1 : it->second->socket.get();
+  };
+  read_messages(id, key, events, socket, [&](const std::byte* msg, size_t len) {
+    if (len != sizeof(uint32_t)) return take_hint(id, key, msg, len);
+    ClientSet* s = find(id);
     if (s == nullptr) return;
-    it = s->hinters.find(key);
-    if (it == s->hinters.end()) return;
-  }
-  if (gone == nullptr && n_read == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) gone = "hung up";
-  if (gone != nullptr) drop(id, key, gone);
-  listener_.touches_done();
+    uint32_t word = 0;
+    std::memcpy(&word, msg, sizeof word);
+    const auto req = wire::decode_request(word);
+    if (req.unit >= s->info.units) return;
+    switch (req.kind) {
+      case wire::RequestKind::Wait:
+        listener_.touched(id, key, req.unit, Touch::Request, 0, t0);
+        break;
+      case wire::RequestKind::Opened:
+        listener_.touched(id, key, req.unit, Touch::Opened, 0, t0);
+        break;
+      case wire::RequestKind::Closed:
+        if (auto f = s->followers.find(key); f != s->followers.end() && f->second->asked.erase(req.unit) != 0)
+          listener_.closed(id, key, req.unit);
+        break;
+      case wire::RequestKind::Close:
+        break;  // the daemon's own message kind: a client cannot send it
+    }
+  });
+}
+
+// A lazy client's hint socket: hints only (the rest wait in the socket,
+// whose buffer bounds what a flood costs).
+void ClientService::on_hints(ModelId id, ClientKey key, uint32_t events) {
+  const auto socket = [this, id, key] {
+    ClientSet* s = find(id);
+    auto it = s == nullptr ? decltype(s->hinters)::iterator{} : s->hinters.find(key);
+    return s == nullptr || it == s->hinters.end() ? -1 : it->second->socket.get();
+  };
+  read_messages(id, key, events, socket, [&](const std::byte* msg, size_t len) { take_hint(id, key, msg, len); });
 }
 
 void ClientService::take_hint(ModelId id, ClientKey key, const std::byte* msg, size_t len) {

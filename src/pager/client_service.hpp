@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -191,6 +192,14 @@ class ClientService {
   void on_uffd(ModelId id, ClientKey key, uint32_t events);
   void on_requests(ModelId id, ClientKey key, uint32_t events);
   void on_hints(ModelId id, ClientKey key, uint32_t events);
+  // What both client sockets share: up to 256 messages per wake-up (one
+  // client cannot hold the loop), each handed to `take`. `socket` finds the
+  // client's socket before each read (-1: the model or the client went,
+  // then this returns at once). Anything but a message or "nothing now"
+  // (EOF, a reset or unconnected socket, an error event) ends the client:
+  // the loop never spins on a dead socket.
+  void read_messages(ModelId id, ClientKey key, uint32_t events, const std::function<int()>& socket,
+                     const std::function<void(const std::byte* msg, size_t len)>& take);
   // One message that is not a request word: decoded, checked, handed to
   // the listener; a refusal is counted and logged (rate-limited). Callers
   // look the model and the client up again after it.
