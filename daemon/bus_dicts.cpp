@@ -237,6 +237,7 @@ dbus::Dict to_dict(const StatusSnapshot& s) {
   d["version"] = v(s.version);
   d["profile"] = v(s.profile);
   d["uptime_s"] = v(s.uptime_s);
+  d["loop_wakeups"] = v(s.loop_wakeups);
   d["page_size"] = v(s.page_size);
   d["mode"] = v(s.mode);
   d["mode_reason"] = v(s.mode_reason);

@@ -862,6 +862,7 @@ StatusSnapshot Daemon::status() {
   s.profile = profile_;
   s.uptime_s = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_).count());
+  s.loop_wakeups = loop_ ? loop_->wakeups() : 0;
   s.page_size = page_size_;
   s.mode = mode_;
   s.mode_reason = mode_reason_;

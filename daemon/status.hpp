@@ -199,6 +199,7 @@ struct StatusSnapshot {
   std::string version;
   std::string profile;
   uint64_t uptime_s = 0;
+  uint64_t loop_wakeups = 0;  // the main loop's epoll_wait returns since start
   uint64_t page_size = 0;
   std::string mode;
   std::string mode_reason;

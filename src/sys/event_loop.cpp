@@ -55,6 +55,7 @@ Result<int> EventLoop::run_once(std::chrono::milliseconds timeout) {
   epoll_event events[64];
   const int t = timeout.count() < 0 ? -1 : static_cast<int>(timeout.count());
   int n = ::epoll_wait(ep_.get(), events, 64, t);
+  ++wakeups_;
   if (n < 0) {
     if (errno == EINTR) return 0;
     return make_error(errno, "epoll_wait: {}", std::strerror(errno));

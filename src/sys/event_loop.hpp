@@ -40,6 +40,10 @@ class EventLoop {
   Status run();
   void stop() { stopping_ = true; }
   [[nodiscard]] bool stopping() const { return stopping_; }
+  // Times epoll_wait returned (events or not): an idle loop wakes a few
+  // times per request, one that spins on a descriptor that stays ready
+  // thousands of times a second, however slow the machine.
+  [[nodiscard]] uint64_t wakeups() const { return wakeups_; }
 
  private:
   explicit EventLoop(UniqueFd ep) : ep_(std::move(ep)) {}
@@ -53,6 +57,7 @@ class EventLoop {
   std::unordered_map<int, std::shared_ptr<Handler>> handlers_;
   uint64_t next_generation_ = 1;
   bool stopping_ = false;
+  uint64_t wakeups_ = 0;
 };
 
 // A timerfd (CLOCK_MONOTONIC) that fires every `period` once armed.

@@ -119,6 +119,7 @@ StatusSnapshot full_snapshot() {
 TEST(BusDicts, StatusHasEveryKeyWithItsSignature) {
   const dbus::Dict d = to_dict(full_snapshot());
   EXPECT_EQ(signatures(d), (Signatures{{"version", "s"},      {"profile", "s"},      {"uptime_s", "t"},
+                                       {"loop_wakeups", "t"},
                                        {"page_size", "t"},    {"mode", "s"},         {"mode_reason", "s"},
                                        {"advice", "as"},      {"read_error", "s"},   {"capabilities", "a{sv}"},
                                        {"pool", "a{sv}"},     {"mem_available", "t"}, {"models", "aa{sv}"},
@@ -318,7 +319,8 @@ TEST(BusDicts, WithoutALocalPoolStatusHasNoKvNorPressure) {
   StatusSnapshot s;
   s.pool.target_bytes = 0;
   const dbus::Dict d = to_dict(s);
-  EXPECT_EQ(signatures(d), (Signatures{{"version", "s"}, {"profile", "s"}, {"uptime_s", "t"}, {"page_size", "t"},
+  EXPECT_EQ(signatures(d), (Signatures{{"version", "s"}, {"profile", "s"}, {"uptime_s", "t"}, {"loop_wakeups", "t"},
+                                       {"page_size", "t"},
                                        {"mode", "s"}, {"mode_reason", "s"}, {"advice", "as"}, {"read_error", "s"},
                                        {"capabilities", "a{sv}"}, {"pool", "a{sv}"}, {"models", "aa{sv}"},
                                        {"keep_alive_s", "t"}, {"bus", "a{sv}"}}));
