@@ -24,7 +24,7 @@
 #   (network and disk, not the processor);
 # - after the ASan tests, two lanes run side by side: Debian 12's own kernel
 #   in a VM, then the TSan tests; and the arm64 tests under qemu, the arm64
-#   guests, the fuzzer, then the 6.1 kernel's client suite in a second VM. Each lane waits only for the build it needs.
+#   guests, then the fuzzer. Each lane waits only for the build it needs.
 # Each stage prints when it starts; the end prints each stage's (and each
 # lane step's) time and how busy the processor was meanwhile.
 set -euo pipefail
@@ -184,15 +184,14 @@ built() {  # dir: waits for its background build; 0 when it succeeded (else its 
 # this machine's root over 9p), then the TSan tests. Lane "arm64" (here):
 # the unit tests under qemu-user and the .deb, Debian 13's arm64 kernels
 # with 16 KiB and 4 KiB pages and the .deb under systemd in VMs (the
-# build-arm64 tree), the fuzzer, then the client suite in a second 6.1
-# guest (split off the first so that the lanes end together). Everything but the TSan tests runs at
+# build-arm64 tree), then the fuzzer. Everything but the TSan tests runs at
 # nice 19, as the builds still running beside them do: the builds share
 # the processor evenly with the guests, and the TSan tests (whose own
 # checks watch the daemon's loop) get it first. tests/vm and
 # docs/vm-tests.md say what each guest runs. Kernels and userlands are in
 # /var/cache/airs-vm; a guest that cannot run (no qemu, no mmdebstrap)
 # skips, naming why.
-stage "two lanes: [6.1 VM, TSan] | [arm64 qemu, arm64 VMs, fuzz, 6.1 VM clients]"
+stage "two lanes: [6.1 VM, TSan] | [arm64 qemu, arm64 VMs, fuzz]"
 lane_steps=()
 lane_step() {  # lane, step, seconds: recorded for the table at the end
   lane_steps+=("$(printf '  %-60s %4dm%02ds' "  [$1] $2" $(($3 / 60)) $(($3 % 60)))")
@@ -201,7 +200,7 @@ rm -f lane-amd64.steps
 (
   step() { printf 'amd64\t%s\t%d\n' "$1" $((SECONDS - t)) >>lane-amd64.steps; t=$SECONDS; }
   t=$SECONDS
-  run_ctest build 'vm:^vm\.debian12-6\.1-amd64$' vm-amd64 timeout 3000 nice -n 19
+  run_ctest build 'vm:^vm\.debian12-' vm-amd64 timeout 3000 nice -n 19
   step "Debian 12 6.1 VM"
   if built build-tsan; then
     step "waiting for the TSan build"
@@ -232,9 +231,7 @@ if built build-arm64; then
   lane_step arm64 "Debian 13 arm64 VMs (16k, 4k, .deb)" $((SECONDS - t)); t=$SECONDS
 fi
 if built build-fuzz; then run_ctest build-fuzz fuzz fuzz nice -n 19; fi
-lane_step arm64 "fuzzing" $((SECONDS - t)); t=$SECONDS
-run_ctest build 'vm:^vm\.debian12-6\.1-amd64-clients$' vm-amd64-clients timeout 1200 nice -n 19
-lane_step arm64 "Debian 12 6.1 VM, the client suite" $((SECONDS - t))
+lane_step arm64 "fuzzing" $((SECONDS - t))
 wait "$lane_amd64" || true
 echo "==> lane amd64 (6.1 VM, TSan), its output:"
 cat lane-amd64.log
