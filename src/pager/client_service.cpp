@@ -262,6 +262,15 @@ void ClientService::drop(ModelId id, ClientKey key, const char* why) {
   listener_.client_left(id, key);
 }
 
+namespace {
+// The socket of client `key` among `clients` (followers or hinters), -1 once it is gone.
+template <typename Clients>
+int socket_in(const Clients& clients, ClientKey key) {
+  auto it = clients.find(key);
+  return it == clients.end() ? -1 : it->second->socket.get();
+}
+}  // namespace
+
 void ClientService::read_messages(ModelId id, ClientKey key, uint32_t events, const std::function<int()>& socket,
                                   const std::function<void(const std::byte*, size_t)>& take) {
   const char* gone = nullptr;
@@ -294,9 +303,8 @@ void ClientService::read_messages(ModelId id, ClientKey key, uint32_t events, co
 void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
   const auto t0 = Clock::now();
   const auto socket = [this, id, key] {
-    ClientSet* s = find(id);
-    auto it = s == nullptr ? decltype(s->followers)::iterator{} : s->followers.find(key);
-    return s == nullptr || it == s->followers.end() ? -1 : it->second->socket.get();
+    const ClientSet* s = find(id);
+    return s == nullptr ? -1 : socket_in(s->followers, key);
   };
   read_messages(id, key, events, socket, [&](const std::byte* msg, size_t len) {
     if (len != sizeof(uint32_t)) return take_hint(id, key, msg, len);
@@ -327,9 +335,8 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
 // whose buffer bounds what a flood costs).
 void ClientService::on_hints(ModelId id, ClientKey key, uint32_t events) {
   const auto socket = [this, id, key] {
-    ClientSet* s = find(id);
-    auto it = s == nullptr ? decltype(s->hinters)::iterator{} : s->hinters.find(key);
-    return s == nullptr || it == s->hinters.end() ? -1 : it->second->socket.get();
+    const ClientSet* s = find(id);
+    return s == nullptr ? -1 : socket_in(s->hinters, key);
   };
   read_messages(id, key, events, socket, [&](const std::byte* msg, size_t len) { take_hint(id, key, msg, len); });
 }
