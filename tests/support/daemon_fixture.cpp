@@ -93,6 +93,21 @@ std::string describe_threads(pid_t pid) {
   return out;
 }
 
+// The processor time `pid` used so far ("utime+stime" in clock ticks, from
+// /proc/PID/stat), "" once it is gone.
+std::string cpu_ticks(pid_t pid) {
+  const std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t comm_end = stat.rfind(')');
+  if (comm_end == std::string::npos) return {};
+  std::istringstream fields(stat.substr(comm_end + 2));
+  std::string f, utime, stime;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = f;
+    if (i == 15) stime = f;
+  }
+  return utime + "+" + stime;
+}
+
 }  // namespace
 
 namespace {
@@ -281,7 +296,12 @@ DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& 
     ::dup2(fd, 1);
     exec_argv(argv);
   }
-  // Ready when it logs `ready_line` (that it serves the name); gone if it exited.
+  // Ready when it logs `ready_line` (that it serves the name); gone if it
+  // exited. Hung when it made no progress for 30 s: neither its log nor
+  // its processor time moved. A start that works (a pool of gigabytes
+  // faulted in and zeroed, slow under an emulator on a busy machine) is
+  // waited for, however long it takes.
+  std::string last_log, last_cpu;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     int st = 0;
@@ -289,9 +309,16 @@ DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& 
       pid_ = -1;
       return;
     }
-    if (log().find(ready_line) != std::string::npos) {
+    std::string now_log = log();
+    if (now_log.find(ready_line) != std::string::npos) {
       started_ = true;
       return;
+    }
+    std::string now_cpu = cpu_ticks(pid_);
+    if (now_log.size() != last_log.size() || now_cpu != last_cpu) {
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      last_log = std::move(now_log);
+      last_cpu = std::move(now_cpu);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

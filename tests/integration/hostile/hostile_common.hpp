@@ -52,6 +52,8 @@ inline std::string as_user(uid_t uid, const std::vector<gid_t>& groups, const st
   int st = 0;
   ::waitpid(pid, &st, 0);
   if (WIFSIGNALED(st)) out += "<the child was killed by signal " + std::to_string(WTERMSIG(st)) + ">";
+  // A sanitizer report ends the child with its own exit code, before it writes.
+  if (WIFEXITED(st) && WEXITSTATUS(st) != 0) out += "<the child exited with " + std::to_string(WEXITSTATUS(st)) + ">";
   return out;
 }
 inline std::string as_user(uid_t uid, const std::function<std::string()>& fn) { return as_user(uid, {}, fn); }
