@@ -244,11 +244,17 @@ class ClientIntegration : public ::testing::Test {
 // load: the warm-up crawls (4 KiB/s) and nothing is read ahead of a fault,
 // so the model is resident only once the client has faulted every unit in,
 // however slowly the client starts (TCG).
+// The warm-up's first read goes at once (its bucket starts empty, not in
+// debt) and leaves it in debt for hours, so only a model of two units or more
+// is still loading until its client faults: fault_driven_size() gives one.
 constexpr const char* kFaultDrivenOnly = "[models]\nwarmup_rate = \"4K\"\nprefetch_window = 0\n";
+uint64_t fault_driven_size(uint64_t at_least) { return std::max(at_least, 2 * huge_page_size()); }
+// A pool for one such model.
+uint64_t pool_mib_for(uint64_t size) { return std::max<uint64_t>(64, round_up_pages(size) / kMiB); }
 
 TEST_F(ClientIntegration, OneClientTouchesLayersInOrderDuringTheLoad) {
-  auto m = make_model(dir_, "m.gguf", "inorder", 24 * kMiB);
-  if (!start(64, kFaultDrivenOnly, 48 * kMiB)) return;
+  auto m = make_model(dir_, "m.gguf", "inorder", fault_driven_size(24 * kMiB));
+  if (!start(pool_mib_for(m.size()), kFaultDrivenOnly, 48 * kMiB)) return;
   Child c(client(m, {"--order", "seq"}));
   auto o = c.expect_line("opened");
   ASSERT_TRUE(o) << c.transcript();
@@ -278,8 +284,8 @@ class ConcurrentClients : public ClientIntegration, public ::testing::WithParamI
 
 TEST_P(ConcurrentClients, AllReadTheRightBytesAndShareOneCopy) {
   const int n = GetParam();
-  auto m = make_model(dir_, "m.gguf", "shared", 24 * kMiB);
-  if (!start(64, kFaultDrivenOnly, 32 * kMiB)) return;
+  auto m = make_model(dir_, "m.gguf", "shared", fault_driven_size(24 * kMiB));
+  if (!start(pool_mib_for(m.size()), kFaultDrivenOnly, 32 * kMiB)) return;
   std::vector<std::unique_ptr<Child>> cs;
   for (int i = 0; i < n; ++i)
     cs.push_back(std::make_unique<Child>(
@@ -715,8 +721,10 @@ INSTANTIATE_TEST_SUITE_P(StreamModes, StreamedClients, ::testing::Values("full",
 // ---- 5. a forked child of a client ----
 
 TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
-  auto m = make_model(dir_, "m.gguf", "forky", 24 * kMiB);
-  if (!start(64, "[models]\nqueue_depth = 1\n", 16 * kMiB)) return;
+  auto m = make_model(dir_, "m.gguf", "forky", fault_driven_size(24 * kMiB));
+  // Fault-driven: the last page, which the child touches first, is still
+  // missing at the fork however slowly the client starts.
+  if (!start(pool_mib_for(m.size()), std::string(kFaultDrivenOnly) + "queue_depth = 1\n")) return;
   Child c(client(m, {"--fork-child", "--order", "seq"}));
   auto o = c.expect_line("opened");
   ASSERT_TRUE(o) << c.transcript();
@@ -824,15 +832,15 @@ TEST_F(ClientIntegration, FileTruncatedDuringTheLoadGivesSigbusNotZeros) {
 // ---- 7. evict then refill ----
 
 TEST_F(ClientIntegration, EvictedByAnotherModelThenRefilledLazily) {
-  auto a = make_model(dir_, "a.gguf", "first", 24 * kMiB, 8, 1);
-  auto b = make_model(dir_, "b.gguf", "second", 40 * kMiB, 8, 2);
+  auto a = make_model(dir_, "a.gguf", "first", fault_driven_size(24 * kMiB), 8, 1);
+  auto b = make_model(dir_, "b.gguf", "second", fault_driven_size(40 * kMiB), 8, 2);
   // A pool that holds either model but not both: one huge page short of
   // both (half of the first model is no whole page when a page is 32 MiB).
   const uint64_t pool_mib = (round_up_pages(b.size()) + round_up_pages(a.size()) - huge_page_size()) / kMiB;
   ASSERT_GT(round_up_pages(a.size()) + round_up_pages(b.size()), pool_mib * kMiB);
-  // Slowed, so the refill after the eviction is still running when the
-  // client reports.
-  if (!start(pool_mib, "", 32 * kMiB)) return;
+  // Fault-driven, so the refill after the eviction is still to come when
+  // the client reports, however slowly it starts.
+  if (!start(pool_mib, kFaultDrivenOnly)) return;
   std::string obj_a;
   {
     Child c(client(a, {"--order", "seq"}));
@@ -871,8 +879,9 @@ TEST_F(ClientIntegration, EvictedByAnotherModelThenRefilledLazily) {
 }
 
 TEST_F(ClientIntegration, UnloadThenReopenRefills) {
-  auto a = make_model(dir_, "a.gguf", "unloaded", 16 * kMiB);
-  if (!start(64, "", 32 * kMiB)) return;
+  auto a = make_model(dir_, "a.gguf", "unloaded", fault_driven_size(16 * kMiB));
+  // The reopened model is still loading at the open.
+  if (!start(pool_mib_for(a.size()), kFaultDrivenOnly)) return;
   const std::string obj = load(a);
   {
     Child c(client(a, {"--order", "seq"}));
@@ -1133,8 +1142,10 @@ TEST_F(ClientIntegration, MalformedGgufIsBadModelNamingTheDefectAndTheDaemonKeep
 // ---- 10. a fully resident model needs no userfaultfd ----
 
 TEST_F(ClientIntegration, ResidentModelIsMappedWithoutUserfaultfd) {
-  auto m = make_model(dir_, "m.gguf", "warm", 16 * kMiB);
-  if (!start(64, "", 32 * kMiB)) return;
+  auto m = make_model(dir_, "m.gguf", "warm", fault_driven_size(16 * kMiB));
+  // Fault-driven: the first client's open comes before its faults, so it
+  // sees a model still loading however slowly it starts.
+  if (!start(pool_mib_for(m.size()), kFaultDrivenOnly)) return;
   // A lazy client first (control: the count below can see a uffd).
   Child first(client(m, {"--order", "seq", "--hold"}));
   auto o1 = first.expect_line("opened");
