@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/bus_dicts.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,6 +17,23 @@ sdbus::Variant v(T x) {
   return sdbus::Variant(std::move(x));
 }
 sdbus::Variant v(const char* s) { return sdbus::Variant(std::string(s)); }
+
+// Why the expert cache learns from `source`, and why not from the kernel:
+// DAMON's virtual-address monitoring is not used (Debian 12's 6.1 and
+// stock Raspberry Pi OS have no DAMON at all), so libairs samples alike on
+// every kernel. Whether this kernel has DAMON is read once. The daemon
+// cannot tell a sampled touch from a client's first touch of a unit that
+// was in, so it names what it counts, not whether a client samples.
+std::string access_source_why(std::string_view source) {
+  static const bool damon = ::access("/sys/kernel/mm/damon/admin", F_OK) == 0;
+  const char* kernel = damon ? "this kernel has DAMON, which airs-memd does not use: sampling works on every kernel"
+                             : "this kernel has no DAMON";
+  if (source == "expert hints") return "its clients tell which experts each layer reads (expert hints)";
+  return fmt::format("no client sends expert hints, and a unit that is in takes no fault: the cache counts the "
+                     "misses, and the hits it sees (resident_touches), which libairs' access sampling adds (on by "
+                     "default in small-pages mode, anywhere with AIRS_SAMPLE_MS) ({})",
+                     kernel);
+}
 
 }  // namespace
 
@@ -76,8 +96,20 @@ dbus::Dict to_dict(const ModelStatus& m) {
       // clients' expert hints (docs/streaming.md).
       d["expert_uses"] = v(s.expert_uses);
       d["hinted_bytes_read"] = v(s.hinted_units_read * unit);
-      d["expert_hints"] = v(st->hints.taken);
+      d["predicted_bytes_read"] = v(s.predicted_units_read * unit);
+      d["expert_hints"] = v(st->hints.taken - st->hints.predictions);
+      d["expert_predictions"] = v(st->hints.predictions);
       d["expert_hints_ignored"] = v(st->hints.refused);
+      if (s.expert_keys > 0) {
+        // Where its expert cache learns which experts are hot: a unit that
+        // is in takes no fault, so without hints or sampling it sees misses
+        // only (docs/streaming.md).
+        d["resident_touches"] = v(s.resident_touches);
+        const bool hinted = st->hints.taken > st->hints.predictions;
+        const char* source = hinted ? "expert hints" : "faults";
+        d["access_source"] = v(std::string(source));
+        d["access_source_why"] = v(access_source_why(source));
+      }
     }
   }
   return d;

@@ -2,10 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # bench/experts/bench_hints.sh: airs-generate decoding a mixture of experts
 # that the daemon streams (the model RATIO times its budget of the pool),
-# with its expert hints on and off, side by side in one run, at a read
-# speed throttled to --sd-bps (100 MB/s by default: a cgroup v2 io.max or
-# v1 blkio throttle on the disk holding the model, the daemon included).
-# Page cache dropped and a fresh daemon (full mode) before each run; the
+# with its expert hints on and off (off: with libairs' access sampling, as
+# an unmodified runtime through the preload has it, and without,
+# AIRS_SAMPLE_MS=0), and with hints and predictions (each layer's guess at
+# the next layer's experts, --predict-experts), side by side in one run, at a read speed throttled to --sd-bps (100 MB/s by
+# default: a cgroup v2 io.max or v1 blkio throttle on the disk holding the
+# model, the daemon included; 0: the disk's own speed).
+# Page cache dropped and a fresh daemon (--mode, full by default) before each run; the
 # same prompt, seed and temperature, so the same routing: tokens must be
 # identical, and the script fails if they are not.
 #
@@ -18,10 +21,12 @@
 # rate (uses whose units were all in) that the daemon's policy (LFU with
 # aging) has on that trace told every use (hints) or the misses only (no
 # hints): expert_bench's replay, since the daemon does not see a hit
-# without a hint to count it.
+# without a hint to count it. With predictions, also how many were sent,
+# the MiB read on them, and the share of the experts a predicted layer then
+# chose that its guess named (guess_hit).
 #
 #   bench/experts/bench_hints.sh --build BUILD_DIR [--ratio 2.3] [--n 48]
-#       [--skew 0] [--sd-bps 104857600] [--seed 11] [--work DIR]
+#       [--skew 0] [--sd-bps 104857600] [--seed 11] [--mode full] [--work DIR]
 # Needs root (drop_caches, cgroups, huge pages). Never part of the test suite.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,9 +38,10 @@ n_gen=48
 skew=0
 sd_bps=104857600
 seed=11
+mode=full
 work=""
 usage() {
-  echo "usage: $0 --build BUILD_DIR [--ratio 2.3] [--n 48] [--skew 0] [--sd-bps N] [--seed S] [--work DIR]" >&2
+  echo "usage: $0 --build BUILD_DIR [--ratio 2.3] [--n 48] [--skew 0] [--sd-bps N] [--seed S] [--mode M] [--work DIR]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -46,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --skew) skew=$2; shift 2 ;;
     --sd-bps) sd_bps=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --mode) mode=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     *) usage ;;
   esac
@@ -84,13 +91,13 @@ trap cleanup EXIT
 dbus-daemon --config-file="$src/tests/support/test-bus.conf" --print-address=3 --print-pid=4 --fork \
   3>"$work/bus.addr" 4>"$work/dbus.pid" 2>/dev/null
 bus=$(head -1 "$work/bus.addr")
-throttle_on "$model" "$sd_bps"
+if ((sd_bps > 0)); then throttle_on "$model" "$sd_bps"; else throttle_kind="not throttled"; fi
 
 start_memd() {
   # The pressure loop kept out of it: the machine's own pressure must not
   # cut the budget under the measurement.
-  printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "full"\n[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n' \
-    "$pool_bytes" >"$work/memd.conf"
+  printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "%s"\n[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n' \
+    "$pool_bytes" "$mode" >"$work/memd.conf"
   "$memd" --config "$work/memd.conf" --bus "$bus" --state-dir "" >"$work/memd.log" 2>&1 &
   memd_pid=$!
   wait_memd_up "$work/memd.log" "$memd_pid" bench_hints
@@ -100,7 +107,7 @@ cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 status_of_model() { "$ctl" --bus "$bus" --json status | jq '.models[0]'; }
 io_read() { awk '/^read_bytes:/ {print $2}' "/proc/$memd_pid/io"; }
 
-declare -A tps mib_tok io_tok hit hints hinted_mib budget
+declare -A tps mib_tok io_tok hit hints hinted_mib budget preds pred_mib pred_hit touches
 prompt="once upon a time in the forest by the river"
 run() {  # VARIANT [airs-generate options...]
   local v=$1; shift
@@ -133,15 +140,25 @@ run() {  # VARIANT [airs-generate options...]
   io_tok[$v]=$(awk -v a="$io0" -v b="$io1" -v n="$steps" 'BEGIN{printf "%.1f", (b - a) / n / 1048576}')
   hints[$v]=$(jq -r '.expert_hints // 0' <<<"$s1")
   hinted_mib[$v]=$(jq -r '(.hinted_bytes_read // 0) / 1048576 | floor' <<<"$s1")
+  preds[$v]=$(jq -r '.expert_predictions // 0' <<<"$s1")
+  pred_mib[$v]=$(jq -r '(.predicted_bytes_read // 0) / 1048576 | floor' <<<"$s1")
+  pred_hit[$v]=$(jq -r 'if .prediction_hit_rate then (.prediction_hit_rate * 1000 | round / 1000) else "-" end' <<<"$j")
   budget[$v]=$(jq -r .budget_bytes <<<"$s1")
+  touches[$v]=$(( $(jq -r '.resident_touches // 0' <<<"$s1") - $(jq -r '.resident_touches // 0' <<<"$s0") ))
   stop_memd
 }
 
 echo "hints on ..." >&2
 run hints
-echo "hints off ..." >&2
-run nohints --no-hints
+echo "hints off, no sampling ..." >&2
+AIRS_SAMPLE_MS=0 run nohints --no-hints
+echo "hints off, access sampling (libairs' default) ..." >&2
+run sampled --no-hints
+echo "hints and predictions ..." >&2
+run predict --predict-experts
 cmp -s "$work/hints.tokens" "$work/nohints.tokens" || { echo "bench_hints: the tokens differ with and without hints" >&2; exit 1; }
+cmp -s "$work/hints.tokens" "$work/sampled.tokens" || { echo "bench_hints: the tokens differ with sampling" >&2; exit 1; }
+cmp -s "$work/hints.tokens" "$work/predict.tokens" || { echo "bench_hints: the tokens differ with predictions" >&2; exit 1; }
 cmp -s "$work/hints.trace" "$work/nohints.trace" || { echo "bench_hints: the routing differs with and without hints" >&2; exit 1; }
 
 # MIN on the run's own trace and budget (the decode steps only, as above).
@@ -155,13 +172,17 @@ echo
 printf 'airs-generate, model %s (%.0f MiB, %d layers x %d experts, %d used, router skew %s), budget %.0f MiB (model %.2fx it), ' \
   "$(basename "$model")" "$(awk -v b="$model_bytes" 'BEGIN{print b/1048576}')" $layers $experts $used "$skew" \
   "$(awk -v b="${budget[hints]}" 'BEGIN{print b/1048576}')" "$real_ratio"
-printf '%d tokens at temperature 1 (seed %s), 2 threads, full mode, throttled to %.0f MB/s (%s), cold page cache\n' \
-  "$n_gen" "$seed" "$(awk -v b="$sd_bps" 'BEGIN{print b/1e6}')" "$throttle_kind"
-printf '%-10s %8s %10s %10s %8s %10s %10s %12s\n' variant tok/s MiB/token io_MiB/tok /MIN lfu_hit hints hinted_MiB
-for v in hints nohints; do
-  printf '%-10s %8.3f %10s %10s %8s %10s %10s %12s\n' "$v" "${tps[$v]}" "${mib_tok[$v]}" "${io_tok[$v]}" \
+printf '%d tokens at temperature 1 (seed %s), 2 threads, %s mode, reads at %s (%s), cold page cache\n' \
+  "$n_gen" "$seed" "$mode" "$( ((sd_bps > 0)) && awk -v b="$sd_bps" 'BEGIN{printf "%.0f MB/s", b/1e6}' || echo "the disk's own speed")" \
+  "$throttle_kind"
+hit[predict]=${hit[hints]}
+hit[sampled]="-"
+printf '%-10s %8s %10s %10s %8s %10s %8s %11s %8s %10s %9s %9s\n' variant tok/s MiB/token io_MiB/tok /MIN lfu_hit hints \
+  hinted_MiB guesses guess_MiB guess_hit touches_in
+for v in hints nohints sampled predict; do
+  printf '%-10s %8.3f %10s %10s %8s %10s %8s %11s %8s %10s %9s %9s\n' "$v" "${tps[$v]}" "${mib_tok[$v]}" "${io_tok[$v]}" \
     "$(awk -v a="${mib_tok[$v]}" -v m="$min_mib" 'BEGIN{ if (m > 0) printf "%.2f", a / m; else printf "-" }')" \
-    "${hit[$v]}" "${hints[$v]}" "${hinted_mib[$v]}"
+    "${hit[$v]}" "${hints[$v]}" "${hinted_mib[$v]}" "${preds[$v]}" "${pred_mib[$v]}" "${pred_hit[$v]}" "${touches[$v]}"
 done
 echo "MIN on the same trace and budget: $min_mib MiB/token (expert_bench)"
-echo "tokens identical with and without hints: $(cat "$work/hints.tokens")"
+echo "tokens identical with and without hints, with sampling, and with predictions: $(cat "$work/hints.tokens")"

@@ -129,6 +129,14 @@ int airs_model_takes_hints(const airs_model *model);
  * maps the file itself); -EINVAL for a NULL argument, n == 0 or n > 256.
  * May be called from any thread, one call per model at a time. */
 int airs_model_hint_experts(airs_model *model, uint32_t layer, const uint32_t *experts, size_t n);
+/* A guess, where airs_model_hint_experts is a promise: this process may
+ * read experts[0..n) of layer `layer` later (say, its next layer's router
+ * put through the current hidden state chose them). The daemon reads those
+ * not in the pool ahead, once no hinted expert waits for a read, but counts
+ * no use and keeps nothing for them; the process's next hint or prediction
+ * replaces what is left of it unread. Same channel, returns and errors as
+ * airs_model_hint_experts. */
+int airs_model_predict_experts(airs_model *model, uint32_t layer, const uint32_t *experts, size_t n);
 
 /* Drops the reference and unmaps. */
 void airs_model_close(airs_model *model);

@@ -69,6 +69,10 @@ class Model {
   bool hint_experts(uint32_t layer, std::span<const uint32_t> experts) noexcept {
     return airs_model_hint_experts(m_, layer, experts.data(), experts.size()) == 0;
   }
+  // airs_model_predict_experts: the same, for a guess.
+  bool predict_experts(uint32_t layer, std::span<const uint32_t> experts) noexcept {
+    return airs_model_predict_experts(m_, layer, experts.data(), experts.size()) == 0;
+  }
   [[nodiscard]] airs_model* get() const { return m_; }
 
  private:

@@ -80,6 +80,12 @@ void print_human(const dbus::Dict& s) {
       fmt::print("    experts: {} uses counted; {} hints, {} ignored; {} read on a hint\n", val<uint64_t>(m, "expert_uses"),
                  val<uint64_t>(m, "expert_hints"), val<uint64_t>(m, "expert_hints_ignored"),
                  bytes(val<uint64_t>(m, "hinted_bytes_read")));
+    if (!val<std::string>(m, "access_source").empty())
+      fmt::print("    what is hot, from: {} ({} touches of units that were in)\n", val<std::string>(m, "access_source"),
+                 val<uint64_t>(m, "resident_touches"));
+    if (val<uint64_t>(m, "expert_predictions") > 0)
+      fmt::print("    experts: {} predictions; {} read on a prediction\n", val<uint64_t>(m, "expert_predictions"),
+                 bytes(val<uint64_t>(m, "predicted_bytes_read")));
   }
   auto kv = val<dbus::Dict>(s, "kv");
   if (!kv.empty()) {

@@ -6,7 +6,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -23,6 +26,7 @@
 #include <sdbus-c++/sdbus-c++.h>
 
 #include "client/lazy_map.hpp"
+#include "client/sampler.hpp"
 #include "wire/hints.hpp"
 #include "wire/notice_page.hpp"
 #include "wire/opened.hpp"
@@ -115,6 +119,10 @@ struct airs_model {
   int hint_fd = -1;
   bool expert_hints = false;  // the daemon takes them (Open's info)
   bool streamed = false;
+  // A streamed mixture of experts: access sampling (client/sampler.hpp),
+  // until the caller sends expert hints, which tell every use.
+  std::optional<airs::client::Sampler> sampler;
+  std::atomic<bool> hinted{false};
   std::atomic<bool> guard_stop{false};
   std::thread watcher;
   std::atomic<bool> in_fallback{false};
@@ -132,6 +140,8 @@ struct airs_model {
   void watch_guard();
   void watch_streamed();
   void start_fallback(const char* why);
+  [[nodiscard]] int sample_timeout_ms() const;
+  void sample();
 };
 
 struct airs_session {
@@ -221,11 +231,12 @@ void airs_model::watch() {
       fds[3].fd = fallback->fd();
       n = 4;
     }
-    if (auto r = airs::sys::poll_fds(fds, n, -1); !r) {
+    if (auto r = airs::sys::poll_fds(fds, n, sample_timeout_ms()); !r) {
       if (r.error().code == EINTR) continue;
       return;
     }
     if (fds[0].revents != 0) return;
+    sample();
     if (fds[1].revents & POLLIN) (void)airs::sys::eventfd_drain(notify.get());
     if ((fds[2].revents & POLLIN) && !in_fallback.load()) {
       start_fallback("airs-memd exited during the load");
@@ -268,8 +279,11 @@ void airs_model::watch_streamed() {
       return;
     }
     pollfd fds[2] = {{requests.get(), POLLIN, 0}, {daemon_pidfd.get(), POLLIN, 0}};
-    auto r = airs::sys::poll_fds(fds, 2, static_cast<int>(airs::client::TouchGuard::kSliceNs / 1'000'000));
+    int timeout = static_cast<int>(airs::client::TouchGuard::kSliceNs / 1'000'000);
+    if (const int t = sample_timeout_ms(); t >= 0) timeout = std::min(timeout, t);
+    auto r = airs::sys::poll_fds(fds, 2, timeout);
     if (!r && r.error().code != EINTR) return;
+    sample();
     if (!r || *r == 0) continue;
     bool out_of_reach = (fds[1].revents & POLLIN) != 0;
     for (int i = 0; i < 256 && !out_of_reach; ++i) {
@@ -290,6 +304,34 @@ void airs_model::watch_streamed() {
       return;
     }
   }
+}
+
+int airs_model::sample_timeout_ms() const {
+  if (!sampler || hinted.load(std::memory_order_relaxed) || serving_itself()) return -1;
+  return sampler->timeout_ms(airs::client::Sampler::Clock::now());
+}
+
+// A round of access sampling (client/sampler.hpp), from the watcher: a few
+// units that are in leave this process's page tables (a lazy mapping:
+// MADV_DONTNEED of a shared mapping keeps the page in the region, and the
+// next touch is a minor fault the daemon answers at once) or close
+// (cooperative: the next touch opens the unit again and says so). Never
+// once the file has taken the region's place, nor once the caller hints.
+void airs_model::sample() {
+  if (sample_timeout_ms() != 0) return;
+  const auto now = airs::client::Sampler::Clock::now();
+  if (guard) {
+    (void)sampler->round(now, [this](uint32_t u) { return status.unit_ready(u) && guard->sample_unit(u); });
+    return;
+  }
+  if (!lazy) return;
+  const uint64_t unit = status.unit_size();
+  (void)sampler->round(now, [this, unit](uint32_t u) {
+    const uint64_t at = uint64_t{u} * unit;
+    if (!status.unit_ready(u) || at >= lazy->size() || in_fallback.load()) return false;
+    // The system call itself: libairs-preload.so interposes madvise().
+    return ::syscall(SYS_madvise, lazy->data() + at, std::min(unit, lazy->size() - at), MADV_DONTNEED) == 0;
+  });
 }
 
 // A pidfd of the daemon that owns the bus name (to notice its death).
@@ -510,6 +552,16 @@ static int map_region(airs_model* m, OpenReply r, const std::string& mode, const
   m->streamed = streamed;
   m->expert_hints = streamed && airs::dbus::get<bool>(r.info, "expert_hints").value_or(false);
   m->mode = airs::dbus::get<std::string>(r.info, "mode").value_or(mode);
+  if (m->expert_hints) {
+    // Sampling is on by default where a fault names the base page it
+    // touched, and with it the expert (small-pages); a huge page or a
+    // cooperative unit holds several experts, and sampling them made the
+    // daemon's cache read more, not less (docs/streaming.md). AIRS_SAMPLE_MS
+    // turns it on anywhere.
+    const auto o = airs::client::sampler_options_from_env();
+    if (o.from_env || (lazy && !resident && m->mode == "small-pages"))
+      m->sampler.emplace(o, m->status.unit_count(), airs::client::Sampler::Clock::now());
+  }
   if (lazy && !resident) return map_lazy(m, std::move(r.proof_uffd));
   if (!lazy && !resident) return map_cooperative(m, resident, streamed, opt);
   // Fully resident: a plain read-only mapping, no userfaultfd at all.
@@ -587,19 +639,33 @@ int airs_model_takes_hints(const airs_model* m) {
   return m != nullptr && m->hint_fd >= 0 && !m->serving_itself() ? 1 : 0;
 }
 
-int airs_model_hint_experts(airs_model* m, uint32_t layer, const uint32_t* experts, size_t n) {
-  if (m == nullptr || (experts == nullptr && n > 0)) return fail(EINVAL, "airs_model_hint_experts: NULL argument");
+namespace {
+
+// A hint or a prediction (wire/hints.hpp), sent by `fn`.
+int send_hint(const char* fn, airs_model* m, uint32_t layer, const uint32_t* experts, size_t n, bool predicted) {
+  if (m == nullptr || (experts == nullptr && n > 0)) return fail(EINVAL, std::string(fn) + ": NULL argument");
   if (n == 0 || n > airs::wire::kMaxHintExperts)
-    return fail(EINVAL, "airs_model_hint_experts: between 1 and 256 experts per hint");
+    return fail(EINVAL, std::string(fn) + ": between 1 and 256 experts per hint");
   if (m->hint_fd < 0 || m->serving_itself())
-    return fail(ENOTSUP, "airs_model_hint_experts: the model takes no expert hints (not a streamed mixture of "
-                         "experts on the daemon)");
+    return fail(ENOTSUP,
+                std::string(fn) + ": the model takes no expert hints (not a streamed mixture of experts on the daemon)");
   alignas(uint32_t) std::byte buf[airs::wire::kMaxHintBytes];
-  const size_t len = airs::wire::encode_hint(layer, std::span<const uint32_t>(experts, n), buf);
+  const size_t len = airs::wire::encode_hint(layer, std::span<const uint32_t>(experts, n), buf, predicted);
+  if (!predicted) m->hinted.store(true, std::memory_order_relaxed);  // its hints tell every use: no sampling
   // MSG_DONTWAIT: a full socket drops the hint, never blocks the caller.
   if (!airs::sys::send_message(m->hint_fd, buf, len))
-    return fail(EAGAIN, "airs_model_hint_experts: the hint socket is full; the hint was dropped");
+    return fail(EAGAIN, std::string(fn) + ": the hint socket is full; the hint was dropped");
   return 0;
+}
+
+}  // namespace
+
+int airs_model_hint_experts(airs_model* m, uint32_t layer, const uint32_t* experts, size_t n) {
+  return send_hint("airs_model_hint_experts", m, layer, experts, n, false);
+}
+
+int airs_model_predict_experts(airs_model* m, uint32_t layer, const uint32_t* experts, size_t n) {
+  return send_hint("airs_model_predict_experts", m, layer, experts, n, true);
 }
 
 int airs_model_in_fallback(const airs_model* m) { return m != nullptr && m->serving_itself() ? 1 : 0; }

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "wire/opened.hpp"
 #include "wire/requests.hpp"
@@ -48,10 +49,14 @@ struct Slot {
   // unit taken by an open (handler) and a close (watcher).
   wire::OpenedBits opened;
   std::atomic<uint8_t>* locks = nullptr;
+  uint32_t lock_count = 0;  // the locks array's length (it outlives its guard)
 };
 
 std::array<Slot, TouchGuard::kSlots> g_slots;
 std::mutex g_mu;  // create/destroy and the chained action's writers
+// Lock arrays too short for a slot's next guard: never freed (a handler may
+// still hold one), kept here so they stay reachable. Guarded by g_mu.
+std::vector<std::atomic<uint8_t>*> g_retired_locks;
 
 // The action our handler chains to: two copies and an index, so a handler
 // always reads a complete one while airs_preload_sigaction replaces it.
@@ -310,12 +315,18 @@ Result<std::unique_ptr<TouchGuard>> TouchGuard::create(const TouchGuardSpec& spe
     const uint32_t units = spec.status.unit_count();
     if (spec.opened != nullptr) {
       s.opened = wire::OpenedBits(spec.opened, units);
-      // Never freed while the process may still run a handler on it: a
-      // few bytes per unit, once per guard.
-      s.locks = new std::atomic<uint8_t>[units]();
+      // Never freed while the process may still run a handler on it: the
+      // slot's next guard reuses the array where it is long enough, so a
+      // process that opens and closes models keeps one per slot.
+      if (s.lock_count < units) {
+        if (s.locks != nullptr) g_retired_locks.push_back(s.locks);
+        s.locks = new std::atomic<uint8_t>[units]();
+        s.lock_count = units;
+      } else {
+        for (uint32_t u = 0; u < units; ++u) s.locks[u].store(0, std::memory_order_relaxed);
+      }
     } else {
-      s.opened = {};
-      s.locks = nullptr;
+      s.opened = {};  // the locks are taken only with open-unit bits
     }
     s.taken.store(false);
     s.touches.store(0);
@@ -354,6 +365,14 @@ void TouchGuard::close_unit(uint32_t unit) {
   s.opened.clear(unit);
   unlock_unit(s, unit);
   send_word(s, wire::RequestKind::Closed, unit);
+}
+
+bool TouchGuard::sample_unit(uint32_t unit) {
+  Slot& s = g_slots[slot_];
+  if (unit >= status_.unit_count() || !s.opened.valid() || s.taken.load(std::memory_order_acquire)) return false;
+  if (!s.opened.test(unit)) return false;
+  close_unit(unit);
+  return true;
 }
 
 void TouchGuard::take_over_now() {

@@ -79,6 +79,11 @@ class TouchGuard {
   // Streamed models: the daemon asked to close `unit` (PROT_NONE again,
   // its open mark cleared). Thread: the watcher, concurrent with handlers.
   void close_unit(uint32_t unit);
+  // Access sampling (client/sampler.hpp): closes `unit` as the daemon's ask
+  // would, if this process has it open, so its next touch opens it again
+  // and tells the daemon. The daemon takes a Closed it did not ask for as
+  // nothing. True if it was open. Thread: the watcher.
+  bool sample_unit(uint32_t unit);
   [[nodiscard]] bool streamed() const { return streamed_; }
   // Asks the daemon to read `unit` now (Wait on the request socket, as a
   // touch does): for a caller about to wait for bytes it has not touched.

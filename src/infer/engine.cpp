@@ -39,8 +39,29 @@ Engine::Engine(const Model& model, const KvLayout& layout, ThreadPool& pool)
     used_.reserve(c.n_expert);
     chosen_.resize(c.n_expert);
     members_.reserve(B * c.n_expert_used);
+    predicted_.resize(c.n_layer);
   }
 }
+
+namespace {
+
+// The k most probable of p[0..n) into sel, best first (ties: the lower id).
+void top_k(const float* p, size_t n, size_t k, uint32_t* sel) {
+  for (size_t r = 0; r < k; ++r) {
+    uint32_t best = 0;
+    bool found = false;
+    for (uint32_t e = 0; e < n; ++e) {
+      if (std::find(sel, sel + r, e) != sel + r) continue;
+      if (!found || p[e] > p[best]) {
+        best = e;
+        found = true;
+      }
+    }
+    sel[r] = best;
+  }
+}
+
+}  // namespace
 
 void Engine::matmul(const Matrix& w, const float* x, size_t x_stride, size_t nb, float* out, size_t out_stride) {
   const WeightType at = activation_type(w.type);
@@ -137,19 +158,8 @@ void Engine::moe_ffn(uint32_t l, size_t nb) {
     float* p = probs_.data() + t * n_exp;
     softmax(p, n_exp, 1.0F);
     uint32_t* sel = sel_.data() + t * k;
-    for (size_t r = 0; r < k; ++r) {
-      uint32_t best = 0;
-      bool found = false;
-      for (uint32_t e = 0; e < n_exp; ++e) {
-        if (std::find(sel, sel + r, e) != sel + r) continue;
-        if (!found || p[e] > p[best]) {
-          best = e;
-          found = true;
-        }
-      }
-      sel[r] = best;
-      chosen_[best] = 1;
-    }
+    top_k(p, n_exp, k, sel);
+    for (size_t r = 0; r < k; ++r) chosen_[sel[r]] = 1;
     double sum = 0.0;
     for (size_t r = 0; r < k; ++r) sum += static_cast<double>(p[sel[r]]);
     const float denom = std::max(static_cast<float>(sum), 6.103515625e-5F);
@@ -160,6 +170,8 @@ void Engine::moe_ffn(uint32_t l, size_t nb) {
     if (chosen_[e] != 0) used_.push_back(e);
   }
   if (expert_observer_) expert_observer_(l, used_);
+  score_prediction(l);
+  if (expert_predictor_ && l + 1 < c.n_layer) predict(l + 1, nb);
   // Each chosen expert once, for every token that chose it.
   for (const uint32_t e : used_) {
     members_.clear();
@@ -193,6 +205,46 @@ void Engine::moe_ffn(uint32_t l, size_t nb) {
     }
     for (size_t i = 0; i < ne; ++i) x_[t * ne + i] += acc[i];
   }
+}
+
+void Engine::set_expert_predictor(ExpertObserver predictor) {
+  const ModelConfig& c = model_.config;
+  expert_predictor_ = std::move(predictor);
+  if (!expert_predictor_ || c.n_expert == 0) return;
+  pred_x_.resize(size_t{kMaxBatch} * c.n_embd);
+  pred_probs_.resize(size_t{kMaxBatch} * c.n_expert);
+  pred_sel_.resize(c.n_expert_used);
+}
+
+void Engine::score_prediction(uint32_t l) {
+  std::vector<uint32_t>& guess = predicted_[l];
+  if (guess.empty()) return;
+  for (uint32_t e : used_) prediction_.hits += std::binary_search(guess.begin(), guess.end(), e) ? 1U : 0U;
+  prediction_.used += used_.size();
+  guess.clear();
+}
+
+// The experts layer l's router would choose on the residual stream as it
+// is now (after the attention of layer l - 1, before its experts add to
+// it), normed with layer l's FFN norm: the input layer l's router will see,
+// less what the rest of layer l - 1 and the attention of l add.
+void Engine::predict(uint32_t l, size_t nb) {
+  const ModelConfig& c = model_.config;
+  const Layer& W = model_.layers[l];
+  const size_t ne = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used;
+  for (size_t t = 0; t < nb; ++t) rms_norm(x_.data() + t * ne, W.ffn_norm, c.rms_eps, ne, pred_x_.data() + t * ne);
+  matmul(W.router, pred_x_.data(), ne, nb, pred_probs_.data(), n_exp);
+  std::vector<uint32_t>& guess = predicted_[l];
+  guess.clear();
+  for (size_t t = 0; t < nb; ++t) {
+    // The softmax keeps the order: the top k of the logits are the same.
+    top_k(pred_probs_.data() + t * n_exp, n_exp, k, pred_sel_.data());
+    guess.insert(guess.end(), pred_sel_.begin(), pred_sel_.begin() + static_cast<ptrdiff_t>(k));
+  }
+  std::sort(guess.begin(), guess.end());
+  guess.erase(std::unique(guess.begin(), guess.end()), guess.end());
+  ++prediction_.predictions;
+  expert_predictor_(l, guess);
 }
 
 void Engine::forward(int32_t token, uint32_t pos, std::span<std::byte* const> blocks, float* logits) {

@@ -96,6 +96,21 @@ class Engine {
   // layer. On the forward pass's thread; must not call into the engine.
   using ExpertObserver = std::function<void(uint32_t layer, std::span<const uint32_t> experts)>;
   void set_expert_observer(ExpertObserver observer) { expert_observer_ = std::move(observer); }
+  // Mixture of experts: a guess at the next layer's experts. Once layer l
+  // has routed (after the observer's call), the engine puts the residual
+  // stream through layer l + 1's FFN norm and router, and calls this with
+  // the distinct experts (ascending) it would choose: before layer l's
+  // experts are read, so their reads and the guessed ones overlap. Not set:
+  // nothing is computed. Same thread rules as the observer.
+  void set_expert_predictor(ExpertObserver predictor);
+  // How good the guesses were: of the experts each predicted layer then
+  // chose (`used`), those the guess named (`hits`).
+  struct PredictionStats {
+    uint64_t predictions = 0;
+    uint64_t used = 0;
+    uint64_t hits = 0;
+  };
+  [[nodiscard]] const PredictionStats& prediction_stats() const noexcept { return prediction_; }
 
   [[nodiscard]] const ModelConfig& config() const noexcept { return model_.config; }
   [[nodiscard]] const KvLayout& layout() const noexcept { return layout_; }
@@ -111,6 +126,8 @@ class Engine {
   // normed input of the nb tokens), adds the result to x_.
   void ffn(uint32_t layer, size_t nb);
   void moe_ffn(uint32_t layer, size_t nb);
+  void predict(uint32_t layer, size_t nb);
+  void score_prediction(uint32_t layer);
 
   const Model& model_;
   KvLayout layout_;
@@ -131,6 +148,13 @@ class Engine {
   std::vector<uint8_t> chosen_;  // per expert: chosen by a token of the batch
   std::vector<std::pair<uint32_t, uint32_t>> members_;  // (token, rank) of one expert
   ExpertObserver expert_observer_;
+  // Predictions: the normed residual, the next router's logits and one
+  // token's top k; per layer, the last guess not yet scored.
+  ExpertObserver expert_predictor_;
+  std::vector<float> pred_x_, pred_probs_;
+  std::vector<uint32_t> pred_sel_;
+  std::vector<std::vector<uint32_t>> predicted_;
+  PredictionStats prediction_;
 };
 
 }  // namespace airs::infer

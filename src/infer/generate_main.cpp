@@ -2,7 +2,7 @@
 // airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority P]
 //               [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32]
 //               [--bus ADDRESS] [--no-daemon] [--hold] [--pause-at N] [--json]
-//               [--expert-trace FILE] [--no-hints]
+//               [--expert-trace FILE] [--no-hints] [--predict-experts]
 //
 // Generates text with the engine in src/infer, the model mapped lazily
 // through airs-memd and the KV cache in the daemon's blocks (libairs C API).
@@ -46,6 +46,15 @@
 // ahead of the touch. --no-hints: don't (the measurement's baseline); the
 // tokens are the same either way. --json then also says "expert_hints"
 // (sent) and "expert_hints_dropped" (the socket was full).
+// --predict-experts: also guess each next layer's experts (its router on
+// the current hidden state, Engine::set_expert_predictor) and send the
+// guess (airs_model_predict_experts), so the daemon reads them while this
+// layer computes. Off by default: on our models it loses, at 100 MB/s and
+// at the disk's own speed (docs/streaming.md, bench/experts).
+// --json then also says "expert_predictions" (sent),
+// "expert_predictions_dropped" (the socket was full) and
+// "prediction_hit_rate" (of the experts predicted layers chose, the share
+// the guess named; computed with or without a daemon).
 //
 // Exit status: 0 ok, 1 failure (message on stderr), 2 usage.
 #include <fcntl.h>
@@ -89,7 +98,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: airs-generate MODEL.gguf -p PROMPT [--system FILE] [-n N] [--priority interactive|system|background]\n"
     "                     [--temp T --seed S] [--top-k K] [--threads N] [--kv f16|f32] [--bus ADDRESS]\n"
-    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE] [--no-hints]\n";
+    "                     [--no-daemon] [--hold] [--pause-at N] [--json] [--expert-trace FILE] [--no-hints]\n"
+    "                     [--predict-experts]\n";
 
 struct Options {
   std::string model, prompt, system_file, bus = "system", expert_trace;
@@ -99,7 +109,7 @@ struct Options {
   SamplerParams sampling;
   unsigned threads = 0;
   std::optional<KvElem> kv;  // --kv; default: the daemon's kv_type (f16 without one)
-  bool no_daemon = false, hold = false, json = false, no_hints = false;
+  bool no_daemon = false, hold = false, json = false, no_hints = false, predict_experts = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -132,6 +142,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--json") o.json = true;
     else if (a == "--expert-trace") o.expert_trace = val();
     else if (a == "--no-hints") o.no_hints = true;
+    else if (a == "--predict-experts") o.predict_experts = true;
     else if (a == "--kv") {
       const std::string v = val();
       if (v != "f16" && v != "f32") usage_error("--kv must be f16 or f32");
@@ -294,6 +305,8 @@ void say_start(const Options& o, const Model& model, const char* kernels, bool d
 struct Generated {
   std::vector<int32_t> tokens;
   uint64_t hints = 0, hints_dropped = 0;  // expert hints sent to the daemon, and dropped (a full socket)
+  uint64_t predictions = 0, predictions_dropped = 0;  // expert predictions sent, and dropped (a full socket)
+  double prediction_hit_rate = -1;        // < 0: no prediction made
   double ttft_ms = 0;
   double decode_s = 0;  // a --pause-at wait excluded
   double max_token_ms = 0;  // the slowest decode step
@@ -367,6 +380,11 @@ void print_json(const Generated& g, const std::vector<int32_t>& prompt, const Se
     j["experts_used"] = model.config.n_expert_used;
     j["expert_hints"] = g.hints;
     j["expert_hints_dropped"] = g.hints_dropped;
+    if (g.prediction_hit_rate >= 0) {
+      j["expert_predictions"] = g.predictions;
+      j["expert_predictions_dropped"] = g.predictions_dropped;
+      j["prediction_hit_rate"] = g.prediction_hit_rate;
+    }
   }
   std::printf("%s\n", j.dump().c_str());
 }
@@ -437,6 +455,14 @@ int run(const Options& o) {
       std::fputc('\n', trace.get());
     });
   }
+  uint64_t predictions = 0, predictions_dropped = 0;
+  if (o.predict_experts && model->config.n_expert > 0) {
+    engine.set_expert_predictor([&](uint32_t layer, std::span<const uint32_t> guess) {
+      if (hinted == nullptr) return;  // still scored: prediction_hit_rate
+      if (airs_model_predict_experts(hinted, layer, guess.data(), guess.size()) == 0) ++predictions;
+      else ++predictions_dropped;
+    });
+  }
   auto g = generate(o, seq, sampler, *tok, *prompt, [&] { phase = 'D'; });
   if (!g) {
     std::fprintf(stderr, "airs-generate: %s\n", g.error().message.c_str());
@@ -444,6 +470,10 @@ int run(const Options& o) {
   }
   g->hints = hints;
   g->hints_dropped = hints_dropped;
+  g->predictions = predictions;
+  g->predictions_dropped = predictions_dropped;
+  if (const auto& ps = engine.prediction_stats(); ps.used > 0)
+    g->prediction_hit_rate = static_cast<double>(ps.hits) / static_cast<double>(ps.used);
   // The decode steps posted their lengths one way; one round trip makes sure
   // the daemon applied the last before the output says we are done.
   if (dkv) (void)dkv->set_length(seq.size());

@@ -40,6 +40,7 @@ struct ClientService::Follower {
   wire::OpenedBits opened;
   std::set<uint32_t> asked;    // units asked to close, not answered yet
   std::set<uint32_t> refused;  // units it did not close in time
+  std::set<uint32_t> waited;   // units it waited for and has not opened since
   HintLog hint_log;
 };
 
@@ -316,11 +317,15 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
     if (req.unit >= s->info.units) return;
     switch (req.kind) {
       case wire::RequestKind::Wait:
+        if (auto f = s->followers.find(key); f != s->followers.end()) f->second->waited.insert(req.unit);
         listener_.touched(id, key, req.unit, Touch::Request, 0, t0);
         break;
-      case wire::RequestKind::Opened:
-        listener_.touched(id, key, req.unit, Touch::Opened, 0, t0);
+      case wire::RequestKind::Opened: {
+        const auto f = s->followers.find(key);
+        const bool waited = f != s->followers.end() && f->second->waited.erase(req.unit) != 0;
+        listener_.touched(id, key, req.unit, waited ? Touch::Opened : Touch::OpenedIn, 0, t0);
         break;
+      }
       case wire::RequestKind::Closed:
         if (auto f = s->followers.find(key); f != s->followers.end() && f->second->asked.erase(req.unit) != 0)
           listener_.closed(id, key, req.unit);
@@ -344,11 +349,12 @@ void ClientService::on_hints(ModelId id, ClientKey key, uint32_t events) {
 void ClientService::take_hint(ModelId id, ClientKey key, const std::byte* msg, size_t len) {
   const wire::DecodedHint h = wire::decode_hint(msg, len);
   if (h.error != nullptr) return refuse_hint(id, key, fmt::format("a malformed hint of {} bytes: {}", len, h.error));
-  auto why = listener_.hinted(id, key, h.layer, std::span<const uint32_t>(h.experts, h.count));
+  auto why = listener_.hinted(id, key, h.layer, std::span<const uint32_t>(h.experts, h.count), h.predicted);
   ClientSet* s = find(id);
   if (s == nullptr) return;
   if (why) return refuse_hint(id, key, *why);
   ++s->hints.taken;
+  if (h.predicted) ++s->hints.predictions;
 }
 
 void ClientService::refuse_hint(ModelId id, ClientKey key, const std::string& why) {

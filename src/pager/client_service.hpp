@@ -55,7 +55,8 @@ using Clock = std::chrono::steady_clock;
 enum class Touch : uint8_t {
   Fault,    // a lazy client's page fault (it waits for the unit)
   Request,  // a cooperative client waits for the unit
-  Opened,   // a cooperative client opened a ready unit of a streamed model (no wait)
+  Opened,   // a cooperative client opened a ready unit of a streamed model it had waited for
+  OpenedIn, // ... one it had not waited for: it was in (a hit, which access sampling makes seen)
 };
 
 class TouchListener {
@@ -71,15 +72,17 @@ class TouchListener {
   // After a batch of touches (the pager issues reads here).
   virtual void touches_done() = 0;
   // Client `key` will read `experts` (distinct, as sent) of `layer` next
-  // (an expert hint, well formed). Returns nullopt when taken, else why it
-  // is refused (logged by the caller, rate-limited).
+  // (an expert hint, well formed), or (`predicted`) guesses it may. Returns
+  // nullopt when taken, else why it is refused (logged by the caller,
+  // rate-limited).
   virtual std::optional<std::string> hinted(ModelId id, ClientKey key, uint32_t layer,
-                                            std::span<const uint32_t> experts) = 0;
+                                            std::span<const uint32_t> experts, bool predicted) = 0;
 };
 
 // Expert hints of one model's clients, since it was loaded.
 struct HintStats {
   uint64_t taken = 0;
+  uint64_t predictions = 0;  // of those taken, predictions (wire/hints.hpp)
   uint64_t refused = 0;  // malformed or meaningless (ignored)
 };
 

@@ -39,6 +39,9 @@ struct Pager::Model {
   // Streamed mixture of experts: units of hinted experts to read, with the
   // client whose hint named them (its next hint replaces what is left).
   std::deque<std::pair<uint32_t, ClientKey>> hint_queue;
+  // The same for predicted experts, read only once no hinted unit waits
+  // (a client's next hint or prediction replaces what is left).
+  std::deque<std::pair<uint32_t, ClientKey>> predict_queue;
   // Streamed, while a budget cut drops units: the budget it shrinks to.
   std::optional<uint32_t> shrink_to;
   Clock::time_point fill_start{};
@@ -388,15 +391,22 @@ void Pager::pump_streamed(Model& m) {
 // Room comes only from cold units and experts no client protects: a hint is
 // a guess made ahead, and never takes the dense part or what a client reads
 // now (make_room with no distance the dense part is farther than).
+// Then the units of predicted experts, the same way.
 bool Pager::pump_hinted(Model& m) {
   Residency& r = *m.res;
-  auto& q = m.hint_queue;
-  while (!q.empty() && r.plan().state(q.front().first) != UnitState::Empty) q.pop_front();
+  const auto skip_done = [&](auto& q) {
+    while (!q.empty() && r.plan().state(q.front().first) != UnitState::Empty) q.pop_front();
+  };
+  skip_done(m.hint_queue);
+  skip_done(m.predict_queue);
+  const bool predicted = m.hint_queue.empty();
+  auto& q = predicted ? m.predict_queue : m.hint_queue;
   if (q.empty() || !make_room(m, UINT64_MAX, false)) return false;
   const uint32_t u = q.front().first;
   q.pop_front();
   if (!read(m, u, ReadClass::Prefetch)) return false;
-  r.hinted_read();
+  if (predicted) r.predicted_read();
+  else r.hinted_read();
   return true;
 }
 
@@ -672,8 +682,11 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
     expert = r.policy().experts().expert_of_touch(unit, lo, hi);
     if (expert) {
       r.touched_expert(key, *expert);
-    } else {
-      // Which of the unit's experts is read is not known: each is counted.
+    } else if (r.plan().state(unit) != UnitState::Ready) {
+      // A miss whose expert is not known: each of the unit's is counted.
+      // A touch of a unit that was in (a hit, as access sampling makes
+      // them) counts none: it would give every expert of the unit what one
+      // of them did.
       for (uint32_t k : r.policy().experts().keys_of(unit)) r.touched_expert(key, k, false);
     }
   }
@@ -685,6 +698,9 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
   }
   switch (r.plan().state(unit)) {
     case UnitState::Ready:
+      // A touch of a unit that was in: a hit the daemon sees (a client's
+      // access sampling makes them; otherwise it sees only misses).
+      if (how == Touch::Fault || how == Touch::OpenedIn) r.touched_in();
       if (how == Touch::Fault) clients_.answer(id, key, unit, address, t0);
       break;
     case UnitState::Failed:
@@ -692,7 +708,8 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
       return;
     case UnitState::Empty:
     case UnitState::InFlight:
-      if (how == Touch::Opened) return;  // it opened a unit that is not in: it sees SIGBUS or waits, its business
+      // It opened a unit that is not in: it sees SIGBUS or waits, its business.
+      if (how == Touch::Opened || how == Touch::OpenedIn) return;
       clients_.wait(id, key, unit, t0);
       r.plan().on_fault(unit);
       break;
@@ -731,7 +748,8 @@ Status Pager::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) 
   return clients_.hints(id, key, pid, std::move(socket));
 }
 
-std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t layer, std::span<const uint32_t> experts) {
+std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t layer, std::span<const uint32_t> experts,
+                                         bool predicted) {
   Model* m = find(id);
   if (m == nullptr) return "the model is being unloaded";
   Residency& r = *m->res;
@@ -750,6 +768,22 @@ std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t lay
   std::sort(keys.begin(), keys.end());
   if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
     return fmt::format("it names an expert of layer {} twice", layer);
+  // What is left of the client's previous prediction is not worth a read
+  // now: a hint says what it reads, a new prediction guesses further on.
+  std::erase_if(m->predict_queue, [key](const auto& e) { return e.second == key; });
+  if (predicted) {
+    // A guess: no use counted, nothing protected, no drop called back.
+    const auto queued = [&](uint32_t u) {
+      const auto is_u = [u](const auto& e) { return e.first == u; };
+      return std::any_of(m->hint_queue.begin(), m->hint_queue.end(), is_u) ||
+             std::any_of(m->predict_queue.begin(), m->predict_queue.end(), is_u);
+    };
+    for (uint32_t k : keys) {
+      for (uint32_t u : layout.units_of(k))
+        if (r.plan().state(u) == UnitState::Empty && !queued(u)) m->predict_queue.emplace_back(u, key);
+    }
+    return std::nullopt;
+  }
   r.hinted(key, keys);
   // What is left of the client's previous hint is not worth a read now.
   std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
@@ -774,6 +808,7 @@ void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
   std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
+  std::erase_if(m->predict_queue, [key](const auto& e) { return e.second == key; });
   if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);
   if (m->res->streamed()) m->res->forget(key);
   std::vector<uint32_t> free_now;

@@ -332,8 +332,8 @@ class Pager final : FillListener, TouchListener {
   void closed(ModelId id, ClientKey key, uint32_t unit) override;
   void client_left(ModelId id, ClientKey key) override;
   void touches_done() override { pump(); }
-  std::optional<std::string> hinted(ModelId id, ClientKey key, uint32_t layer,
-                                    std::span<const uint32_t> experts) override;
+  std::optional<std::string> hinted(ModelId id, ClientKey key, uint32_t layer, std::span<const uint32_t> experts,
+                                    bool predicted) override;
 
   void pump();
   void pump_fitting(Model& m, ReadClass cls, bool& progress);

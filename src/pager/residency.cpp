@@ -129,7 +129,10 @@ StreamStats Residency::stream_stats() const {
   StreamStats s = stats_;
   s.budget_units = budget_;
   s.closing = static_cast<uint32_t>(closing_.size());
-  if (policy_) s.expert_uses = policy_->expert_cache().uses();
+  if (policy_) {
+    s.expert_uses = policy_->expert_cache().uses();
+    s.expert_keys = policy_->experts().key_count();
+  }
   return s;
 }
 

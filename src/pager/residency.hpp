@@ -44,7 +44,12 @@ struct StreamStats {
   // A mixture of experts: expert uses the cache counted (hinted and
   // touched), and units read because a hint named their expert.
   uint64_t expert_uses = 0;
+  uint32_t expert_keys = 0;       // experts in the model (0: dense)
+  uint64_t resident_touches = 0;  // touches of units that were in (faults, cooperative opens)
   uint64_t hinted_units_read = 0;
+  // Units read because a prediction named their expert (a guess: the
+  // reads a wrong one costs are here too).
+  uint64_t predicted_units_read = 0;
 };
 
 class Residency {
@@ -103,6 +108,10 @@ class Residency {
   void hinted(ClientKey client, std::span<const uint32_t> keys);
   // A read was issued for `u` because of a hint.
   void hinted_read() { ++stats_.hinted_units_read; }
+  // A client touched a unit that was in.
+  void touched_in() { ++stats_.resident_touches; }
+  // A read was issued for `u` because of a prediction.
+  void predicted_read() { ++stats_.predicted_units_read; }
   // The client is gone.
   void forget(ClientKey client);
   // The drop of READY unit `u` starts: its status bit is cleared (publish).

@@ -8,8 +8,14 @@
 // tells it from a request word on the request socket (a daemon that does
 // not know hints ignores a message of another length).
 //
+// A prediction has the same layout with its own magic word: the client
+// guesses which experts a later layer will read (say, the next layer's
+// router on the current hidden state). The daemon may read them ahead, but
+// counts no use of them and keeps nothing for them: a guess is not a read.
+//
 // Layout (host order, both ends run on one machine):
-//   uint32 magic (kHintMagic), uint32 layer, uint32 count, count × uint32 expert
+//   uint32 magic (kHintMagic, or kPredictMagic), uint32 layer, uint32 count,
+//   count × uint32 expert
 // `layer` is the block index (blk.N), `expert` the index in the layer's
 // 3-D expert tensors. count is 1..kMaxHintExperts and the message exactly
 // 12 + 4·count bytes. Header-only: shared by the daemon's pager and the
@@ -23,16 +29,19 @@
 
 namespace airs::wire {
 
-inline constexpr uint32_t kHintMagic = 0x48534558;  // "XESH" in memory: expert hint
+inline constexpr uint32_t kHintMagic = 0x48534558;     // "XESH" in memory: expert hint
+inline constexpr uint32_t kPredictMagic = 0x50534558;  // "XESP" in memory: expert prediction
 inline constexpr uint32_t kMaxHintExperts = 256;
 inline constexpr size_t kHintHeaderBytes = 12;
 inline constexpr size_t kMaxHintBytes = kHintHeaderBytes + 4 * kMaxHintExperts;
 
-// Writes the hint into `out` (at least kMaxHintBytes long). Returns its
-// length, 0 for an empty or too long list (nothing to send).
-[[nodiscard]] inline size_t encode_hint(uint32_t layer, std::span<const uint32_t> experts, std::byte* out) {
+// Writes the hint (or, `predicted`, the prediction) into `out` (at least
+// kMaxHintBytes long). Returns its length, 0 for an empty or too long list
+// (nothing to send).
+[[nodiscard]] inline size_t encode_hint(uint32_t layer, std::span<const uint32_t> experts, std::byte* out,
+                                        bool predicted = false) {
   if (experts.empty() || experts.size() > kMaxHintExperts) return 0;
-  const uint32_t head[3] = {kHintMagic, layer, static_cast<uint32_t>(experts.size())};
+  const uint32_t head[3] = {predicted ? kPredictMagic : kHintMagic, layer, static_cast<uint32_t>(experts.size())};
   std::memcpy(out, head, sizeof head);
   std::memcpy(out + kHintHeaderBytes, experts.data(), experts.size() * 4);
   return kHintHeaderBytes + experts.size() * 4;
@@ -41,6 +50,7 @@ inline constexpr size_t kMaxHintBytes = kHintHeaderBytes + 4 * kMaxHintExperts;
 struct DecodedHint {
   // nullptr: a valid hint; else what is wrong with the message.
   const char* error = nullptr;
+  bool predicted = false;  // a prediction (kPredictMagic), not a hint
   uint32_t layer = 0;
   uint32_t count = 0;
   uint32_t experts[kMaxHintExperts] = {};
@@ -60,7 +70,7 @@ struct DecodedHint {
   }
   uint32_t head[3];
   std::memcpy(head, msg, sizeof head);
-  if (head[0] != kHintMagic) {
+  if (head[0] != kHintMagic && head[0] != kPredictMagic) {
     h.error = "not a hint (wrong magic word)";
     return h;
   }
@@ -72,6 +82,7 @@ struct DecodedHint {
     h.error = "its length does not match its expert count";
     return h;
   }
+  h.predicted = head[0] == kPredictMagic;
   h.layer = head[1];
   h.count = head[2];
   std::memcpy(h.experts, msg + kHintHeaderBytes, size_t{h.count} * 4);

@@ -24,6 +24,8 @@
 
 #include "airs/airs.h"
 #include "daemon_fixture.hpp"
+#include "gguf/file_io.hpp"
+#include "gguf/gguf.hpp"
 #include "harness.hpp"
 #include "infer/airs_backend.hpp"
 #include "infer/engine.hpp"
@@ -276,6 +278,19 @@ TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens
   const auto n = run(args("what is the river", {"-n", "24", "--no-hints"}));
   EXPECT_EQ(n["token_ids"], priv["token_ids"]);
   EXPECT_EQ(n.value("expert_hints", uint64_t{1}), 0U);
+  // With each layer's guess at the next one's experts: the same tokens,
+  // a guess per layer after the first and forward pass, all taken.
+  const auto p = run(args("what is the river", {"-n", "24", "--predict-experts"}));
+  EXPECT_EQ(p["token_ids"], priv["token_ids"]);
+  EXPECT_GT(p.value("expert_predictions", uint64_t{0}), 0U) << p.dump();
+  EXPECT_GE(p.value("expert_predictions", uint64_t{0}) + p.value("expert_predictions_dropped", uint64_t{0}), 23U * 3)
+      << "a guess per layer after the first and forward pass (23 decode steps of 4 layers, and the prefill's)";
+  const double rate = p.value("prediction_hit_rate", -1.0);
+  EXPECT_GE(rate, 0.0) << p.dump();
+  EXPECT_LE(rate, 1.0) << p.dump();
+  const auto mp = model_in(c.status(), obj);
+  EXPECT_GT(mp.value("expert_predictions", uint64_t{0}), 0U) << mp.dump();
+  EXPECT_EQ(mp.value("expert_hints_ignored", uint64_t{1}), 0U) << mp.dump();
 }
 
 // Expert hints the daemon cannot use, or that are not hints at all, from
@@ -304,7 +319,12 @@ TEST_F(InferIntegration, HostileExpertHintsAreIgnoredAndTheDaemonGoesOn) {
   EXPECT_EQ(airs_model_hint_experts(am_, 0, e32, 1), 0);
   EXPECT_EQ(airs_model_hint_experts(am_, 1, twice, 2), 0);
   EXPECT_EQ(airs_model_hint_experts(am_, 3, e0, 1), 0) << "a good one";
-  uint64_t ignored = 3, taken = 1;
+  // A prediction is checked the same, here and there.
+  EXPECT_EQ(airs_model_predict_experts(am_, 0, e0, 0), -EINVAL);
+  EXPECT_EQ(airs_model_predict_experts(am_, 0, nullptr, 1), -EINVAL);
+  EXPECT_EQ(airs_model_predict_experts(am_, 0, e32, 1), 0);
+  EXPECT_EQ(airs_model_predict_experts(am_, 2, e0, 1), 0) << "a good guess";
+  uint64_t ignored = 4, taken = 1;
   // A raw hint socket of this test's own bus client (which holds a
   // reference once it opened the model): messages that are no hints.
   ASSERT_TRUE(c.open_model(obj, model_, true).ok());
@@ -367,6 +387,7 @@ TEST_F(InferIntegration, HostileExpertHintsAreIgnoredAndTheDaemonGoesOn) {
   } while (std::chrono::steady_clock::now() < end);
   EXPECT_EQ(ms.value("expert_hints", uint64_t{0}), taken) << ms.dump();
   EXPECT_EQ(ms.value("expert_hints_ignored", uint64_t{0}), ignored) << ms.dump();
+  EXPECT_EQ(ms.value("expert_predictions", uint64_t{0}), 1U) << ms.dump();
   EXPECT_NE(daemon_->log().find("expert hint ignored: layer 99 is out of range"), std::string::npos)
       << daemon_->log();
   EXPECT_NE(daemon_->log().find("expert hint ignored: a malformed hint of 3 bytes"), std::string::npos)
@@ -377,6 +398,98 @@ TEST_F(InferIntegration, HostileExpertHintsAreIgnoredAndTheDaemonGoesOn) {
   const auto d = run(args("what is the river", {"-n", "8"}));
   EXPECT_EQ(d["backend"], "daemon") << last_err_;
   EXPECT_EQ(d["token_ids"], priv["token_ids"]);
+}
+
+// Access sampling (libairs): a client that sends no expert hints takes a
+// few units that are in out of its page tables now and then (a lazy
+// mapping) or closes them (cooperative), so the next touch of each is seen
+// by the daemon, whose expert cache otherwise counts misses only. Without
+// sampling, rereading an expert that is in reaches the daemon not at all;
+// with it, the rereads are seen. Every read gives the file's bytes.
+TEST_P(InferStreamedMoe, ClientSamplingShowsTheDaemonTheHitsAndKeepsTheBytes) {
+  if (!start(64, std::string(kQuietPressure) + "[models]\nmode = \"" + GetParam() + "\"\n",
+             {"--experts", "32", "--experts-used", "2", "--embd", "512", "--ff", "512"})) {
+    return;
+  }
+  BusClient c(bus_->address());
+  std::string obj;
+  ASSERT_TRUE(c.load_model(model_, &obj).ok());
+  // Expert 5's slice of layer 1's up projection: its first 64 KiB.
+  auto src = airs::gguf::FdSource::open(model_);
+  ASSERT_TRUE(src) << src.error().message;
+  auto file = airs::gguf::parse(*src);
+  ASSERT_TRUE(file) << file.error().message;
+  const auto t = std::find_if(file->tensors.begin(), file->tensors.end(),
+                              [](const auto& x) { return x.name == "blk.1.ffn_up_exps.weight"; });
+  ASSERT_NE(t, file->tensors.end());
+  const uint64_t slice = t->nbytes / 32, off = t->offset + 5 * slice, len = std::min<uint64_t>(slice, 64 * 1024);
+  std::vector<unsigned char> want(len);
+  ASSERT_TRUE(src->read(off, want.data(), len));
+  const auto same = [&] {
+    const auto* p = static_cast<const volatile unsigned char*>(airs_model_data(am_)) + off;
+    for (uint64_t i = 0; i < len; ++i)
+      if (p[i] != want[i]) return false;
+    return true;
+  };
+  const auto touches = [&] { return model_in(c.status(), obj).value("resident_touches", uint64_t{0}); };
+  const auto open_with = [&](const char* ms, const char* units) {
+    if (ms != nullptr) ::setenv("AIRS_SAMPLE_MS", ms, 1);
+    if (units != nullptr) ::setenv("AIRS_SAMPLE_UNITS", units, 1);
+    const bool ok = open_model();
+    ::unsetenv("AIRS_SAMPLE_MS");
+    ::unsetenv("AIRS_SAMPLE_UNITS");
+    return ok && airs_model_takes_hints(am_) == 1;
+  };
+
+  // Whether rereading the expert reaches the daemon (a fault or an open of
+  // a unit that was in), with every reread checked against the file.
+  const auto rereads_seen = [&](const char* what) {
+    EXPECT_TRUE(same()) << what << ": the first read";
+    const uint64_t before = touches();
+    bool right = true;
+    const auto seen = wait_until(
+        [&] {
+          right = right && same();
+          return touches() >= before + 3;
+        },
+        20s);
+    EXPECT_TRUE(right) << what << ": a reread gave bytes that are not the file's";
+    return seen.has_value();
+  };
+  const auto rereads_unseen = [&](const char* what) {
+    EXPECT_TRUE(same()) << what << ": the first read";
+    const uint64_t before = touches();
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_TRUE(same()) << what << ": reread " << i;
+      std::this_thread::sleep_for(5ms);
+    }
+    return touches() == before;
+  };
+
+  // Sampling off: once the expert is in, rereading it takes no fault.
+  ASSERT_TRUE(open_with("0", "4")) << "a streamed mixture of experts on the daemon";
+  EXPECT_TRUE(rereads_unseen("off")) << "a unit that was in reached the daemon without sampling";
+  close_model();
+
+  // Sampling on (every unit that is in, every 5 ms): the rereads are seen.
+  ASSERT_TRUE(open_with("5", "100000"));
+  EXPECT_TRUE(rereads_seen("on")) << "sampling made no reread reach the daemon: " << model_in(c.status(), obj).dump();
+  const auto ms = model_in(c.status(), obj);
+  EXPECT_EQ(ms.value("access_source", std::string()), "faults") << ms.dump();
+  EXPECT_NE(ms.value("access_source_why", std::string()).find("libairs' access sampling"), std::string::npos)
+      << ms.dump();
+  EXPECT_EQ(ms.value("units_failed", uint64_t{1}), 0U) << ms.dump();
+  close_model();
+
+  // By default, on only where a fault names the base page it touched, and
+  // with it the expert (small-pages); a huge page or a cooperative unit
+  // holds several experts.
+  ASSERT_TRUE(open_with(nullptr, nullptr));
+  if (GetParam() == "small-pages")
+    EXPECT_TRUE(rereads_seen("default")) << "no sampling by default in small-pages mode";
+  else
+    EXPECT_TRUE(rereads_unseen("default")) << "sampling by default in " << GetParam() << " mode";
+  close_model();
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoe, ::testing::Values("full", "small-pages", "cooperative"),

@@ -34,7 +34,7 @@ struct CountingListener : airs::pager::TouchListener {
   void closed(ModelId, ClientKey, uint32_t) override {}
   void client_left(ModelId, ClientKey) override { ++left; }
   void touches_done() override {}
-  std::optional<std::string> hinted(ModelId, ClientKey, uint32_t, std::span<const uint32_t>) override {
+  std::optional<std::string> hinted(ModelId, ClientKey, uint32_t, std::span<const uint32_t>, bool) override {
     return std::nullopt;
   }
   int left = 0;

@@ -993,6 +993,49 @@ class MoeStreamTest : public PagerModeTest {
     (void)run_until(d, [] { return false; }, 200ms);
     ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
   }
+  // A streamed mixture of experts loaded through its floor and settled, and
+  // the units in at that point.
+  struct Loaded {
+    MoeFile f;
+    uint32_t budget = 0;
+    ModelId id = 0;
+    std::set<uint32_t> before;
+  };
+  static Loaded load_settled(Daemon& d) {
+    Loaded l;
+    l.f = moe_file();
+    l.id = load_moe(d, l.f, &l.budget);
+    settle(d, l.id);
+    l.before = ready_units(d, l.id);
+    return l;
+  }
+  // After a hint or a guess of `expert`: every unit of its slices is in, and
+  // nothing else came in since `before`. Returns how many of its units were
+  // not in before (the reads it took).
+  static uint64_t expect_only_expert_read(Daemon& d, const MoeFile& f, ModelId id, const std::set<uint32_t>& before,
+                                          uint32_t expert) {
+    const std::set<uint32_t> mine = moe_units(f, expert);
+    const std::set<uint32_t> after = ready_units(d, id);
+    for (uint32_t u : mine) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of expert " << expert << " is not in";
+    for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || mine.contains(u)) << "unit " << u << " was not asked for";
+    uint64_t fresh = 0;
+    for (uint32_t u : mine) fresh += before.contains(u) ? 0U : 1U;
+    return fresh;
+  }
+
+  // A client reads `expert`'s three slices: the file's bytes, and its
+  // touches read nothing (every unit was in).
+  static void expect_expert_read_without_reads(Daemon& d, const MoeFile& f, ModelId id, uint32_t expert) {
+    const auto reads_before = d.pager->read_order(id).size();
+    std::string ranges;
+    for (uint32_t t = 0; t < 3; ++t)
+      ranges += (t ? "," : "") + std::to_string(f.at(t, expert, 0)) + "-" + std::to_string(f.at(t, expert, f.slice));
+    Child c = spawn("range:" + ranges);
+    ASSERT_TRUE(attach(d, id, c, 1));
+    const int cst = wait_child(&d, c.pid);
+    EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << describe(cst);
+    EXPECT_EQ(d.pager->read_order(id).size(), reads_before) << "a touch read a unit again";
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(Modes, MoeStreamTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem, Backing::ShmemMemfd),
@@ -1081,12 +1124,22 @@ struct HintSocket {
   [[nodiscard]] bool send(const void* p, size_t n) const {
     return ::send(mine.get(), p, n, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(n);
   }
-  [[nodiscard]] bool hint(uint32_t layer, std::vector<uint32_t> experts) const {
+  [[nodiscard]] bool hint(uint32_t layer, std::vector<uint32_t> experts, bool predicted = false) const {
     alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
-    const size_t n = wire::encode_hint(layer, experts, buf);
+    const size_t n = wire::encode_hint(layer, experts, buf, predicted);
     return n > 0 && send(buf, n);
   }
 };
+
+// Client 9's hint socket on model `id` (the test fails where the pager
+// refuses it).
+template <class Daemon>
+HintSocket hint_socket(Daemon& d, ModelId id) {
+  Status st;
+  HintSocket h = HintSocket::open(d, id, 9, &st);
+  EXPECT_TRUE(st) << st.error().message;
+  return h;
+}
 
 // An expert hint, before any touch: the hinted expert's three slices are
 // read (and nothing only a neighbour holds), the cache counts the use; then
@@ -1094,42 +1147,50 @@ struct HintSocket {
 // read again for its touches.
 TEST_P(MoeStreamTest, AHintReadsTheExpertsSlicesBeforeAnyTouch) {
   Daemon d = make_daemon(kPoolPages, {});
-  const MoeFile f = moe_file();
-  uint32_t budget = 0;
-  const ModelId id = load_moe(d, f, &budget);
-  settle(d, id);
-  const std::set<uint32_t> dense = moe_dense_units(f);
-  const std::set<uint32_t> before = ready_units(d, id);
+  const auto [f, budget, id, before] = load_settled(d);
   const uint64_t uses0 = stats(d, id).stream.expert_uses;
-  Status st;
-  HintSocket h = HintSocket::open(d, id, 9, &st);
-  ASSERT_TRUE(st) << st.error().message;
+  HintSocket h = hint_socket(d, id);
   ASSERT_TRUE(h.hint(0, {3}));
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; })) << "the hint was not taken";
   settle(d, id);
-  const std::set<uint32_t> mine = moe_units(f, 3);
-  const std::set<uint32_t> after = ready_units(d, id);
-  for (uint32_t u : mine) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of the hinted expert is not in";
-  for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || mine.contains(u)) << "unit " << u << " was not asked for";
+  const uint64_t fresh = expect_only_expert_read(d, f, id, before, 3);
   const auto s1 = stats(d, id);
   EXPECT_EQ(s1.stream.expert_uses, uses0 + 1) << "the hint is a use the cache counts";
-  uint64_t fresh = 0;
-  for (uint32_t u : mine) fresh += before.contains(u) ? 0U : 1U;
   EXPECT_EQ(s1.stream.hinted_units_read, fresh);
   EXPECT_EQ(s1.hints.refused, 0U);
-  // The client reads expert 3's three slices: the file's bytes, and its
-  // touches read nothing (every unit was in).
-  const auto reads_before = d.pager->read_order(id).size();
-  std::string ranges;
-  for (uint32_t t = 0; t < 3; ++t)
-    ranges += (t ? "," : "") + std::to_string(f.at(t, 3, 0)) + "-" + std::to_string(f.at(t, 3, f.slice));
-  Child c = spawn("range:" + ranges);
-  ASSERT_TRUE(attach(d, id, c, 1));
-  const int cst = wait_child(&d, c.pid);
-  EXPECT_TRUE(WIFEXITED(cst) && WEXITSTATUS(cst) == 0) << describe(cst);
-  EXPECT_EQ(d.pager->read_order(id).size(), reads_before) << "a touch read a unit again";
+  expect_expert_read_without_reads(d, f, id, 3);
   const auto reads = d.pager->read_order(id);
-  for (uint32_t u : mine) EXPECT_EQ(std::count(reads.begin(), reads.end(), u), before.contains(u) ? 0 : 1) << u;
+  for (uint32_t u : moe_units(f, 3))
+    EXPECT_EQ(std::count(reads.begin(), reads.end(), u), before.contains(u) ? 0 : 1) << u;
+}
+
+// A prediction (a guess at what a later layer reads): the expert's three
+// slices are read ahead as for a hint, but the cache counts no use of a
+// guess; a hint of the same expert then reads nothing again, and the
+// client reads the file's bytes without a read for its touches.
+TEST_P(MoeStreamTest, APredictionReadsTheExpertAheadAndCountsNoUse) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto [f, budget, id, before] = load_settled(d);
+  const uint64_t uses0 = stats(d, id).stream.expert_uses;
+  HintSocket h = hint_socket(d, id);
+  ASSERT_TRUE(h.hint(0, {4}, true));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; })) << "the prediction was not taken";
+  settle(d, id);
+  const uint64_t fresh = expect_only_expert_read(d, f, id, before, 4);
+  const auto s1 = stats(d, id);
+  EXPECT_EQ(s1.hints.predictions, 1U);
+  EXPECT_EQ(s1.stream.expert_uses, uses0) << "a guess is not a use";
+  ASSERT_GT(fresh, 0U) << "the expert was in before the prediction: nothing tested";
+  EXPECT_EQ(s1.stream.predicted_units_read, fresh);
+  EXPECT_EQ(s1.stream.hinted_units_read, 0U);
+  // The hint that follows the guess: a use, and no read.
+  const auto reads_before = d.pager->read_order(id).size();
+  ASSERT_TRUE(h.hint(0, {4}));
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 2; }));
+  settle(d, id);
+  EXPECT_EQ(stats(d, id).stream.expert_uses, uses0 + 1);
+  EXPECT_EQ(d.pager->read_order(id).size(), reads_before) << "the hinted expert was read again";
+  expect_expert_read_without_reads(d, f, id, 4);
 }
 
 // Hints that are not hints, or name what the model does not have, are
@@ -1139,11 +1200,7 @@ TEST_P(MoeStreamTest, AHintReadsTheExpertsSlicesBeforeAnyTouch) {
 // at the door.
 TEST_P(MoeStreamTest, HostileHintsAreIgnoredAndReadNothing) {
   Daemon d = make_daemon(kPoolPages, {});
-  const MoeFile f = moe_file();
-  uint32_t budget = 0;
-  const ModelId id = load_moe(d, f, &budget);
-  settle(d, id);
-  const std::set<uint32_t> before = ready_units(d, id);
+  const auto [f, budget, id, before] = load_settled(d);
   const auto reads0 = d.pager->read_order(id).size();
   Status st;
   HintSocket h = HintSocket::open(d, id, 9, &st);
@@ -1165,7 +1222,9 @@ TEST_P(MoeStreamTest, HostileHintsAreIgnoredAndReadNothing) {
   EXPECT_TRUE(h.hint(0, {UINT32_MAX}));
   EXPECT_TRUE(h.hint(0, {2, 2}));
   EXPECT_TRUE(h.hint(0, {1, kMoeExperts})) << "one good expert does not make a bad hint good";
-  bad += 6;
+  EXPECT_TRUE(h.hint(0, {kMoeExperts}, true)) << "a prediction is checked as a hint is";
+  EXPECT_TRUE(h.hint(1, {0}, true));
+  bad += 8;
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.refused == bad; })) << stats(d, id).hints.refused;
   settle(d, id);
   EXPECT_EQ(stats(d, id).hints.taken, 0U);

@@ -148,6 +148,77 @@ TEST(InferMoe, ObserverNamesEveryExpertThePassReads) {
   EXPECT_EQ(poisoned - before, 4U * m->config.n_layer * 3 * (m->config.n_expert - m->config.n_expert_used));
 }
 
+// The predictor's guess for layer l is layer l's router on the residual
+// stream as layer l - 1 routes. Where what comes between adds nothing
+// (layer l - 1's experts and layer l's attention output zeroed), the guess
+// is exactly what layer l then chooses; on the model as it is, the guess
+// changes no logit. Called once per pass for each layer but the first,
+// between layer l - 1's observer call and layer l's.
+TEST(InferMoe, PredictorGuessesTheNextLayersRouterAndChangesNothing) {
+  auto bytes = render(moe_spec("qwen3moe", gguf::TypeScheme::kF32));
+  gguf::File file;
+  auto m = load(bytes, file);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const uint32_t layers = m->config.n_layer;
+  std::vector<int32_t> prompt = {1};
+  for (int32_t i = 1; i < 12; ++i) prompt.push_back(3 + (i * 41) % 290);
+  const auto run = [&](bool predict, Engine::PredictionStats* stats, std::string* order) {
+    ThreadPool pool(2);
+    const KvLayout layout = kv_layout_for(m->config, 8, KvElem::kF32);
+    Engine engine(*m, layout, pool);
+    engine.set_expert_observer([&](uint32_t l, std::span<const uint32_t>) { *order += "o" + std::to_string(l); });
+    if (predict) {
+      engine.set_expert_predictor([&](uint32_t l, std::span<const uint32_t> guess) {
+        *order += "p" + std::to_string(l);
+        EXPECT_FALSE(guess.empty());
+        EXPECT_TRUE(std::is_sorted(guess.begin(), guess.end()));
+        EXPECT_EQ(std::adjacent_find(guess.begin(), guess.end()), guess.end());
+        for (uint32_t e : guess) EXPECT_LT(e, m->config.n_expert);
+      });
+    }
+    PrivateKv kv(layout.block_bytes());
+    Sequence seq(engine, kv);
+    auto l = seq.prefill(prompt);
+    EXPECT_TRUE(l.ok());
+    std::vector<float> out(l->begin(), l->end());
+    for (int i = 0; i < 3; ++i) {
+      order->clear();
+      l = seq.append(argmax(*l));
+      EXPECT_TRUE(l.ok());
+      out.insert(out.end(), l->begin(), l->end());
+    }
+    *stats = engine.prediction_stats();
+    return out;
+  };
+  Engine::PredictionStats s;
+  std::string order;
+  const auto plain = run(false, &s, &order);
+  EXPECT_EQ(s.predictions, 0U);
+  EXPECT_EQ(run(true, &s, &order), plain) << "a guess changed the logits";
+  std::string want;
+  for (uint32_t l = 0; l < layers; ++l) {
+    want += "o" + std::to_string(l);
+    if (l + 1 < layers) want += "p" + std::to_string(l + 1);
+  }
+  EXPECT_EQ(order, want) << "the order of the calls in the last decode step";
+  EXPECT_EQ(s.predictions, 4U * (layers - 1)) << "a prefill and three decode steps";
+  EXPECT_GT(s.used, 0U);
+  // This model's layers do change the residual: some guesses miss (so the
+  // check below can fail).
+  EXPECT_LT(s.hits, s.used);
+  // Nothing between layer l - 1's routing and layer l's: the guess is right.
+  const auto zero = [&](const Matrix& x, size_t slices) {
+    std::memset(bytes.data() + (x.data - bytes.data()), 0, x.rows * x.row_stride * slices);
+  };
+  for (uint32_t l = 1; l < layers; ++l) {
+    zero(m->layers[l - 1].w_down, m->config.n_expert);
+    zero(m->layers[l].wo, 1);
+  }
+  run(true, &s, &order);
+  EXPECT_GT(s.used, 0U);
+  EXPECT_EQ(s.hits, s.used) << "the guess differs from the routing it had every input of";
+}
+
 TEST(InferMoe, WeightBytesCountTheUsedExperts) {
   const auto bytes = render(moe_spec("llama", gguf::TypeScheme::kF32));
   gguf::File file;

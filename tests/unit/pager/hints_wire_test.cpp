@@ -27,6 +27,22 @@ TEST(HintWire, WhatIsEncodedIsDecoded) {
   EXPECT_EQ(std::vector<uint32_t>(h.experts, h.experts + h.count), experts);
 }
 
+TEST(HintWire, APredictionIsAHintWithItsOwnMagicWord) {
+  std::byte buf[kMaxHintBytes];
+  const std::vector<uint32_t> experts{7, 2};
+  const size_t n = encode_hint(3, experts, buf, true);
+  ASSERT_EQ(n, kHintHeaderBytes + 8);
+  uint32_t magic = 0;
+  std::memcpy(&magic, buf, 4);
+  EXPECT_EQ(magic, kPredictMagic);
+  const DecodedHint h = decode_hint(buf, n);
+  ASSERT_EQ(h.error, nullptr) << h.error;
+  EXPECT_TRUE(h.predicted);
+  EXPECT_EQ(h.layer, 3U);
+  EXPECT_EQ(std::vector<uint32_t>(h.experts, h.experts + h.count), experts);
+  EXPECT_FALSE(decode_hint(buf, encode_hint(3, experts, buf)).predicted) << "a hint is no prediction";
+}
+
 TEST(HintWire, TheLongestHintFitsAndOneMoreDoesNot) {
   std::byte buf[kMaxHintBytes];
   std::vector<uint32_t> experts(kMaxHintExperts);
