@@ -288,9 +288,16 @@ if [[ $userland == own ]]; then
     for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do [[ -s $f ]] && { src_list=$f; break; }; done
     [[ -n $src_list ]] || { echo "run-vm.sh: no apt sources on this machine to build the $arch userland from" >&2; exit 1; }
     rm -rf "$guest_root" "$guest_root.tmp"
-    timeout 900 mmdebstrap --quiet --mode=root --variant=extract --architectures="$arch" --include="$userland_pkgs" \
-      "${extract_hook[@]}" "$host_suite" "$guest_root.tmp" "$src_list" ||
-      { echo "run-vm.sh: mmdebstrap of the $arch userland failed" >&2; exit 1; }
+    # Without the descriptors this script inherited (ctest's, a CI
+    # runner's): mmdebstrap hands apt a pipe by number, and apt's hook runs
+    # `cat >&N` in dash, which takes one-digit descriptors only ("Bad fd
+    # number" once enough are open that the pipe lands at 10 or above). The
+    # locks stay held: this shell keeps its descriptors.
+    (
+      for fd in $(ls /proc/$BASHPID/fd); do ((fd > 2)) && eval "exec $fd>&-"; done
+      exec timeout 900 mmdebstrap --quiet --mode=root --variant=extract --architectures="$arch" \
+        --include="$userland_pkgs" "${extract_hook[@]}" "$host_suite" "$guest_root.tmp" "$src_list"
+    ) || { echo "run-vm.sh: mmdebstrap of the $arch userland failed" >&2; exit 1; }
     cp "$guest_root.tmp/usr/share/base-passwd/passwd.master" "$guest_root.tmp/etc/passwd"
     cp "$guest_root.tmp/usr/share/base-passwd/group.master" "$guest_root.tmp/etc/group"
     # The system users the packages' maintainer scripts (and a first boot)
