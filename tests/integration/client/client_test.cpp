@@ -210,6 +210,11 @@ class ClientIntegration : public ::testing::Test {
       obj = opened_object(c);
       if (obj.empty() || !require_direct_io(obj)) return false;
       EXPECT_TRUE(wait_until([&] { return c.thread_waits_in("handle_userfault"); }, 30000ms)) << c.transcript();
+      // The daemon took the fault (and with it issued the held read): a
+      // client killed before the daemon read its fault leaves nothing in
+      // flight, and nothing to drain.
+      EXPECT_TRUE(wait_until([&] { return model_status(obj).value("faults_waited", uint64_t{0}) >= 1; }, 30000ms))
+          << model_status(obj).dump();
       c.kill(SIGKILL);
       (void)c.wait();
       EXPECT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 30000ms));
