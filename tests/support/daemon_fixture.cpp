@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon_fixture.hpp"
+#include "proc_threads.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -60,37 +61,6 @@ int wait_for(pid_t pid, std::chrono::milliseconds timeout) {
   int st = 0;
   ::waitpid(pid, &st, 0);
   return -SIGKILL;
-}
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-
-// What each thread of `pid` is doing, from /proc: its name, state, the
-// kernel function it sleeps in, its syscall (number and arguments) and its
-// kernel stack (root only). For a process that did not exit when told to:
-// the log then says where it hangs.
-std::string describe_threads(pid_t pid) {
-  std::string out;
-  const std::string base = "/proc/" + std::to_string(pid) + "/task";
-  std::error_code ec;
-  for (const auto& t : std::filesystem::directory_iterator(base, ec)) {
-    const std::string d = t.path().string();
-    const std::string stat = read_small_file(d + "/stat");
-    const auto close_paren = stat.rfind(')');
-    const std::string state = close_paren == std::string::npos ? "?" : stat.substr(close_paren + 2, 1);
-    out += "  thread " + t.path().filename().string() + " (" + read_small_file(d + "/comm") + ") state " + state +
-           " wchan " + read_small_file(d + "/wchan") + " syscall " + read_small_file(d + "/syscall") + "\n";
-    std::istringstream stack(read_small_file(d + "/stack"));
-    for (std::string line; std::getline(stack, line);) out += "    " + line + "\n";
-  }
-  if (ec) out += "  (cannot list " + base + ": " + ec.message() + ")\n";
-  return out;
 }
 
 // The processor time `pid` used so far ("utime+stime" in clock ticks, from

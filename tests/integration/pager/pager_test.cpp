@@ -43,6 +43,7 @@
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
 #include "blkio_throttle.hpp"
+#include "proc_threads.hpp"
 #include "wire.hpp"
 #include "wire/hints.hpp"
 #include "wire/opened.hpp"
@@ -329,8 +330,14 @@ class PagerTest : public ::testing::Test {
     };
     int pipefd[2];
     EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+    const pid_t test_pid = ::getpid();
     const pid_t daemon = ::fork();
     if (daemon == 0) {
+      // It serves until this process kills it: if this process dies first
+      // (a failure, ctest's time limit), it goes too, and does not hold the
+      // test's output open for ever.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != test_pid) _exit(3);
       ::close(pipefd[0]);
       Daemon d = make();
       std::vector<Child> cs;
@@ -361,12 +368,29 @@ class PagerTest : public ::testing::Test {
     ::close(pipefd[1]);
     g_children.push_back(daemon);
     Report r{};
-    const bool got = ::read(pipefd[0], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
+    // The forked daemon reports within its own 120 s wait (plus its start);
+    // one that does not is described before it is killed, not waited for
+    // until ctest's limit.
+    pollfd pfd{pipefd[0], POLLIN, 0};
+    int ready;
+    do ready = ::poll(&pfd, 1, 240'000);
+    while (ready < 0 && errno == EINTR);
+    const bool got = ready == 1 && ::read(pipefd[0], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
     ::close(pipefd[0]);
+    if (!got) ADD_FAILURE() << "the forked daemon sent no report in 240 s; its threads:\n" << test::describe_threads(daemon);
     if (got) g_children.insert(g_children.end(), r.pids, r.pids + 2);
     ::kill(daemon, SIGKILL);
-    (void)held.release();
-    ::waitpid(daemon, nullptr, 0);
+    const bool released = held.release();
+    // Its exit waits for its reads in the device, which the release lets go.
+    const auto dead_by = std::chrono::steady_clock::now() + 60s;
+    while (::waitpid(daemon, nullptr, WNOHANG) != daemon) {
+      if (std::chrono::steady_clock::now() > dead_by) {
+        ADD_FAILURE() << "the killed daemon did not exit in 60 s (reads released: " << released
+                      << "); its threads:\n" << test::describe_threads(daemon);
+        return {};
+      }
+      std::this_thread::sleep_for(5ms);
+    }
     if (got && r.code == kNoDirectIo) return {{}, g_src + " takes no O_DIRECT: its reads would come from the page cache"};
     if (got && r.code == kNoHold) return {{}, "the daemon could not lock its mappings and join the throttled group"};
     EXPECT_TRUE(got && r.code == kWaiting) << "the forked daemon did not report waiting clients (report "
