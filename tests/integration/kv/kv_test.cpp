@@ -433,6 +433,24 @@ class KvEviction : public KvIntegration {
     ASSERT_EQ(dbus_->status()["pool"]["free_bytes"].get<uint64_t>(), 0u) << "the pool is not full";
   }
 
+  // A daemon with `toml`, the pool full (fill): background and system
+  // sessions, an interactive one that holds the rest, and an interactive
+  // requester with nothing yet. False when the test cannot go on (a skip
+  // or a failure is recorded).
+  bool start_full(const std::string& toml) {
+    if (!start(32, toml) || !open_lib()) return false;
+    bg_s_ = session(AIRS_PRIORITY_BACKGROUND);
+    sys_s_ = session(AIRS_PRIORITY_SYSTEM);
+    int_s_ = session(AIRS_PRIORITY_INTERACTIVE);
+    req_s_ = session(AIRS_PRIORITY_INTERACTIVE);
+    if (!(bg_s_ && sys_s_ && int_s_ && req_s_)) {
+      ADD_FAILURE() << "a session could not be created: " << airs_last_error();
+      return false;
+    }
+    fill(bg_s_, sys_s_, int_s_);
+    return !HasFatalFailure();
+  }
+
   static std::vector<uint32_t> notices(airs_session* s) {
     std::vector<uint32_t> v(4096);
     const int n = airs_session_read_notices(s, v.data(), v.size());
@@ -444,6 +462,7 @@ class KvEviction : public KvIntegration {
   uint64_t free_chunks_ = 0;
   uint32_t per_chunk_ = 0;
   std::vector<uint32_t> bg_, sys_, active_;
+  airs_session *bg_s_ = nullptr, *sys_s_ = nullptr, *int_s_ = nullptr, *req_s_ = nullptr;
 };
 
 // Whether interactive KV is active or idle is a matter of time, so each half
@@ -451,13 +470,8 @@ class KvEviction : public KvIntegration {
 // here an hour (the session is active however slow the guest), below one
 // second after a sleep past it (the session is idle however fast).
 TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractive) {
-  if (!start(32, "idle_threshold = \"1h\"\n") || !open_lib()) return;
-  airs_session* bg = session(AIRS_PRIORITY_BACKGROUND);
-  airs_session* sys = session(AIRS_PRIORITY_SYSTEM);
-  airs_session* active = session(AIRS_PRIORITY_INTERACTIVE);
-  airs_session* req = session(AIRS_PRIORITY_INTERACTIVE);
-  ASSERT_TRUE(bg && sys && active && req);
-  ASSERT_NO_FATAL_FAILURE(fill(bg, sys, active));
+  if (!start_full("idle_threshold = \"1h\"\n")) return;
+  airs_session *bg = bg_s_, *sys = sys_s_, *active = int_s_, *req = req_s_;
   const uint32_t half = per_chunk_ / 2;
 
   // 1. Room for half a chunk: background KV goes first, nobody else's.
@@ -506,13 +520,8 @@ TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractive) {
 }
 
 TEST_F(KvEviction, IdleInteractiveGoesAfterBackgroundAndSystem) {
-  if (!start(32, "idle_threshold = \"1s\"\n") || !open_lib()) return;
-  airs_session* bg = session(AIRS_PRIORITY_BACKGROUND);
-  airs_session* sys = session(AIRS_PRIORITY_SYSTEM);
-  airs_session* idle = session(AIRS_PRIORITY_INTERACTIVE);
-  airs_session* req = session(AIRS_PRIORITY_INTERACTIVE);
-  ASSERT_TRUE(bg && sys && idle && req);
-  ASSERT_NO_FATAL_FAILURE(fill(bg, sys, idle));
+  if (!start_full("idle_threshold = \"1s\"\n")) return;
+  airs_session *bg = bg_s_, *sys = sys_s_, *idle = int_s_, *req = req_s_;
   // Idle past the threshold from here on: nothing touches it again.
   std::this_thread::sleep_for(1300ms);
 
@@ -607,13 +616,8 @@ TEST_F(KvEviction, AnotherUidsKvStopsAtItsPoolShareAndEvictsNobodyElses) {
 TEST_F(KvEviction, FailedAllocateEvictsNothing) {
   // All or nothing: an Allocate that cannot be satisfied (the rest is
   // active interactive KV) must not evict lower-priority KV on the way.
-  if (!start(32) || !open_lib()) return;
-  airs_session* bg = session(AIRS_PRIORITY_BACKGROUND);
-  airs_session* sys = session(AIRS_PRIORITY_SYSTEM);
-  airs_session* active = session(AIRS_PRIORITY_INTERACTIVE);
-  airs_session* req = session(AIRS_PRIORITY_INTERACTIVE);
-  ASSERT_TRUE(bg && sys && active && req);
-  ASSERT_NO_FATAL_FAILURE(fill(bg, sys, active));
+  if (!start_full("")) return;
+  airs_session *bg = bg_s_, *sys = sys_s_, *active = int_s_, *req = req_s_;
   const auto before = dbus_->list_sessions();
   std::vector<uint32_t> big(3 * per_chunk_);
   EXPECT_EQ(airs_session_allocate(req, 3 * per_chunk_, big.data()), -ENOMEM);
