@@ -418,8 +418,8 @@ TEST_F(KvIntegration, FdQuotaAtNPlusOne) {
 
 class KvEviction : public KvIntegration {
  protected:
-  // Fills the pool: background and system one chunk each, `active` the rest.
-  void fill(airs_session* bg, airs_session* sys, airs_session* active) {
+  // Fills the pool: background and system one chunk each, `interactive` the rest.
+  void fill(airs_session* bg, airs_session* sys, airs_session* interactive) {
     const auto g = geometry(bg);
     const auto st = dbus_->status();
     const uint64_t chunk = huge_page_size();  // blocks are carved from huge-page chunks
@@ -429,7 +429,7 @@ class KvEviction : public KvIntegration {
     ASSERT_GE(per_chunk_, 4u);
     bg_ = allocate(bg, per_chunk_);
     sys_ = allocate(sys, per_chunk_);
-    active_ = allocate(active, static_cast<uint32_t>(free_chunks_ - 2) * per_chunk_);
+    int_blocks_ = allocate(interactive, static_cast<uint32_t>(free_chunks_ - 2) * per_chunk_);
     ASSERT_EQ(dbus_->status()["pool"]["free_bytes"].get<uint64_t>(), 0u) << "the pool is not full";
   }
 
@@ -461,7 +461,7 @@ class KvEviction : public KvIntegration {
 
   uint64_t free_chunks_ = 0;
   uint32_t per_chunk_ = 0;
-  std::vector<uint32_t> bg_, sys_, active_;
+  std::vector<uint32_t> bg_, sys_, int_blocks_;  // what fill() gave each
   airs_session *bg_s_ = nullptr, *sys_s_ = nullptr, *int_s_ = nullptr, *req_s_ = nullptr;
 };
 
@@ -539,7 +539,7 @@ TEST_F(KvEviction, IdleInteractiveGoesAfterBackgroundAndSystem) {
   EXPECT_TRUE(readable(airs_session_notice_fd(idle))) << "idle interactive session was not evicted";
   auto n = notices(idle);
   EXPECT_EQ(n.size(), per_chunk_);
-  for (uint32_t b : n) EXPECT_NE(std::find(active_.begin(), active_.end(), b), active_.end());
+  for (uint32_t b : n) EXPECT_NE(std::find(int_blocks_.begin(), int_blocks_.end(), b), int_blocks_.end());
   // The blocks it lost are the ones the requester now holds.
   std::set<uint32_t> got(more.begin(), more.end());
   for (uint32_t b : n) EXPECT_EQ(got.count(b), 1u) << b;
