@@ -137,6 +137,29 @@ class InferIntegration : public ::testing::Test {
     return lm_ != nullptr && open_model();
   }
 
+  // Loads the test model through `c` and holds a reference on it (Open
+  // without waiting, a reference in every mode and mapping nothing), so
+  // that the status it reads later is this model's: an unused model goes
+  // whenever the machine's own memory pressure crosses the daemon's PSI
+  // triggers (other processes' stalls count), and a client that comes next
+  // loads it again under another object path.
+  bool load_and_hold(BusClient& c, std::string& obj) {
+    const auto e = c.load_model(model_, &obj);
+    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
+    if (!e.ok()) return false;
+    const auto o = c.open_model(obj, model_, false, false);
+    EXPECT_TRUE(o.ok()) << o.name << ": " << o.message;
+    return o.ok();
+  }
+  // The model `obj` in the daemon's status; when it is gone, a failure with
+  // the daemon's log (which names who unloaded it) and an empty object.
+  nlohmann::json model_status(BusClient& c, const std::string& obj) {
+    auto m = model_in(c.status(), obj);
+    if (m.is_object()) return m;
+    ADD_FAILURE() << "model " << obj << " is not loaded any more; the daemon's log:\n" << daemon_->log();
+    return nlohmann::json::object();
+  }
+
   std::unique_ptr<airs::test::LoadedModel> lm_;
   airs_client* client_ = nullptr;
   airs_model* am_ = nullptr;
@@ -252,18 +275,17 @@ TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens
   }
   BusClient c(bus_->address());
   std::string obj;
-  auto e = c.load_model(model_, &obj);
-  ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
+  ASSERT_TRUE(load_and_hold(c, obj));
   const auto priv = run(args("what is the river", {"--no-daemon", "-n", "24"}));
   const auto d = run(args("what is the river", {"-n", "24"}));
   if (HasFailure()) {
-    ADD_FAILURE() << "the model: " << model_in(c.status(), obj).dump();  // a stall says what streamed
+    ADD_FAILURE() << "the model: " << model_status(c, obj).dump();  // a stall says what streamed
     return;
   }
   EXPECT_EQ(d["backend"], "daemon") << last_err_;
   EXPECT_EQ(d["token_ids"].size(), 24U);
   EXPECT_EQ(d["token_ids"], priv["token_ids"]);
-  const auto ms = model_in(c.status(), obj);
+  const auto ms = model_status(c, obj);
   EXPECT_EQ(ms.value("streamed", false), true) << ms.dump();
   EXPECT_GT(ms.value("units_dropped", uint64_t{0}), 0U) << "nothing was dropped: nothing tested\n" << ms.dump();
   // The engine told the daemon every layer's experts ahead (expert hints,
@@ -288,7 +310,7 @@ TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens
   const double rate = p.value("prediction_hit_rate", -1.0);
   EXPECT_GE(rate, 0.0) << p.dump();
   EXPECT_LE(rate, 1.0) << p.dump();
-  const auto mp = model_in(c.status(), obj);
+  const auto mp = model_status(c, obj);
   EXPECT_GT(mp.value("expert_predictions", uint64_t{0}), 0U) << mp.dump();
   EXPECT_EQ(mp.value("expert_hints_ignored", uint64_t{1}), 0U) << mp.dump();
 }
@@ -413,7 +435,7 @@ TEST_P(InferStreamedMoe, ClientSamplingShowsTheDaemonTheHitsAndKeepsTheBytes) {
   }
   BusClient c(bus_->address());
   std::string obj;
-  ASSERT_TRUE(c.load_model(model_, &obj).ok());
+  ASSERT_TRUE(load_and_hold(c, obj));
   // Expert 5's slice of layer 1's up projection: its first 64 KiB.
   auto src = airs::gguf::FdSource::open(model_);
   ASSERT_TRUE(src) << src.error().message;
@@ -431,7 +453,7 @@ TEST_P(InferStreamedMoe, ClientSamplingShowsTheDaemonTheHitsAndKeepsTheBytes) {
       if (p[i] != want[i]) return false;
     return true;
   };
-  const auto touches = [&] { return model_in(c.status(), obj).value("resident_touches", uint64_t{0}); };
+  const auto touches = [&] { return model_status(c, obj).value("resident_touches", uint64_t{0}); };
   const auto open_with = [&](const char* ms, const char* units) {
     if (ms != nullptr) ::setenv("AIRS_SAMPLE_MS", ms, 1);
     if (units != nullptr) ::setenv("AIRS_SAMPLE_UNITS", units, 1);
@@ -473,8 +495,8 @@ TEST_P(InferStreamedMoe, ClientSamplingShowsTheDaemonTheHitsAndKeepsTheBytes) {
 
   // Sampling on (every unit that is in, every 5 ms): the rereads are seen.
   ASSERT_TRUE(open_with("5", "100000"));
-  EXPECT_TRUE(rereads_seen("on")) << "sampling made no reread reach the daemon: " << model_in(c.status(), obj).dump();
-  const auto ms = model_in(c.status(), obj);
+  EXPECT_TRUE(rereads_seen("on")) << "sampling made no reread reach the daemon: " << model_status(c, obj).dump();
+  const auto ms = model_status(c, obj);
   EXPECT_EQ(ms.value("access_source", std::string()), "faults") << ms.dump();
   EXPECT_NE(ms.value("access_source_why", std::string()).find("libairs' access sampling"), std::string::npos)
       << ms.dump();

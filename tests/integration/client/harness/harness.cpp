@@ -357,7 +357,7 @@ CallError BusClient::evict_model(const std::string& object) {
   });
 }
 
-CallError BusClient::open_model(const std::string& object, const std::string& proof_path, bool lazy) {
+CallError BusClient::open_model(const std::string& object, const std::string& proof_path, bool lazy, bool wait) {
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, object);
     sdbus::UnixFd region, status;
@@ -371,9 +371,11 @@ CallError BusClient::open_model(const std::string& object, const std::string& pr
           .withArguments(proof, uffd, dbus::Dict{})
           .storeResultsTo(region, size, status, info);
     } else {
+      dbus::Dict options;
+      if (!wait) options["wait"] = sdbus::Variant(false);
       p->callMethod("Open")
           .onInterface("org.aios.Airs1.Model")
-          .withArguments(proof, dbus::Dict{})
+          .withArguments(proof, options)
           .storeResultsTo(region, size, status, info);
     }
   });

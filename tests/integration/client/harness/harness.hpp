@@ -132,9 +132,10 @@ class BusClient {
   // Manager.Evict({model: object}): what an admin's `airsctl evict --model` does.
   CallError evict_model(const std::string& object);
   // Model.Open(lazy); the returned fds are closed at once.
-  // Open (read-only, waits until resident) or OpenLazy (with a fresh
-  // userfaultfd), proving access with an fd of `proof_path`.
-  CallError open_model(const std::string& object, const std::string& proof_path, bool lazy);
+  // Open (read-only; waits until resident unless `wait` is false) or
+  // OpenLazy (with a fresh userfaultfd), proving access with an fd of
+  // `proof_path`. Either holds a reference until Release or disconnect.
+  CallError open_model(const std::string& object, const std::string& proof_path, bool lazy, bool wait = true);
   CallError release_model(const std::string& object);
   // Model.Hints with `socket_fd` (the caller keeps its own copy).
   CallError hints(const std::string& object, int socket_fd);
