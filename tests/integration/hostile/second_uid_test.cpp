@@ -196,16 +196,6 @@ class Hostile2 : public ::testing::Test {
     return obj;
   }
 
-  // Root holds a reference on `obj` (Open without waiting, mapping
-  // nothing): an unused model goes whenever the machine's memory pressure
-  // crosses the daemon's PSI triggers, and a test that waits on another
-  // uid's pending Open (which holds nothing until it is answered) must not
-  // see its model unloaded under it.
-  void hold(const std::string& obj, const ModelFile& m) {
-    auto e = dbus_->open_model(obj, m.path, false, false);
-    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
-  }
-
   std::vector<std::string> client(const ModelFile& m, std::vector<std::string> extra) {
     std::vector<std::string> a = {test_client_path(), "--bus", bus_->address(), "--file", m.path};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -319,7 +309,8 @@ TEST_F(Hostile2, UntrustedCallerGetsNoWritableRegionAndWaitsForResidency) {
   if (!start(64, "[models]\nwarmup_rate = \"8M\"\n")) return;
   auto m = model("m.gguf", "shared", 24 * kMiB);
   const std::string obj = load(m);
-  hold(obj, m);
+  // Root holds it: nobody's pending Open holds nothing until it is answered.
+  ASSERT_TRUE(dbus_->hold_model(obj, m.path).ok());
   auto r = as_user(kNobody, [&] {
     auto c = connect();
     auto p = sdbus::createProxy(*c, "org.aios.Airs1", obj);
@@ -445,7 +436,8 @@ TEST_F(Hostile2, WaitingOpensAreBoundedPerClient) {
   if (!start(std::max<uint64_t>(64, round_up_pages(size) / kMiB), "[models]\nwarmup_rate = \"4M\"\n")) return;
   auto m = model("m.gguf", "slow", size);
   const std::string obj = load(m);
-  hold(obj, m);  // root's reference: nobody's quota is per connection
+  // Root holds it (nobody's pending Opens hold nothing); the quota is per connection.
+  ASSERT_TRUE(dbus_->hold_model(obj, m.path).ok());
   auto r = as_user(kNobody, [&] {
     // One connection (one client), six Opens in flight at once. The replies
     // are processed on this thread: a thread started in a child forked from

@@ -137,17 +137,13 @@ class InferIntegration : public ::testing::Test {
     return lm_ != nullptr && open_model();
   }
 
-  // Loads the test model through `c` and holds a reference on it (Open
-  // without waiting, a reference in every mode and mapping nothing), so
-  // that the status it reads later is this model's: an unused model goes
-  // whenever the machine's own memory pressure crosses the daemon's PSI
-  // triggers (other processes' stalls count), and a client that comes next
-  // loads it again under another object path.
+  // Loads the test model through `c` and holds it (BusClient::hold_model),
+  // so that the status read later is this model's.
   bool load_and_hold(BusClient& c, std::string& obj) {
     const auto e = c.load_model(model_, &obj);
     EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
     if (!e.ok()) return false;
-    const auto o = c.open_model(obj, model_, false, false);
+    const auto o = c.hold_model(obj, model_);
     EXPECT_TRUE(o.ok()) << o.name << ": " << o.message;
     return o.ok();
   }

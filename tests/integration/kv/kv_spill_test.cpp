@@ -75,13 +75,11 @@ class KvSpill : public ::testing::Test {
     return load();
   }
 
-  // Loads the model and waits for its content id (spill entries are tied
-  // to it). This test's bus client holds a reference on it: an unused model
-  // goes whenever the machine's memory pressure crosses the daemon's PSI
-  // triggers, and the tests name it by its object path across their steps.
+  // Loads the model, holds it (the tests name it by its object path across
+  // their steps), and waits for its content id (spill entries are tied to it).
   bool load() {
     auto e = dbus_->load_model(model_path_, &model_obj_);
-    if (e.ok()) e = dbus_->open_model(model_obj_, model_path_, false, false);
+    if (e.ok()) e = dbus_->hold_model(model_obj_, model_path_);
     if (!e.ok()) {
       ADD_FAILURE() << e.name << ": " << e.message;
       return false;

@@ -296,10 +296,8 @@ TEST_F(KvIntegration, AnotherUidCannotTouchTheSessionAndNeverSharesTheArena) {
 TEST_F(KvIntegration, ASessionNeedsProofThatTheUidCanReadTheModel) {
   if (!start(64)) return;
   if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid 65534";
-  // Held by root through both children: an unused model goes whenever the
-  // machine's memory pressure crosses the daemon's PSI triggers, and the
-  // children name it by its object path.
-  ASSERT_TRUE(dbus_->open_model(model_obj_, file_.path, false, false).ok());
+  // Held by root through both children, which name it by its object path.
+  ASSERT_TRUE(dbus_->hold_model(model_obj_, file_.path).ok());
   // No fd of the file: refused, naming the proof that is missing; nothing is held.
   Child bare({kv_client_path(), "match", "--bus", bus_->address(), "--as-uid", "65534", "--model", model_obj_,
               "--hashes", "1"});

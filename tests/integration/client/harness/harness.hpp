@@ -136,6 +136,14 @@ class BusClient {
   // OpenLazy (with a fresh userfaultfd), proving access with an fd of
   // `proof_path`. Either holds a reference until Release or disconnect.
   CallError open_model(const std::string& object, const std::string& proof_path, bool lazy, bool wait = true);
+  // A reference on `object` that maps nothing (Open without waiting, which
+  // every mode allows), for a test that names the model by its object path
+  // across a wait: an unused model goes whenever the machine's memory
+  // pressure crosses the daemon's PSI triggers (other processes' stalls
+  // count), and the next client loads it under another path.
+  CallError hold_model(const std::string& object, const std::string& proof_path) {
+    return open_model(object, proof_path, false, false);
+  }
   CallError release_model(const std::string& object);
   // Model.Hints with `socket_fd` (the caller keeps its own copy).
   CallError hints(const std::string& object, int socket_fd);
