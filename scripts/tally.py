@@ -8,8 +8,9 @@ directory, named STAGE.xml; a VM guest's own ctest leaves its file there too
 run at all leaves STAGE.missing with one line saying why: it counts as one
 failed test, so a stage that never ran is never a silent pass.
 
-Prints the skipped tests with their reasons, the failed tests, one line per
-stage, and last: "N passed, N failed, N skipped". A skipped test is not a
+Prints the skipped tests with their reasons, the failed tests each with the
+first lines of its failure (the assertion and its values: the part of a long
+log a reader needs first), one line per stage, and last: "N passed, N failed, N skipped". A skipped test is not a
 passed test: ctest's own percentage counts it as passed, this does not.
 
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -42,6 +43,19 @@ def skip_reason(case):
     return sk.get("message", "no reason given") if sk is not None else "no reason given"
 
 
+GTEST_FAILURE = re.compile(r"^.*: Failure$", re.M)
+
+
+def failure_excerpt(case, lines=6):
+    """The first failed assertion with the lines that follow it (gtest), else
+    the last lines of the output (a shell test's own words)."""
+    out = case.findtext("system-out") or ""
+    m = GTEST_FAILURE.search(out)
+    text = out[m.start():] if m else out
+    kept = [line.rstrip()[:240] for line in text.splitlines() if line.strip()]
+    return kept[:lines] if m else kept[-lines:]
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -52,7 +66,7 @@ def main():
     totals = [0, 0, 0]
     for f in sorted(results.glob("*.missing")):
         why = f.read_text().strip() or "no result"
-        failed.append((f.stem, "(stage)", why))
+        failed.append((f.stem, "(stage)", why, []))
         stages.append((f.stem, 0, 1, 0))
         totals[1] += 1
     for f in sorted(results.glob("*.xml")):
@@ -60,7 +74,7 @@ def main():
         try:
             root = ET.parse(f).getroot()
         except ET.ParseError as e:
-            failed.append((stage, "(junit)", f"unreadable {f.name}: {e}"))
+            failed.append((stage, "(junit)", f"unreadable {f.name}: {e}", []))
             stages.append((stage, 0, 1, 0))
             totals[1] += 1
             continue
@@ -70,7 +84,7 @@ def main():
             status = case.get("status", "")
             if case.find("failure") is not None or case.find("error") is not None or status == "fail":
                 fl += 1
-                failed.append((stage, name, ""))
+                failed.append((stage, name, "", failure_excerpt(case)))
             elif case.find("skipped") is not None or status in ("notrun", "disabled"):
                 sk += 1
                 skipped.append((stage, name, skip_reason(case)))
@@ -86,8 +100,10 @@ def main():
             print(f"  SKIPPED [{stage}] {name}: {why}")
     if failed:
         print(f"failed ({len(failed)}):")
-        for stage, name, why in failed:
+        for stage, name, why, excerpt in failed:
             print(f"  FAILED [{stage}] {name}{': ' + why if why else ''}")
+            for line in excerpt:
+                print(f"      {line}")
     print("by stage:")
     for stage, p, fl, sk in stages:
         print(f"  {stage:<28} {p:5d} passed {fl:4d} failed {sk:4d} skipped")
