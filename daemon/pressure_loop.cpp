@@ -27,6 +27,7 @@ pressure::Config monitor_config(const config::PressureConfig& c) {
   pressure::Config m;
   m.source = c.source == config::PressureSource::Psi    ? pressure::Source::PsiTriggers
              : c.source == config::PressureSource::Poll ? pressure::Source::PollPsi
+             : c.source == config::PressureSource::Off  ? pressure::Source::Off
                                                         : pressure::Source::Auto;
   m.mild = {sys::PsiKind::Some, c.some_threshold, c.some_window};
   m.severe = {sys::PsiKind::Full, c.full_threshold, c.full_window};

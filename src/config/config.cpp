@@ -43,7 +43,7 @@ AIRS_CONFIG_WORDS(ModeChoice, {ModeChoice::Auto, "auto"}, {ModeChoice::Full, "fu
 AIRS_CONFIG_WORDS(DirectIo, {DirectIo::Auto, "auto"}, {DirectIo::On, "on"}, {DirectIo::Off, "off"})
 AIRS_CONFIG_WORDS(KvType, {KvType::F16, "f16"}, {KvType::Q8_0, "q8_0"})
 AIRS_CONFIG_WORDS(PressureSource, {PressureSource::Auto, "auto"}, {PressureSource::Psi, "psi"},
-                  {PressureSource::Poll, "poll"})
+                  {PressureSource::Poll, "poll"}, {PressureSource::Off, "off"})
 AIRS_CONFIG_WORDS(NoBus, {NoBus::Wait, "wait"}, {NoBus::Fail, "fail"})
 #undef AIRS_CONFIG_WORDS
 

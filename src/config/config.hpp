@@ -28,7 +28,7 @@ enum class NumaPolicy : uint8_t { Local, Bind, Interleave };         // local | 
 enum class ModeChoice : uint8_t { Auto, Full, SmallPages, Cooperative };  // auto | full | small-pages | cooperative
 enum class DirectIo : uint8_t { Auto, On, Off };                     // auto | on | off
 enum class KvType : uint8_t { F16, Q8_0 };                           // f16 | q8_0
-enum class PressureSource : uint8_t { Auto, Psi, Poll };             // auto | psi | poll
+enum class PressureSource : uint8_t { Auto, Psi, Poll, Off };        // auto | psi | poll | off
 enum class NoBus : uint8_t { Wait, Fail };                           // wait | fail
 
 [[nodiscard]] const char* to_string(ProfileChoice v);

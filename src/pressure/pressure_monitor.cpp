@@ -22,6 +22,7 @@ const char* to_string(Source s) {
     case Source::PsiTriggers: return "psi-triggers";
     case Source::PollPsi: return "poll-psi";
     case Source::PollMeminfo: return "poll-meminfo";
+    case Source::Off: return "off";
   }
   return "unknown";
 }
@@ -55,6 +56,10 @@ Result<std::unique_ptr<PressureMonitor>> PressureMonitor::create(sys::EventLoop&
     }
     case Source::PollMeminfo:
       AIRS_TRY(m->start_polling(Source::PollMeminfo, "forced by config"));
+      break;
+    case Source::Off:
+      m->status_.source = Source::Off;
+      m->status_.why = "off by config: nothing is freed for the machine's memory pressure";
       break;
     case Source::Auto: {
       auto t = m->start_triggers();

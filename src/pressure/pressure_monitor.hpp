@@ -12,6 +12,9 @@
 //                window against its threshold, like the kernel does.
 //   PollMeminfo  a timer reads MemAvailable; below the configured bounds
 //                counts as Some/Full.
+//   Off          no input (only when configured; Auto never picks it): the
+//                level stays None, so nothing is freed for the machine's
+//                sake, only for loads, KV and admins.
 // A level holds for `hold` after its last event (the kernel signals at most
 // once per window under sustained pressure), then decays by itself through a
 // timer that exists only while the level is above None. Pressure files are
@@ -39,7 +42,7 @@ namespace airs::pressure {
 using Clock = std::chrono::steady_clock;
 using policy::Level;
 
-enum class Source : uint8_t { Auto, PsiTriggers, PollPsi, PollMeminfo };
+enum class Source : uint8_t { Auto, PsiTriggers, PollPsi, PollMeminfo, Off };
 [[nodiscard]] const char* to_string(Source s);
 
 inline constexpr std::chrono::milliseconds kMinSampleInterval{50};

@@ -134,7 +134,8 @@ source = "poll"
   for (auto w : {"auto", "full", "small-pages", "cooperative"})
     EXPECT_STREQ(config::to_string(*config::parse_enum<config::ModeChoice>(w)), w);
   EXPECT_FALSE(config::parse_enum<config::Backend>("Shmem"));
-  EXPECT_EQ(config::accepted_words<config::PressureSource>(), "auto, psi, poll");
+  EXPECT_EQ(config::accepted_words<config::PressureSource>(), "auto, psi, poll, off");
+  EXPECT_EQ(config::parse_enum<config::PressureSource>("off"), config::PressureSource::Off);
   EXPECT_EQ(config::accepted_words<config::NoBus>(), "wait, fail");
   EXPECT_EQ(config::Config{}.daemon.start_without_bus, config::NoBus::Wait);
 }
@@ -153,8 +154,8 @@ TEST(Config, UnknownWordNamesKeyAndAcceptedWords) {
                 "[pool] numa_policy: 'spread' is not one of: local, bind, interleave"},
            Case{"[models]\ndirect_io = \"yes\"\n", "[models] direct_io: 'yes' is not one of: auto, on, off"},
            Case{"[kv]\nkv_type = \"q4_0\"\n", "[kv] kv_type: 'q4_0' is not one of: f16, q8_0"},
-           Case{"[pressure]\nsource = \"dbus\"\n", "[pressure] source: 'dbus' is not one of: auto, psi, poll"},
-           Case{"[pressure]\nsource = 1\n", "[pressure] source: expected a string, one of: auto, psi, poll"},
+           Case{"[pressure]\nsource = \"dbus\"\n", "[pressure] source: 'dbus' is not one of: auto, psi, poll, off"},
+           Case{"[pressure]\nsource = 1\n", "[pressure] source: expected a string, one of: auto, psi, poll, off"},
            Case{"[daemon]\nstart_without_bus = \"retry\"\n",
                 "[daemon] start_without_bus: 'retry' is not one of: wait, fail"},
            Case{"[daemon]\nstart_without_bus = false\n",

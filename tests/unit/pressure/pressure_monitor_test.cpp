@@ -297,3 +297,26 @@ TEST(PressureMonitor, MildMustBeSomeAndSevereFull) {
   ASSERT_FALSE(m);
   EXPECT_EQ(m.error().code, EINVAL);
 }
+
+TEST(PressureMonitor, OffReadsNothingAndStaysAtNone) {
+  test::FixtureDir d("pm-off");
+  d.write("memory", test::psi_text(0, 0));
+  Harness h;
+  Config c = poll_psi_config(d);
+  c.source = Source::Off;
+  auto m = PressureMonitor::create(*h.loop, c, h.callback());
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ((*m)->status().source, Source::Off);
+  EXPECT_STREQ(to_string((*m)->status().source), "off");
+  EXPECT_EQ((*m)->status().why, "off by config: nothing is freed for the machine's memory pressure");
+  // A stall that the polling source turns into Full within one tick
+  // (PollPsiRisesWithStallTimeAndDecays): here nothing reads it.
+  d.write("memory", test::psi_text(900000, 900000));
+  h.run_for(300ms);
+  (*m)->refresh();
+  EXPECT_EQ((*m)->level(), Level::None);
+  EXPECT_TRUE(h.changes.empty());
+  EXPECT_EQ((*m)->status().samples, 0u);
+  EXPECT_EQ((*m)->status().some_events + (*m)->status().full_events, 0u);
+  EXPECT_FALSE((*m)->status().psi.has_value());
+}
