@@ -247,12 +247,25 @@ PrivateBus::~PrivateBus() {
   }
 }
 
+std::string with_pressure_source(const std::string& toml) {
+  constexpr const char* kOff = "source = \"off\"\n";
+  const auto header = toml.find("[pressure]");
+  if (header == std::string::npos)
+    return toml + (toml.empty() || toml.back() == '\n' ? "" : "\n") + "[pressure]\n" + kOff;
+  const auto body = toml.find('\n', header);
+  if (body == std::string::npos) return toml + "\n" + kOff;
+  const auto next = toml.find("\n[", body);
+  const std::string section = toml.substr(body, next == std::string::npos ? std::string::npos : next - body);
+  if (section.find("\nsource") != std::string::npos) return toml;
+  return toml.substr(0, body + 1) + kOff + toml.substr(body + 1);
+}
+
 DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& config_toml,
                              std::vector<std::string> extra_args, const std::string& ready_line) {
   char tmpl[] = "/tmp/airs-test-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
-  std::ofstream(dir_ + "/airs-memd.conf") << config_toml;
+  std::ofstream(dir_ + "/airs-memd.conf") << with_pressure_source(config_toml);
   std::vector<std::string> argv = {airs_memd_path(), "--config", dir_ + "/airs-memd.conf", "--bus", bus_address,
                                    "--log-level", "debug"};
   // Each daemon keeps its state in its own directory unless the test chose

@@ -39,9 +39,19 @@ class PrivateBus {
   std::string address_;
 };
 
+// `toml` with a pressure source: its own when its [pressure] table names
+// one, else source = "off". PSI is machine-wide: any process's stall
+// counts, and a 2-core machine building or running sanitizers stalls. With
+// the daemon's default triggers, that pressure unloads whatever model a
+// test has loaded and not yet opened, between two of its steps (a test that
+// then names the model by its object path fails for the machine's sake).
+// A test whose subject is pressure names its source.
+std::string with_pressure_source(const std::string& toml);
+
 class DaemonProcess {
  public:
-  // Writes `config_toml` to a temp file and starts airs-memd on `bus`.
+  // Writes `config_toml` (with_pressure_source) to a temp file and starts
+  // airs-memd on `bus`.
   // Waits until its log says `ready_line` (by default: it owns its name),
   // or it exited: then started() is false and log() says why.
   DaemonProcess(const std::string& bus_address, const std::string& config_toml,

@@ -97,6 +97,30 @@ TEST(DaemonFixture, AProcessPastItsTimeLimitIsDescribedThenKilled) {
   EXPECT_EQ(quick.err.find("still running"), std::string::npos) << quick.err;
 }
 
+// A test daemon takes the machine's pressure as input only where the test
+// names a source: the others run with source = "off", which the daemon
+// reports.
+TEST(DaemonFixture, APressureSourceIsOffUnlessTheTestNamesOne) {
+  EXPECT_EQ(with_pressure_source("[pool]\nsize = \"64M\""), "[pool]\nsize = \"64M\"\n[pressure]\nsource = \"off\"\n");
+  EXPECT_EQ(with_pressure_source("[pressure]\nresize_pool = false\n[kv]\nsource_x = 1\n"),
+            "[pressure]\nsource = \"off\"\nresize_pool = false\n[kv]\nsource_x = 1\n");
+  const std::string named = "[pool]\nsize = \"64M\"\n[pressure]\nresize_pool = false\nsource = \"psi\"\n";
+  EXPECT_EQ(with_pressure_source(named), named);
+  // A "source" in another table is not the pressure's.
+  EXPECT_EQ(with_pressure_source("[pressure]\n[other]\nsource = \"psi\"\n"),
+            "[pressure]\nsource = \"off\"\n[other]\nsource = \"psi\"\n");
+
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), "[pool]\nsize = \"16M\"\ngrow_nr_hugepages = false\n[pressure]\nresize_pool = false\n");
+  ASSERT_TRUE(d.started()) << d.log();
+  auto st = run_process({airsctl_path(), "--bus", bus.address(), "--json", "status"});
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  const auto j = nlohmann::json::parse(st.out);
+  EXPECT_EQ(j["pressure"]["source"], "off") << j["pressure"].dump();
+  EXPECT_EQ(j["pressure"]["level"], "none") << j["pressure"].dump();
+  EXPECT_NE(d.log().find("pressure: source off (off by config"), std::string::npos) << d.log();
+}
+
 TEST(Daemon, StatusWithoutDaemonSaysSo) {
   PrivateBus bus;
   auto r = run_process({airsctl_path(), "--bus", bus.address(), "status"});

@@ -52,10 +52,9 @@ const std::string kSystem =
 class InferIntegration : public ::testing::Test {
  protected:
   // The pressure loop stays out of it by default (the machine's own
-  // pressure must not shrink the pool under the test).
-  static constexpr const char* kQuietPressure =
-      "[kv]\nmax_arena_bytes = 33554432\n[pressure]\nresize_pool = false\nsome_threshold = \"1900ms\"\n"
-      "full_threshold = \"1900ms\"\n";
+  // pressure must not shrink the pool under the test): no source named, so
+  // the test daemon's is "off" (with_pressure_source).
+  static constexpr const char* kQuietPressure = "[kv]\nmax_arena_bytes = 33554432\n[pressure]\nresize_pool = false\n";
 
   // model_args: more airs-mkmodel arguments (a later one of the same
   // option wins in airs-mkmodel).
