@@ -13,36 +13,23 @@ import subprocess
 import sys
 import tempfile
 
-PASSED = """\t<testcase name="unit.A.Passes" classname="unit.A.Passes" time="0.01" status="run">
-\t\t<system-out>[ RUN      ] A.Passes
-[       OK ] A.Passes (0 ms)
-</system-out>
-\t</testcase>
-"""
-SKIPPED = """\t<testcase name="integration.B.NeedsAThrottle" classname="integration.B.NeedsAThrottle" time="0.02" status="notrun">
-\t\t<skipped message="Disabled"/>
-\t\t<system-out>[ RUN      ] B.NeedsAThrottle
-/src/tests/b_test.cpp:12: Skipped
-no io.max on this kernel: the throttle cannot hold reads
 
-[  SKIPPED ] B.NeedsAThrottle (1 ms)
-</system-out>
-\t</testcase>
-"""
-FAILED = """\t<testcase name="integration.C.FiresInTime" classname="integration.C.FiresInTime" time="3" status="fail">
-\t\t<failure message="Failed"/>
-\t\t<system-out>[ RUN      ] C.FiresInTime
-a line printed before the failure
-/src/tests/c_test.cpp:99: Failure
-Value of: fired
-  Actual: false
-Expected: true
-no event within 30 s
+def case(name, status, out, marker=""):
+    """One <testcase> as ctest --output-junit writes it."""
+    return (f'\t<testcase name="{name}" classname="{name}" time="0.01" status="{status}">\n'
+            f'{marker}\t\t<system-out>{out}</system-out>\n\t</testcase>\n')
 
-[  FAILED  ] C.FiresInTime (3000 ms)
-</system-out>
-\t</testcase>
-"""
+
+PASSED = case("unit.A.Passes", "run", "[ RUN      ] A.Passes\n[       OK ] A.Passes (0 ms)\n")
+SKIPPED = case("integration.B.NeedsAThrottle", "notrun",
+               "[ RUN      ] B.NeedsAThrottle\n/src/tests/b_test.cpp:12: Skipped\n"
+               "no io.max on this kernel: the throttle cannot hold reads\n\n[  SKIPPED ] B.NeedsAThrottle (1 ms)\n",
+               '\t\t<skipped message="Disabled"/>\n')
+FAILED = case("integration.C.FiresInTime", "fail",
+              "[ RUN      ] C.FiresInTime\na line printed before the failure\n/src/tests/c_test.cpp:99: Failure\n"
+              "Value of: fired\n  Actual: false\nExpected: true\nno event within 30 s\n\n"
+              "[  FAILED  ] C.FiresInTime (3000 ms)\n",
+              '\t\t<failure message="Failed"/>\n')
 
 
 def junit(*cases):
