@@ -10,8 +10,9 @@ failed test, so a stage that never ran is never a silent pass.
 
 Prints the skipped tests with their reasons, the failed tests each with the
 first lines of its failure (the assertion and its values: the part of a long
-log a reader needs first), one line per stage, and last: "N passed, N failed, N skipped". A skipped test is not a
-passed test: ctest's own percentage counts it as passed, this does not.
+log a reader needs first), one line per stage, and last: "N passed, N
+failed, N skipped". A skipped test is not a passed test: ctest's own
+percentage counts it as passed, this does not.
 
 Exit status: 0 when nothing failed, 1 otherwise.
 
