@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -17,6 +19,8 @@
 #include "daemon_fixture.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/writer.hpp"
+#include "sys/code_lock.hpp"
+#include "sys/procfs.hpp"
 
 using namespace airs::test;
 
@@ -43,6 +47,53 @@ TEST(Daemon, ServesStatusOnItsBusAndStopsCleanly) {
 
   EXPECT_EQ(d.stop(), 0) << d.log();
   EXPECT_NE(d.log().find("stopped"), std::string::npos);
+}
+
+// Its code stays resident: every read-only mapping of its binary and of its
+// libraries is locked (VmFlags "lo") and wholly in memory, so under pressure
+// its loop never waits for its own code to be read back from a disk that
+// model reads keep busy (a reclaimer takes the rarely run pages first: an
+// exception's unwinder, its error paths).
+TEST(Daemon, KeepsItsOwnCodeResident) {
+  PrivateBus bus;
+  DaemonProcess d(bus.address(), kSmallPool);
+  ASSERT_TRUE(d.started()) << d.log();
+  EXPECT_NE(d.log().find("its code is locked in memory"), std::string::npos) << d.log();
+  const std::string proc = "/proc/" + std::to_string(d.pid());
+  auto maps = airs::sys::read_text_file(proc + "/maps", 16u << 20);
+  ASSERT_TRUE(maps) << maps.error().message;
+  const auto ranges = airs::sys::code_ranges(*maps);
+  const std::string exe = std::filesystem::read_symlink(proc + "/exe").string();
+  EXPECT_TRUE(std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) { return r.path == exe; }))
+      << exe << " is not among the ranges to lock:\n" << *maps;
+  // smaps: each mapping's header line, then its fields.
+  struct Entry {
+    uint64_t size_kb = 0, rss_kb = 0;
+    std::string flags;
+  };
+  std::map<uintptr_t, Entry> smaps;
+  {
+    std::ifstream in(proc + "/smaps");
+    Entry* cur = nullptr;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string key;
+      f >> key;
+      if (key == "Size:") f >> cur->size_kb;
+      else if (key == "Rss:") f >> cur->rss_kb;
+      else if (key == "VmFlags:") std::getline(f, cur->flags);
+      else if (key.find('-') != std::string::npos && key.back() != ':')
+        cur = &smaps[static_cast<uintptr_t>(std::stoull(key.substr(0, key.find('-')), nullptr, 16))];
+    }
+  }
+  for (const auto& r : ranges) {
+    auto it = smaps.find(r.start);
+    ASSERT_NE(it, smaps.end()) << r.path << " at " << std::hex << r.start << " is not in smaps";
+    EXPECT_NE((it->second.flags + " ").find(" lo "), std::string::npos)
+        << r.path << " at " << std::hex << r.start << " is not locked: VmFlags" << it->second.flags;
+    EXPECT_EQ(it->second.rss_kb, it->second.size_kb) << r.path << " at " << std::hex << r.start << " is not all resident";
+  }
+  EXPECT_EQ(d.stop(), 0) << d.log();
 }
 
 // A daemon that does not exit when told to: the fixture's stop() kills it
