@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -261,9 +262,10 @@ std::string with_pressure_source(const std::string& toml) {
 }
 
 DaemonProcess::DaemonProcess(const std::string& bus_address, const std::string& config_toml,
-                             std::vector<std::string> extra_args, const std::string& ready_line) {
-  char tmpl[] = "/tmp/airs-test-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
+                             std::vector<std::string> extra_args, const std::string& ready_line,
+                             const std::string& files_in) {
+  std::string tmpl = files_in + "/airs-test-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp in " + files_in + ": " + std::strerror(errno));
   dir_ = tmpl;
   std::ofstream(dir_ + "/airs-memd.conf") << with_pressure_source(config_toml);
   std::vector<std::string> argv = {airs_memd_path(), "--config", dir_ + "/airs-memd.conf", "--bus", bus_address,

@@ -54,9 +54,13 @@ class DaemonProcess {
   // airs-memd on `bus`.
   // Waits until its log says `ready_line` (by default: it owns its name),
   // or it exited: then started() is false and log() says why.
+  // Its config, log and state go in a new directory under `files_in`. A
+  // test that holds the daemon's reads in a throttled disk puts them on a
+  // tmpfs (/dev/shm): appending to its log or writing its state could read
+  // a block of that disk back, behind the held reads.
   DaemonProcess(const std::string& bus_address, const std::string& config_toml,
                 std::vector<std::string> extra_args = {},
-                const std::string& ready_line = "serving org.aios.Airs1");
+                const std::string& ready_line = "serving org.aios.Airs1", const std::string& files_in = "/tmp");
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;

@@ -6,7 +6,9 @@
 // daemon (its O_DIRECT reads) where a test needs to act mid-load.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -15,6 +17,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +33,7 @@
 #include "daemon_fixture.hpp"
 #include "gguf/writer.hpp"
 #include "harness.hpp"
+#include "sys/fd.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -52,29 +57,6 @@ int daemon_uffd_fds(pid_t pid) {
   return n;
 }
 
-// Reads every regular file `pid` maps from the disk holding `dir` (its
-// binary, its libraries) into the page cache, so that while its reads from
-// that disk are held it pages in nothing from it (a page-in would queue
-// behind the held reads).
-void cache_mapped_files(pid_t pid, const std::string& dir) {
-  struct stat disk {};
-  if (::stat(dir.c_str(), &disk) != 0) return;
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  std::set<std::string> files;
-  for (std::string line; std::getline(maps, line);) {
-    const auto slash = line.find('/');
-    if (slash != std::string::npos) files.insert(line.substr(slash));
-  }
-  std::vector<char> buf(1 << 20);
-  for (const auto& f : files) {
-    struct stat st {};
-    if (::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != disk.st_dev) continue;
-    std::ifstream in(f, std::ios::binary);
-    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-    }
-  }
-}
-
 // A model file copied to a tmpfs (/dev/shm): the daemon's reads of it come
 // from memory, which a blkio throttle on the disk does not slow.
 struct TmpfsModel {
@@ -90,6 +72,37 @@ struct TmpfsModel {
   }
   ModelFile m;
   bool ok = false;
+};
+
+// A file's pages locked in the page cache while it lives: mapped and
+// mlocked with the system call itself (sanitizer runtimes make mlock(3) a
+// no-op).
+struct LockedInCache {
+  explicit LockedInCache(const std::string& path) {
+    airs::sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) {
+      why = path + ": " + std::strerror(errno);
+      return;
+    }
+    len = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) {
+      why = std::string("mmap: ") + std::strerror(errno);
+      return;
+    }
+    addr = p;
+    if (::syscall(SYS_mlock, addr, len) != 0) why = std::string("mlock: ") + std::strerror(errno);
+  }
+  ~LockedInCache() {
+    if (addr != nullptr) ::munmap(addr, len);
+  }
+  LockedInCache(const LockedInCache&) = delete;
+  LockedInCache& operator=(const LockedInCache&) = delete;
+  [[nodiscard]] bool ok() const { return addr != nullptr && why.empty(); }
+  void* addr = nullptr;
+  size_t len = 0;
+  std::string why;
 };
 
 class ClientIntegration : public ::testing::Test {
@@ -109,9 +122,20 @@ class ClientIntegration : public ::testing::Test {
         return false;
       }
     }
+    // Under a throttle the daemon's own files are on a tmpfs: only its
+    // model reads go through the slowed disk.
+    std::string files_in = "/tmp";
+    if (throttle_) {
+      files_in = "/dev/shm";
+      if (::access(files_in.c_str(), W_OK) != 0) {
+        skip("no tmpfs at /dev/shm for the daemon's log and state beside the throttled disk");
+        return false;
+      }
+    }
     bus_ = std::make_unique<PrivateBus>();
     const std::string toml = "[pool]\nsize = \"" + std::to_string(pool_mib) + "M\"\ngrow_nr_hugepages = false\n" + extra_toml;
-    daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml);
+    daemon_ = std::make_unique<DaemonProcess>(bus_->address(), toml, std::vector<std::string>{},
+                                              "serving org.aios.Airs1", files_in);
     if (!daemon_->started()) {
       ADD_FAILURE() << "airs-memd did not start:\n" << daemon_->log();
       return false;
@@ -136,7 +160,7 @@ class ClientIntegration : public ::testing::Test {
   std::string load(const ModelFile& m) {
     std::string obj;
     auto e = dbus_->load_model(m.path, &obj);
-    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message;
+    EXPECT_TRUE(e.ok()) << e.name << ": " << e.message << "\n" << daemon_->log();
     return obj;
   }
 
@@ -179,7 +203,7 @@ class ClientIntegration : public ::testing::Test {
   }
 
   // Makes `warm` resident and unloads it (every daemon path below runs once
-  // unthrottled, and the daemon's files are put in the page cache), then
+  // unthrottled), then
   // loads `held` with its reads held in the device (4 KiB/s) and unloads
   // it: its pages are on their way back to the pool until the test lifts
   // the throttle. `paced` (a daemon with a crawling warm-up): clients'
@@ -202,8 +226,7 @@ class ClientIntegration : public ::testing::Test {
     EXPECT_TRUE(dbus_->unload(w, false).ok());
     EXPECT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
     if (::testing::Test::HasFailure()) return false;
-    cache_mapped_files(daemon_->pid(), dir_.path());
-    EXPECT_TRUE(throttle_->set_rate(4096));
+    EXPECT_TRUE(hold_reads());
     std::string obj;
     if (paced) {
       Child c(client(held, {"--order", "seq"}));
@@ -233,10 +256,30 @@ class ClientIntegration : public ::testing::Test {
     return !::testing::Test::HasFailure();
   }
 
+  // Holds the daemon's reads in the disk (4 KiB/s) until set_rate(0).
+  // What the daemon reads through the page cache meanwhile (a GGUF header)
+  // must not go to the disk behind the held reads, and a reclaimer may drop
+  // any clean page at any moment (a DAMON pageout scheme takes a page read a
+  // second ago if its region is cold): every file in dir_ is locked in the
+  // page cache first. Its code the daemon locks itself.
+  [[nodiscard]] bool hold_reads() {
+    for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
+      if (!f.is_regular_file() || f.file_size() == 0) continue;
+      auto m = std::make_unique<LockedInCache>(f.path().string());
+      if (!m->ok()) {
+        ADD_FAILURE() << "cannot lock " << f.path() << " in the page cache: " << m->why;
+        return false;
+      }
+      cached_.push_back(std::move(m));
+    }
+    return throttle_->set_rate(4096);
+  }
+
   // True once the daemon logged that a call waits for a drain.
   bool a_call_waits() { return daemon_->log().find("waits for the reads in flight") != std::string::npos; }
 
   TempDir dir_;
+  std::vector<std::unique_ptr<LockedInCache>> cached_;
   std::unique_ptr<PrivateBus> bus_;
   std::unique_ptr<BlkioThrottle> throttle_;  // outlives the daemon in it
   std::unique_ptr<DaemonProcess> daemon_;
@@ -917,13 +960,12 @@ TEST_F(ClientIntegration, UnloadAnswersAtOnceWhileTheModelsReadsDrain) {
   auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB);
   auto b = make_model(dir_, "b.gguf", "next", 20 * kMiB);
   if (!start(32, "", uint64_t{1} << 40)) return;  // room for one of a and b at a time
-  // Every daemon code path below runs once unthrottled first: a page-in of
-  // its binary queued behind held reads would wait for them.
+  // Every daemon code path below runs once unthrottled first.
   const std::string warm = load(w);
   ASSERT_TRUE(wait_until([&] { return model_status(warm).value("state", std::string()) == "resident"; }, 30000ms));
   ASSERT_TRUE(dbus_->unload(warm, false).ok());
   ASSERT_TRUE(wait_until([&] { return dbus_->status()["models"].empty(); }, 30000ms));
-  ASSERT_TRUE(throttle_->set_rate(4096));
+  ASSERT_TRUE(hold_reads());
   const std::string obj = load(a);
   if (!require_direct_io(obj)) return;
   auto before = dbus_->status();
