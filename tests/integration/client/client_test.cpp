@@ -13,13 +13,11 @@
 
 #include <dirent.h>
 
-#include <set>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -203,13 +201,12 @@ class ClientIntegration : public ::testing::Test {
   }
 
   // Makes `warm` resident and unloads it (every daemon path below runs once
-  // unthrottled), then
-  // loads `held` with its reads held in the device (4 KiB/s) and unloads
-  // it: its pages are on their way back to the pool until the test lifts
-  // the throttle. `paced` (a daemon with a crawling warm-up): clients'
-  // faults read both models, `held` through one killed while it waits for
-  // its fault. *free_held: the pool's free bytes meanwhile. False when the
-  // test was skipped or failed.
+  // unthrottled), then loads `held` with its reads held in the device
+  // (4 KiB/s, hold_reads) and unloads it: its pages are on their way back to
+  // the pool until the test lifts the throttle. `paced` (a daemon with a
+  // crawling warm-up): clients' faults read both models, `held` through one
+  // killed while it waits for its fault. *free_held: the pool's free bytes
+  // meanwhile. False when the test was skipped or failed.
   bool hold_a_drain(const ModelFile& warm, const ModelFile& held, bool paced, uint64_t* free_held) {
     std::string w;
     if (paced) {
