@@ -21,6 +21,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <toml++/toml.h>
 
 namespace airs::test {
 namespace {
@@ -249,15 +250,23 @@ PrivateBus::~PrivateBus() {
 }
 
 std::string with_pressure_source(const std::string& toml) {
+  // Whether the test names a source is the parser's answer, not a text
+  // search: a key that only starts with "source", or a source in another
+  // table, names none. A configuration that does not parse is a test of
+  // the daemon's refusal and goes to it as written.
+  toml::table parsed;
+  try {
+    parsed = toml::parse(toml);
+  } catch (const toml::parse_error&) {
+    return toml;
+  }
+  if (parsed.at_path("pressure.source")) return toml;
   constexpr const char* kOff = "source = \"off\"\n";
   const auto header = toml.find("[pressure]");
   if (header == std::string::npos)
     return toml + (toml.empty() || toml.back() == '\n' ? "" : "\n") + "[pressure]\n" + kOff;
   const auto body = toml.find('\n', header);
   if (body == std::string::npos) return toml + "\n" + kOff;
-  const auto next = toml.find("\n[", body);
-  const std::string section = toml.substr(body, next == std::string::npos ? std::string::npos : next - body);
-  if (section.find("\nsource") != std::string::npos) return toml;
   return toml.substr(0, body + 1) + kOff + toml.substr(body + 1);
 }
 

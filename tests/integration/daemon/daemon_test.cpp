@@ -160,6 +160,12 @@ TEST(DaemonFixture, APressureSourceIsOffUnlessTheTestNamesOne) {
   // A "source" in another table is not the pressure's.
   EXPECT_EQ(with_pressure_source("[pressure]\n[other]\nsource = \"psi\"\n"),
             "[pressure]\nsource = \"off\"\n[other]\nsource = \"psi\"\n");
+  // A key that only starts with "source" names none.
+  EXPECT_EQ(with_pressure_source("[pressure]\nsource_x = 1\n"), "[pressure]\nsource = \"off\"\nsource_x = 1\n");
+  // A source named as a dotted key is named.
+  EXPECT_EQ(with_pressure_source("pressure.source = \"psi\"\n"), "pressure.source = \"psi\"\n");
+  // A configuration that does not parse goes to the daemon as written.
+  EXPECT_EQ(with_pressure_source("[pool\nsize = 1\n"), "[pool\nsize = 1\n");
 
   PrivateBus bus;
   DaemonProcess d(bus.address(), "[pool]\nsize = \"16M\"\ngrow_nr_hugepages = false\n[pressure]\nresize_pool = false\n");
