@@ -17,48 +17,21 @@
 
 namespace airs::sys {
 
-namespace {
-
-struct MapsLine {
-  uintptr_t start = 0, end = 0;
-  std::string perms, dev, path;
-  uint64_t inode = 0;
-};
-
-// "start-end perms offset dev inode [path]"; false for a line that is not.
-bool parse_line(const std::string& line, MapsLine& m) {
-  std::istringstream in(line);
-  std::string range, offset;
-  if (!(in >> range >> m.perms >> offset >> m.dev >> m.inode)) return false;
-  const auto dash = range.find('-');
-  if (dash == std::string::npos || m.perms.size() < 4) return false;
-  try {
-    m.start = static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16));
-    m.end = static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16));
-  } catch (const std::exception&) {
-    return false;
-  }
-  std::getline(in >> std::ws, m.path);
-  return m.end > m.start;
-}
-
-}  // namespace
-
 std::vector<CodeRange> code_ranges(const std::string& maps_text) {
-  std::vector<MapsLine> lines;
+  std::vector<MapsEntry> lines;
   std::set<std::pair<std::string, uint64_t>> executable;  // (dev, inode)
   std::istringstream in(maps_text);
   for (std::string line; std::getline(in, line);) {
-    MapsLine m;
+    auto m = parse_maps_line(line);
     // A file's mappings only: an inode, and a path (not "[vdso]" or a
     // deleted file's).
-    if (!parse_line(line, m) || m.inode == 0 || !m.path.starts_with('/') || m.path.ends_with(" (deleted)")) continue;
-    if (m.perms[2] == 'x') executable.emplace(m.dev, m.inode);
-    lines.push_back(std::move(m));
+    if (!m || m->inode == 0 || !m->path.starts_with('/') || m->path.ends_with(" (deleted)")) continue;
+    if (m->perms[2] == 'x') executable.emplace(m->dev, m->inode);
+    lines.push_back(std::move(*m));
   }
   std::vector<CodeRange> out;
   for (auto& m : lines)
-    if (m.perms[1] != 'w' && executable.contains({m.dev, m.inode})) out.push_back({m.start, m.end, std::move(m.path)});
+    if (m.perms[1] != 'w' && executable.contains({m.dev, m.inode})) out.push_back({static_cast<uintptr_t>(m.start), static_cast<uintptr_t>(m.end), std::move(m.path)});
   return out;
 }
 

@@ -108,25 +108,21 @@ Result<std::vector<NumaMapsEntry>> parse_numa_maps(std::string_view text, const 
 
 Result<NumaMapsEntry> find_numa_maps_entry(std::string_view numa_maps_text, std::string_view maps_text, uint64_t addr,
                                            const std::string& what) {
-  // /proc/<pid>/maps: "start-end perms offset dev inode [path]".
   uint64_t start = 0;
   bool found = false;
   size_t lineno = 0;
   for (std::string_view text = maps_text; !text.empty() && !found;) {
     const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
+    const std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     ++lineno;
     if (line.empty()) continue;
-    const std::string_view range = next_token(line);
-    const size_t dash = range.find('-');
-    uint64_t lo = 0;
-    uint64_t hi = 0;
-    if (dash == std::string_view::npos || !parse_num(range.substr(0, dash), lo, 16) ||
-        !parse_num(range.substr(dash + 1), hi, 16))
-      return make_error(EINVAL, "{} (maps) line {}: expected start-end, got '{}'", what, lineno, range);
-    if (addr >= lo && addr < hi) {
-      start = lo;
+    const auto m = parse_maps_line(line);
+    if (!m)
+      return make_error(EINVAL, "{} (maps) line {}: not \"start-end perms offset dev inode [path]\": '{}'", what,
+                        lineno, line);
+    if (addr >= m->start && addr < m->end) {
+      start = m->start;
       found = true;
     }
   }

@@ -54,6 +54,23 @@ std::vector<MountEntry> parse_mountinfo(const std::string& text) {
   return out;
 }
 
+std::optional<MapsEntry> parse_maps_line(std::string_view line) {
+  std::istringstream in{std::string(line)};
+  std::string range, offset;
+  MapsEntry e;
+  if (!(in >> range >> e.perms >> offset >> e.dev >> e.inode)) return std::nullopt;
+  const auto dash = range.find('-');
+  if (dash == std::string::npos || e.perms.size() < 4) return std::nullopt;
+  const auto hex = [](std::string_view t, uint64_t& v) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 16);
+    return ec == std::errc() && p == t.data() + t.size() && !t.empty();
+  };
+  const std::string_view r(range);
+  if (!hex(r.substr(0, dash), e.start) || !hex(r.substr(dash + 1), e.end) || e.end <= e.start) return std::nullopt;
+  std::getline(in >> std::ws, e.path);
+  return e;
+}
+
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return make_error(errno, "cannot open {}: {}", path, std::strerror(errno));

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/result.hpp"
@@ -33,6 +34,18 @@ struct MountEntry {
 };
 // Every well-formed line of a mountinfo text, in order. Pure.
 [[nodiscard]] std::vector<MountEntry> parse_mountinfo(const std::string& text);
+
+// One line of /proc/PID/maps (and a mapping's header line in smaps):
+// "start-end perms offset dev inode [path]".
+struct MapsEntry {
+  uint64_t start = 0, end = 0;  // [start, end)
+  std::string perms;            // "r-xp": read, write, execute, private/shared
+  std::string dev;              // "fe:01"
+  uint64_t inode = 0;           // 0: not a file's mapping
+  std::string path;             // as printed: "[heap]", "/x (deleted)", "" for anonymous memory
+};
+// Nullopt for a line that is not one (missing fields, a bad range). Pure.
+[[nodiscard]] std::optional<MapsEntry> parse_maps_line(std::string_view line);
 
 struct HugePageSize {
   uint64_t bytes = 0;      // e.g. 2 MiB

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -79,11 +79,10 @@ TEST(Daemon, KeepsItsOwnCodeResident) {
       std::istringstream f(line);
       std::string key;
       f >> key;
-      if (key == "Size:") f >> cur->size_kb;
+      if (auto header = airs::sys::parse_maps_line(line)) cur = &smaps[static_cast<uintptr_t>(header->start)];
+      else if (key == "Size:") f >> cur->size_kb;
       else if (key == "Rss:") f >> cur->rss_kb;
       else if (key == "VmFlags:") std::getline(f, cur->flags);
-      else if (key.find('-') != std::string::npos && key.back() != ':')
-        cur = &smaps[static_cast<uintptr_t>(std::stoull(key.substr(0, key.find('-')), nullptr, 16))];
     }
   }
   for (const auto& r : ranges) {

@@ -75,3 +75,23 @@ TEST(Mountinfo, ParsesEveryLineAndUnescapesTheMountPoint) {
   EXPECT_EQ(m[2].mount_point, "/a\\b");
   EXPECT_EQ(m[2].super_options, "rw,size=1k");
 }
+
+TEST(Maps, ParsesALineWithItsPathAsPrinted) {
+  const auto f = sys::parse_maps_line("7f2000028000-7f20001bd000 r-xp 00028000 fe:00 200    /srv/a model.gguf (deleted)");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->start, 0x7f2000028000u);
+  EXPECT_EQ(f->end, 0x7f20001bd000u);
+  EXPECT_EQ(f->perms, "r-xp");
+  EXPECT_EQ(f->dev, "fe:00");
+  EXPECT_EQ(f->inode, 200u);
+  EXPECT_EQ(f->path, "/srv/a model.gguf (deleted)");
+  const auto anon = sys::parse_maps_line("7f3ac0000000-7f3ac0006000 rw-p 00000000 00:00 0");
+  ASSERT_TRUE(anon);
+  EXPECT_EQ(anon->inode, 0u);
+  EXPECT_EQ(anon->path, "");
+  // Not a maps line: a missing field, a range that is not one, an smaps field.
+  EXPECT_FALSE(sys::parse_maps_line("55d0c8a00000 r-xp"));
+  EXPECT_FALSE(sys::parse_maps_line("2000-1000 r--p 00000000 fe:00 1 /x"));
+  EXPECT_FALSE(sys::parse_maps_line("12g4-2000 r--p 00000000 fe:00 1 /x"));
+  EXPECT_FALSE(sys::parse_maps_line("Size:                  4 kB"));
+}
