@@ -3,29 +3,64 @@
 
 #include <grp.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace airs::daemon {
-namespace {
-bool in_group(const dbus::Caller& caller, const std::string& group) {
-  if (group.empty()) return false;
-  auto* gr = ::getgrnam(group.c_str());
-  return gr != nullptr && caller.in_group(gr->gr_gid);
+std::optional<gid_t> Access::lookup_group(const std::string& name, std::string& why) {
+  std::vector<char> buf(4096);
+  for (;;) {
+    struct group gr {};
+    struct group* found = nullptr;
+    const int e = ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found);
+    if (e == ERANGE && buf.size() < (size_t{1} << 24)) {
+      buf.resize(buf.size() * 4);
+      continue;
+    }
+    if (found != nullptr) return found->gr_gid;
+    why = e != 0 ? fmt::format("the group lookup failed: {}", std::strerror(e)) : "no such group";
+    return std::nullopt;
+  }
 }
-}  // namespace
 
-bool Access::is_admin(const dbus::Caller& caller) const { return caller.uid == 0 || in_group(caller, admin_group_); }
+Access::Access(std::string admin_group, std::string trusted_group, GroupLookup lookup)
+    : lookup_(std::move(lookup)), admin_{std::move(admin_group), {}}, trusted_{std::move(trusted_group), {}} {
+  resolve();
+}
+
+void Access::resolve() {
+  resolve(admin_, "daemon.admin_group");
+  resolve(trusted_, "daemon.trusted_group");
+}
+
+void Access::resolve(Group& g, const char* key) {
+  if (g.name.empty()) return;
+  std::string why;
+  g.gid = lookup_(g.name, why);
+  if (g.gid)
+    spdlog::info("{} = \"{}\": gid {}", key, g.name, *g.gid);
+  else
+    spdlog::warn("{} = \"{}\": {}; no caller is a member until the group exists and the daemon gets SIGHUP "
+                 "or restarts", key, g.name, why);
+}
+
+bool Access::is_admin(const dbus::Caller& caller) const {
+  return caller.uid == 0 || (admin_.gid && caller.in_group(*admin_.gid));
+}
 
 bool Access::is_trusted(const dbus::Caller& caller) const {
-  return is_admin(caller) || in_group(caller, trusted_group_);
+  return is_admin(caller) || (trusted_.gid && caller.in_group(*trusted_.gid));
 }
 
 Status Access::require_admin(const dbus::Caller& caller, const char* method) const {
   if (is_admin(caller)) return {};
   return make_error(EACCES, "{} is an admin method: uid {} is not root{}", method, caller.uid,
-                    admin_group_.empty() ? "" : " nor in group " + admin_group_);
+                    admin_.name.empty() ? "" : " nor in group " + admin_.name);
 }
 
 uint32_t FdQuota::held_by_uid(uid_t uid) {

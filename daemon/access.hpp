@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "dbus/identity.hpp"
@@ -17,11 +18,22 @@
 
 namespace airs::daemon {
 
-// daemon.admin_group and daemon.trusted_group of the configuration.
+// daemon.admin_group and daemon.trusted_group of the configuration, as
+// group ids. The names are looked up when the daemon starts and again on
+// SIGHUP (resolve()), never on a bus call: a lookup goes through NSS, which
+// may ask a directory server over the network (sssd, LDAP), and every
+// client's call and fault would wait behind it on the loop.
 class Access {
  public:
-  Access(std::string admin_group, std::string trusted_group)
-      : admin_group_(std::move(admin_group)), trusted_group_(std::move(trusted_group)) {}
+  // The gid of a group name, or nothing when no such group exists (or the
+  // lookup failed: `why` says which).
+  using GroupLookup = std::function<std::optional<gid_t>(const std::string& name, std::string& why)>;
+  static std::optional<gid_t> lookup_group(const std::string& name, std::string& why);
+
+  Access(std::string admin_group, std::string trusted_group, GroupLookup lookup = lookup_group);
+  // Looks the two names up again (a group made or renumbered since); logs
+  // each result, and a warning for a name that does not resolve.
+  void resolve();
   // Root or a member of daemon.admin_group.
   [[nodiscard]] bool is_admin(const dbus::Caller& caller) const;
   // An admin or a member of daemon.trusted_group: may open models lazily
@@ -31,8 +43,14 @@ class Access {
   [[nodiscard]] Status require_admin(const dbus::Caller& caller, const char* method) const;
 
  private:
-  std::string admin_group_;
-  std::string trusted_group_;
+  struct Group {
+    std::string name;            // empty: none configured
+    std::optional<gid_t> gid;    // unset: the name did not resolve
+  };
+  void resolve(Group& g, const char* key);
+  GroupLookup lookup_;
+  Group admin_;
+  Group trusted_;
 };
 
 // Per-uid fd quota (kv.max_fds_per_uid) on the descriptors the uid's

@@ -27,6 +27,7 @@
 #include "probe/mode.hpp"
 #include "probe/probe.hpp"
 #include "dbus/names.hpp"
+#include "sys/code_lock.hpp"
 #include "sys/notify.hpp"
 #include "sys/numa.hpp"
 #include "sys/procfs.hpp"
@@ -108,6 +109,7 @@ Status Daemon::init() {
     AIRS_TRY(start_local(*mode));
   }
   AIRS_TRY(start_timers());
+  lock_code();
   AIRS_TRY(start_bus());
   if (!cloud_only()) preload_models();
   return {};
@@ -404,6 +406,18 @@ Status Daemon::start_timers() {
     metrics_timer_->acknowledge();
     write_metrics();
   });
+}
+
+// Its code stays resident: under pressure the loop must not wait for its
+// own code to be read back from a disk that model reads keep busy. Locked
+// once everything but the bus is set up, so that what the start loaded
+// (the NSS modules of the group lookups among them) is locked too, and
+// before the bus name is taken, so that a client finds it locked.
+void Daemon::lock_code() {
+  if (auto locked = sys::lock_loaded_code())
+    spdlog::info("its code is locked in memory: {} in {} objects", format_bytes(locked->bytes), locked->objects);
+  else
+    spdlog::warn("{}; under memory pressure its loop may wait for its own code to be read back", locked.error().message);
 }
 
 // The bus: every model and session gets its object on each connection
@@ -833,7 +847,9 @@ void Daemon::on_signal() {
       spdlog::info("{}: shutting down", strsignal(s));
       loop_->stop();
     } else if (s == SIGHUP) {
-      spdlog::info("SIGHUP: configuration is read at start; restart the service to apply changes");
+      spdlog::info("SIGHUP: looking up daemon.admin_group and daemon.trusted_group again; the rest of the "
+                   "configuration is read at start: restart the service to apply changes");
+      access_.resolve();
     }
   }
 }

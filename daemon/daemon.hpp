@@ -92,6 +92,7 @@ class Daemon final : public ManagerOps {
   void make_kv();
   void make_evictor();
   Status start_timers();
+  void lock_code();
   Status start_bus();
   // The cloud-only profile (no pool: its size is 0): no pool, pager, models,
   // KV or pressure loop exist, and what would need them is refused with

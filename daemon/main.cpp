@@ -14,12 +14,10 @@
 
 #include "config/config.hpp"
 #include "daemon/daemon.hpp"
-#include "sys/code_lock.hpp"
 #include "sys/files.hpp"
 #include "sys/numa.hpp"
 #include "sys/procfs.hpp"
 #include "util/log.hpp"
-#include "util/units.hpp"
 
 namespace {
 
@@ -92,13 +90,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   airs::init_logging("airs-memd", log_level.empty() ? cfg->daemon.log_level : log_level);
-  // Its code stays resident: under pressure the loop must not wait for its
-  // own code to be read back from a disk that model reads keep busy.
-  if (auto locked = airs::sys::lock_loaded_code())
-    spdlog::info("its code is locked in memory: {} in {} objects", airs::format_bytes(locked->bytes), locked->objects);
-  else
-    spdlog::warn("{}; under memory pressure its loop may wait for its own code to be read back", locked.error().message);
-
   airs::daemon::Options opts{std::move(cfg).value(), bus};
   auto d = airs::daemon::Daemon::create(std::move(opts));
   if (!d) {

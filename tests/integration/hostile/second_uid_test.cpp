@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -369,6 +370,25 @@ TEST_F(Hostile2, ATrustedGroupMemberGetsAWritableRegionAndOthersDoNot) {
   });
   EXPECT_EQ(other.rfind("org.freedesktop.DBus.Error.AccessDenied", 0), 0u) << other;
   EXPECT_NE(other.find("uid 65534 is not trusted with a writable region"), std::string::npos) << other;
+
+  // The name was looked up once, at the start, not at each of these calls
+  // (a lookup may ask a directory server); SIGHUP looks it up again, and
+  // the member is still trusted.
+  const std::string resolved = "daemon.trusted_group = \"users\": gid " + std::to_string(trusted) + "\n";
+  auto count = [&] {
+    const std::string log = daemon_->log();
+    size_t n = 0;
+    for (size_t at = log.find(resolved); at != std::string::npos; at = log.find(resolved, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(), 1u) << daemon_->log();
+  ASSERT_EQ(::kill(daemon_->pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_until([&] { return count() == 2; }, 20000ms)) << daemon_->log();
+  auto again = as_user(kNobody, {trusted}, [&] {
+    auto o = open_lazy(*connect(), obj, m.path, true);
+    return writable_with_file_bytes(o.region, m.path, len);
+  });
+  EXPECT_EQ(again, "rdwr bytes-equal");
 }
 
 // daemon.admin_group: a member may Evict and Unload root's models (admin

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// Who is admin and who is trusted: the group names of the configuration are
+// looked up at start and on SIGHUP, never on a call (a lookup may ask a
+// directory server, and the daemon's loop would wait for it).
+#include <gtest/gtest.h>
+
+#include "daemon/access.hpp"
+
+namespace airs::daemon {
+namespace {
+
+dbus::Caller a_caller(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
+  dbus::Caller c;
+  c.name = ":1.7";
+  c.uid = uid;
+  c.gid = gid;
+  c.groups = std::move(groups);
+  return c;
+}
+
+// A group database the test controls, counting the lookups.
+struct GroupDb {
+  std::map<std::string, gid_t> known;
+  int lookups = 0;
+  Access::GroupLookup fn() {
+    return [this](const std::string& name, std::string& why) -> std::optional<gid_t> {
+      ++lookups;
+      auto it = known.find(name);
+      if (it == known.end()) {
+        why = "no such group";
+        return std::nullopt;
+      }
+      return it->second;
+    };
+  }
+};
+
+TEST(Access, GroupNamesAreLookedUpAtTheStartNeverOnACall) {
+  GroupDb db;
+  db.known = {{"airs-admin", 2001}, {"airs", 2002}};
+  Access a("airs-admin", "airs", db.fn());
+  EXPECT_EQ(db.lookups, 2);
+  const auto admin = a_caller(1000, 1000, {2001});
+  const auto trusted = a_caller(1001, 1001, {5, 2002});
+  const auto other = a_caller(1002, 1002, {5, 6});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(a.is_admin(admin));
+    EXPECT_TRUE(a.is_trusted(admin)) << "an admin is trusted";
+    EXPECT_FALSE(a.is_admin(trusted));
+    EXPECT_TRUE(a.is_trusted(trusted));
+    EXPECT_FALSE(a.is_admin(other));
+    EXPECT_FALSE(a.is_trusted(other));
+    EXPECT_TRUE(a.require_admin(admin, "Evict"));
+    auto refused = a.require_admin(other, "Evict");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().message, "Evict is an admin method: uid 1002 is not root nor in group airs-admin");
+  }
+  EXPECT_EQ(db.lookups, 2) << "a bus call looked a group up";
+}
+
+TEST(Access, APrimaryGroupCountsAndRootIsAlwaysAdmin) {
+  GroupDb db;
+  db.known = {{"airs", 2002}};
+  Access a("", "airs", db.fn());
+  EXPECT_EQ(db.lookups, 1) << "an empty name is not looked up";
+  EXPECT_TRUE(a.is_trusted(a_caller(1001, 2002)));
+  EXPECT_FALSE(a.is_admin(a_caller(1001, 2002)));
+  EXPECT_TRUE(a.is_admin(a_caller(0, 0)));
+  auto refused = a.require_admin(a_caller(1001, 2002), "Unload");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message, "Unload is an admin method: uid 1001 is not root");
+}
+
+TEST(Access, AGroupMadeAfterTheStartAdmitsFromTheNextResolve) {
+  GroupDb db;
+  Access a("ops", "airs", db.fn());
+  const auto member = a_caller(1001, 1001, {2002, 2003});
+  EXPECT_FALSE(a.is_trusted(member)) << "a group that does not exist admits nobody";
+  EXPECT_FALSE(a.is_admin(member));
+  db.known = {{"airs", 2002}, {"ops", 2003}};
+  EXPECT_FALSE(a.is_trusted(member)) << "looked up again before a resolve";
+  a.resolve();
+  EXPECT_EQ(db.lookups, 4);
+  EXPECT_TRUE(a.is_trusted(member));
+  EXPECT_TRUE(a.is_admin(member));
+  db.known = {{"airs", 3002}, {"ops", 3003}};
+  a.resolve();
+  EXPECT_FALSE(a.is_trusted(member)) << "a renumbered group keeps no old gid";
+  EXPECT_FALSE(a.is_admin(member));
+}
+
+// The real lookup, on groups every Debian system has (base-passwd).
+TEST(Access, TheSystemLookupFindsAGroupAndNamesAMissingOne) {
+  std::string why;
+  EXPECT_EQ(Access::lookup_group("root", why), std::optional<gid_t>(0)) << why;
+  EXPECT_EQ(Access::lookup_group("nogroup", why), std::optional<gid_t>(65534)) << why;
+  why.clear();
+  EXPECT_EQ(Access::lookup_group("airs-no-such-group-here", why), std::nullopt);
+  EXPECT_EQ(why, "no such group");
+  Access a("root", "", Access::lookup_group);
+  EXPECT_TRUE(a.is_admin(a_caller(1001, 1001, {0})));
+  EXPECT_FALSE(a.is_admin(a_caller(1001, 1001, {65534})));
+}
+
+}  // namespace
+}  // namespace airs::daemon
