@@ -113,8 +113,10 @@ std::string format_metrics(const StatusSnapshot& s) {
 }
 
 Status write_metrics_file(const std::string& path, const std::string& text) {
-  // node_exporter runs as another user: world-readable.
-  if (auto st = sys::write_file_atomic(path, text, 0644); !st)
+  // node_exporter runs as another user: world-readable. No fsync: the
+  // loop writes it (every metrics_interval), and a file a crash loses is
+  // written again at the next tick; readers never see a torn one.
+  if (auto st = sys::write_file_atomic(path, text, 0644, sys::Durability::Readers); !st)
     return make_error(st.error().code, "metrics: cannot write {}", st.error().message);
   return {};
 }

@@ -215,7 +215,7 @@ Result<uint32_t> count_fds_referring_to(pid_t pid, const InodeSet& inodes) {
   return n;
 }
 
-Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode) {
+Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode, Durability durability) {
   const std::string tmp = path + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd) return make_error(errno, "{}: {}", tmp, std::strerror(errno));
@@ -230,13 +230,15 @@ Status write_file_atomic(const std::string& path, std::string_view data, mode_t 
     done += static_cast<size_t>(n);
   }
   // O_TRUNC on an existing tmp keeps its mode: make it ours.
-  if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) return fail(errno);
+  if (::fchmod(fd.get(), mode) != 0) return fail(errno);
+  if (durability == Durability::Crash && ::fsync(fd.get()) != 0) return fail(errno);
   fd.reset();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
     return make_error(e, "{}: {}", path, std::strerror(e));
   }
+  if (durability == Durability::Readers) return {};
   // The rename itself is durable once the directory is.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

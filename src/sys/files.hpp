@@ -145,7 +145,13 @@ using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 // `mode` exactly, O_NOFOLLOW), fsynced, renamed over `path`, and the
 // directory fsynced, so a crash leaves the old file or the new one, never a
 // torn one. Errors name the file; the temporary file is removed on failure.
-[[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode = 0600);
+// Durability::Readers skips both fsyncs: a reader still sees the old file
+// or the new one, never a torn one, but a crash may lose the new one (for a
+// file that is written again shortly anyway; an fsync under writeback can
+// take hundreds of milliseconds on an SD card).
+enum class Durability { Crash, Readers };
+[[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode = 0600,
+                                       Durability durability = Durability::Crash);
 // The whole of regular file `path` (O_NOFOLLOW), at most `max_bytes`:
 // ENOENT when it does not exist, EFBIG when it is larger.
 [[nodiscard]] Result<std::vector<uint8_t>> read_small_file(const std::string& path, uint64_t max_bytes);

@@ -39,6 +39,38 @@ class Files : public ::testing::Test {
   std::string dir_;
 };
 
+// Both durabilities replace the file whole: a reader holding the old file
+// keeps its bytes, a new reader sees all of the new ones, the mode is the
+// one asked for (whatever the umask, or a stale temporary file's mode), and
+// no temporary file stays. Durability::Readers differs only in skipping
+// the fsyncs, which no reader can tell.
+TEST_F(Files, WriteFileAtomicReplacesTheFileWholeWithItsMode) {
+  for (auto durability : {Durability::Crash, Durability::Readers}) {
+    const std::string p = path(durability == Durability::Crash ? "crash" : "readers");
+    ASSERT_TRUE(write_file_atomic(p, "old bytes", 0600, durability).ok());
+    auto old_reader = open_file(p, O_RDONLY);
+    ASSERT_TRUE(old_reader.ok()) << old_reader.error().message;
+    write((durability == Durability::Crash ? "crash" : "readers") + std::string(".tmp"), "stale");
+    const mode_t umask_was = ::umask(077);
+    const Status st = write_file_atomic(p, "the new bytes, all of them", 0644, durability);
+    ::umask(umask_was);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    char buf[64] = {};
+    ASSERT_EQ(::pread(old_reader->get(), buf, sizeof buf, 0), 9);
+    EXPECT_EQ(std::string(buf, 9), "old bytes");
+    auto now = read_small_file(p, 1024);
+    ASSERT_TRUE(now.ok()) << now.error().message;
+    EXPECT_EQ(std::string(now->begin(), now->end()), "the new bytes, all of them");
+    struct stat sb {};
+    ASSERT_EQ(::stat(p.c_str(), &sb), 0);
+    EXPECT_EQ(sb.st_mode & 07777, 0644u);
+    EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+  }
+  const Status missing = write_file_atomic(path("no-dir/m.prom"), "x", 0644, Durability::Readers);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message, path("no-dir/m.prom.tmp") + ": " + std::strerror(ENOENT));
+}
+
 TEST_F(Files, ListDirLeavesOutDotEntries) {
   write("a", "1");
   write("b", "2");
