@@ -64,8 +64,8 @@ Status Access::require_admin(const dbus::Caller& caller, const char* method) con
 }
 
 uint32_t FdQuota::held_by_uid(uid_t uid) {
-  sys::InodeSet ours, notices;
-  if (inodes_) inodes_(ours, notices);
+  sys::InodeSet ours;
+  if (inodes_) inodes_(ours);
   uint32_t total = 0;
   std::set<pid_t> counted;  // a process with two connections holds its fds once
   for (auto& [name, c] : by_caller_) {
@@ -76,12 +76,10 @@ uint32_t FdQuota::held_by_uid(uid_t uid) {
       continue;
     }
     auto n = who != nullptr ? sys::count_fds_referring_to(who->pid, ours) : Result<uint32_t>(make_error(ESRCH, "gone"));
-    // A held notice page counts twice: itself and its session's eventfd.
-    auto k = who != nullptr ? sys::count_fds_referring_to(who->pid, notices) : Result<uint32_t>(make_error(ESRCH, "gone"));
     // Unreadable (another uid under a sandbox without CAP_SYS_PTRACE):
     // keep counting what was handed out.
-    if (n && k) {
-      c.second = *n + 2 * *k;
+    if (n) {
+      c.second = *n;
       counted.insert(who->pid);
     }
     total += c.second;

@@ -59,10 +59,9 @@ class Access {
 // uncount: a client may keep what it was given).
 class FdQuota {
  public:
-  // The inodes of every fd the daemon hands out: pool regions and status
-  // pages to `ours`, notice pages to `notices` (each stands for its
-  // session's eventfd too, which cannot be told apart by inode).
-  using InodesFn = std::function<void(sys::InodeSet& ours, sys::InodeSet& notices)>;
+  // The inodes of every fd the daemon hands out: pool regions, status and
+  // notice pages, KV sessions' wake sockets.
+  using InodesFn = std::function<void(sys::InodeSet& ours)>;
   FdQuota(uint32_t max_per_uid, const dbus::IdentityCache& ids, InodesFn inodes)
       : max_(max_per_uid), ids_(ids), inodes_(std::move(inodes)) {}
   // EDQUOT when `n` more would pass the limit; counts them otherwise.

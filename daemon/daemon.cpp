@@ -48,10 +48,10 @@ Daemon::Daemon(Options options)
       bus_address_(std::move(options.bus_override)),
       access_(cfg_.daemon.admin_group, cfg_.daemon.trusted_group) {
   if (bus_address_.empty()) bus_address_ = cfg_.daemon.bus;
-  fds_ = std::make_unique<FdQuota>(cfg_.kv.max_fds_per_uid, ids_, [this](sys::InodeSet& ours, sys::InodeSet& notices) {
+  fds_ = std::make_unique<FdQuota>(cfg_.kv.max_fds_per_uid, ids_, [this](sys::InodeSet& ours) {
     if (cloud_only()) return;
     models_->add_inodes(ours);
-    kv_->add_inodes(ours, notices);
+    kv_->add_inodes(ours);
   });
   started_ = std::chrono::steady_clock::now();
 }
@@ -362,7 +362,7 @@ void Daemon::make_kv() {
   }
 }
 
-// Eviction notices reach the client through its notice page and eventfd in
+// Eviction notices reach the client through its notice page and wake socket in
 // any case; the signals are for the bus's other listeners.
 void Daemon::on_kv_evicted(const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes,
                            const std::string& reason) {
@@ -739,7 +739,7 @@ std::vector<SessionStatus> Daemon::list_sessions() const {
 template <class F>
 void Daemon::emit(const std::string& what, F&& send) {
   // No bus: nobody listens (the loss was said once); the clients' notice
-  // pages and eventfds still tell them what they need.
+  // pages and wake sockets still tell them what they need.
   if (link_ == nullptr || link_->connection() == nullptr) return;
   try {
     send();

@@ -200,20 +200,19 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   if (!page) return fail(page.error());
   s->notice_page = std::move(page).value();
   s->notices = wire::NoticeWriter(s->notice_page.bytes(), kNoticeCapacity);
-  auto efd = sys::eventfd_create();
-  if (!efd) return fail(efd.error());
-  s->event_fd = std::move(efd).value();
+  auto wake = sys::wake_channel();
+  if (!wake) return fail(wake.error());
+  s->event_fd = std::move(wake->ours);
+  if (auto i = sys::inode_of(wake->theirs.get())) s->wake_inode = *i;
 
   CreatedSession out;
   auto arena_fd = sys::dup_cloexec(arenas_.at(*aid).region->fd());
   auto notice_ro = s->notice_page.open_read_only();
-  auto ev = sys::dup_cloexec(s->event_fd.get());
   if (!notice_ro) return fail(notice_ro.error());
   if (!arena_fd) return fail(arena_fd.error());
-  if (!ev) return fail(ev.error());
   out.arena_fd = std::move(arena_fd).value();
   out.notice_fd = std::move(notice_ro).value();
-  out.event_fd = std::move(ev).value();
+  out.event_fd = std::move(wake->theirs);
   out.geometry.geo = *geo;
   out.geometry.arena_bytes = arenas_.at(*aid).region->size();
   out.geometry.kv_type = config::to_string(cfg_.kv_type);
@@ -241,7 +240,7 @@ void KvService::publish(std::vector<kv::EvictionNotice>& notices) {
     if (it == sessions_.end()) continue;
     auto& s = *it->second;
     s.notices.append(n.blocks, n.spilled);
-    (void)sys::eventfd_signal(s.event_fd.get());
+    sys::wake(s.event_fd.get());
     s.evicted_blocks += n.blocks.size();
     const uint64_t bytes = n.blocks.size() * arenas_.at(n.arena).geo.block_bytes;
     spdlog::info("session {} lost {} KV blocks ({}): {}", s.path, n.blocks.size(), format_bytes(bytes), n.reason);
@@ -456,11 +455,12 @@ std::vector<std::string> KvService::close_model(uint64_t model, const std::strin
   return closed;
 }
 
-void KvService::add_inodes(sys::InodeSet& out, sys::InodeSet& notices) const {
+void KvService::add_inodes(sys::InodeSet& out) const {
   for (auto& [id, a] : arenas_)
     if (auto i = sys::inode_of(a.region->fd())) out.insert(*i);
   for (auto& [id, s] : sessions_) {
-    if (auto i = sys::inode_of(s->notice_page.read_only_fd())) notices.insert(*i);
+    if (auto i = sys::inode_of(s->notice_page.read_only_fd())) out.insert(*i);
+    if (s->wake_inode) out.insert(*s->wake_inode);
   }
 }
 

@@ -2,7 +2,7 @@
 // KV sessions on the pool: the pure allocator (src/kv) decides, this class
 // carries it out on real memory (one pool region per (model, uid) arena,
 // chunks fallocated and punched, COW copies through the daemon's mapping),
-// publishes eviction notices (notice page + eventfd + signal) before any
+// publishes eviction notices (notice page + wake socket + signal) before any
 // reply that follows an eviction, and keeps per-connection ownership.
 // Loop thread only.
 #pragma once
@@ -43,7 +43,8 @@ struct KvSession {
   kv::ArenaId arena = 0;
   sys::SealedMemfd notice_page;  // we write, the client reads (read-only fd)
   wire::NoticeWriter notices;
-  sys::UniqueFd event_fd;
+  sys::UniqueFd event_fd;  // our end of the wake channel (sys::wake)
+  std::optional<std::pair<dev_t, ino_t>> wake_inode;  // the client's end
   uint64_t evicted_blocks = 0;
   uint64_t restored_blocks = 0;  // restored from the spill tier by MatchPrefix
 };
@@ -59,7 +60,7 @@ struct CreatedSession {
 class KvService final : public kv::ChunkOps {
  public:
   // Called for every eviction notice after it was written to the notice
-  // page and the eventfd (for the D-Bus signals).
+  // page and the wake socket (for the D-Bus signals).
   using EvictedFn = std::function<void(const KvSession&, const std::vector<uint32_t>& blocks, uint64_t bytes,
                                        const std::string& reason)>;
 
@@ -107,10 +108,8 @@ class KvService final : public kv::ChunkOps {
   // order (Evictor::make_room with policy::Request::for_kv_allocation).
   using RoomMaker = std::function<Status(const policy::Request&, const std::string& why)>;
   void set_room_maker(RoomMaker f) { make_room_ = std::move(f); }
-  // Inodes of the fds handed out: arenas to `out`, notice pages to
-  // `notices` (each stands for its session's eventfd too: eventfds share one
-  // anonymous inode machine-wide and cannot be told apart).
-  void add_inodes(sys::InodeSet& out, sys::InodeSet& notices) const;
+  // Inodes of the fds handed out: arenas, notice pages, wake sockets.
+  void add_inodes(sys::InodeSet& out) const;
 
   // For the pressure loop and admin eviction.
   [[nodiscard]] policy::PoolState snapshot() const;

@@ -860,7 +860,7 @@ int airs_session_read_notices(airs_session* s, uint32_t* blocks_out, size_t cap)
 
 int airs_session_read_notices_spilled(airs_session* s, uint32_t* blocks_out, uint8_t* spilled_out, size_t cap) {
   if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
-  (void)airs::sys::eventfd_drain(s->notice_event.get());  // reset the eventfd (non-blocking)
+  (void)airs::sys::drain_wakeups(s->notice_event.get());  // never blocks, whatever its flags
   const int64_t n = s->reader.read(blocks_out, cap, spilled_out);
   if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
   return static_cast<int>(n);

@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -71,6 +73,42 @@ uint64_t eventfd_drain(int efd) {
   uint64_t v = 0;
   if (::read(efd, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) return 0;
   return v;
+}
+
+Result<WakeChannel> wake_channel() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+    return make_error(errno, "socketpair: {}", std::strerror(errno));
+  WakeChannel c{UniqueFd(sv[0]), UniqueFd(sv[1])};
+  // Nothing comes our way: the client's sends fail (EPIPE) instead of
+  // filling a queue nobody reads.
+  if (::shutdown(c.ours.get(), SHUT_RD) != 0) return make_error(errno, "shutdown: {}", std::strerror(errno));
+  return c;
+}
+
+void wake(int ours) {
+  // Bytes sent and not yet read by the peer: a wake-up still waits.
+  int unread = 0;
+  if (::ioctl(ours, SIOCOUTQ, &unread) == 0 && unread > 0) return;
+  const uint64_t one = 1;
+  // EAGAIN: the peer's queue is full, so it is readable; EPIPE/ECONNRESET:
+  // the client closed its end. Neither is the daemon's concern.
+  (void)::send(ours, &one, sizeof one, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+uint64_t drain_wakeups(int fd) {
+  uint64_t n = 0;
+  for (;;) {
+    uint64_t v = 0;
+    const ssize_t r = ::recv(fd, &v, sizeof v, MSG_DONTWAIT);
+    if (r > 0) {
+      ++n;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == ENOTSOCK) return eventfd_drain(fd);
+    return n;
+  }
 }
 
 void become_background_thread(const char* name) {

@@ -30,6 +30,28 @@ namespace airs::sys {
 // Reads and returns the counter (0 if nothing was pending).
 uint64_t eventfd_drain(int efd);
 
+// A wake-up the daemon gives a client (a KV session's eviction notices): a
+// connected SOCK_SEQPACKET pair. The daemon keeps `ours`, whose receiving
+// side is shut (the client cannot queue anything to it), and hands out
+// `theirs`, which polls readable (POLLIN) while a wake-up waits. Not an
+// eventfd: a client shares an eventfd's O_NONBLOCK flag with the daemon
+// (one open file), could clear it and saturate the counter, and the
+// daemon's next write would then block its loop for good. A socket's
+// MSG_DONTWAIT holds whatever either side sets on its own end.
+struct WakeChannel {
+  UniqueFd ours;
+  UniqueFd theirs;
+};
+[[nodiscard]] Result<WakeChannel> wake_channel();
+// Makes `theirs` readable unless a wake-up already waits there (at most one
+// ever does: the client's reads cannot fall behind). Never blocks; a client
+// that closed its end is not an error.
+void wake(int ours);
+// Takes every waiting wake-up of a notice fd, never blocking whatever its
+// flags: a wake channel's end, or an eventfd (older daemons). Returns how
+// many there were.
+uint64_t drain_wakeups(int fd);
+
 // Names the calling thread (`name`: 15 characters at most) and lowers its
 // scheduling priority to nice 10, so the work it does (parsing a hostile
 // GGUF header) takes no CPU the event loop's thread wants. Best effort.

@@ -4,6 +4,7 @@
 // (airs_test_kv_client), one of them running as another uid. Bytes written
 // to blocks are checked where they must (and must not) be visible; errors
 // by their D-Bus names.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,7 +12,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -395,7 +398,7 @@ TEST_F(KvIntegration, BlockQuotaAtNPlusOne) {
 }
 
 TEST_F(KvIntegration, FdQuotaAtNPlusOne) {
-  // Each session hands out 3 fds (arena, notice page, eventfd).
+  // Each session hands out 3 fds (arena, notice page, wake socket).
   if (!start(64, "max_fds_per_uid = 6\n")) return;
   BusClient::Session s1, s2, s3;
   ASSERT_TRUE(dbus_->create_session(model_obj_, "interactive", &s1).ok());
@@ -484,7 +487,7 @@ TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractive) {
   auto n1 = notices(bg);
   EXPECT_EQ(n1.size(), half);
   for (uint32_t b : n1) EXPECT_NE(std::find(bg_.begin(), bg_.end(), b), bg_.end()) << "notice of a foreign block " << b;
-  EXPECT_FALSE(readable(airs_session_notice_fd(bg))) << "reading the notices did not reset the eventfd";
+  EXPECT_FALSE(readable(airs_session_notice_fd(bg))) << "reading the notices did not quiet the notice fd";
 
   // 2. A whole chunk: the rest of background, then system.
   auto r2 = allocate(req, per_chunk_);
@@ -519,6 +522,44 @@ TEST_F(KvEviction, BackgroundThenSystemNeverActiveInteractive) {
   EXPECT_FALSE(readable(airs_session_notice_fd(active)));
   (void)r1;
   (void)r2;
+}
+
+// A client owns its end of the wake-up the daemon gives each session. When
+// that was an eventfd, one open file shared with the daemon, a client could
+// clear O_NONBLOCK and saturate the counter: the daemon's next eviction
+// notice then blocked its loop for good (every call, every fault). Here the
+// client does exactly that to its background session's fd, and the
+// eviction that tells that session still answers, with the notice.
+TEST_F(KvEviction, AClientThatBlocksAndFillsItsNoticeFdCannotStallTheDaemon) {
+  if (!start_full("idle_threshold = \"1h\"\n")) return;
+  const int fd = airs_session_notice_fd(bg_s_);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+  {
+    // The write that saturates an eventfd. A socket's end refuses it
+    // (EPIPE: the daemon's end takes nothing), which must not kill us.
+    struct sigaction ignore {}, was {};
+    ignore.sa_handler = SIG_IGN;
+    ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &was), 0);
+    const uint64_t max = 0xfffffffffffffffeULL;
+    const ssize_t n = ::write(fd, &max, sizeof max);
+    const int e = errno;
+    ASSERT_EQ(::sigaction(SIGPIPE, &was, nullptr), 0);
+    EXPECT_EQ(n, -1) << "the client's write reached something the daemon writes to";
+    EXPECT_EQ(e, EPIPE) << std::strerror(e);
+  }
+  // Room for half a chunk: the daemon takes it from the background session
+  // and wakes that session, in the same call.
+  const uint32_t half = per_chunk_ / 2;
+  std::vector<uint32_t> got(half);
+  ASSERT_EQ(airs_session_allocate(req_s_, half, got.data()), 0) << airs_last_error();
+  EXPECT_TRUE(readable(fd)) << "the background session was not told";
+  const auto lost = notices(bg_s_);
+  EXPECT_EQ(lost.size(), half);
+  for (uint32_t b : lost) EXPECT_NE(std::find(bg_.begin(), bg_.end(), b), bg_.end()) << "notice of a foreign block " << b;
+  EXPECT_FALSE(readable(fd)) << "reading the notices (on a blocking fd) did not quiet it";
+  // And it goes on serving everyone.
+  EXPECT_EQ(dbus_->status()["kv"]["sessions"].get<uint64_t>(), 4u) << dbus_->status().dump();
 }
 
 TEST_F(KvEviction, IdleInteractiveGoesAfterBackgroundAndSystem) {

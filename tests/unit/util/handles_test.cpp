@@ -2,6 +2,7 @@
 // The small descriptor helpers of src/sys that the client library and the
 // daemon use instead of raw calls.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,6 +69,55 @@ TEST(Handles, MessageChannelCarriesWholeMessagesBothWays) {
   rd.reset();
   EXPECT_EQ(read_message(wr.get(), buf, sizeof buf).state, MessageRead::Closed);
   EXPECT_FALSE(send_message(wr.get(), "x", 1)) << "a send to a closed peer must fail, not raise SIGPIPE";
+}
+
+bool polls_readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+}
+
+// A KV session's wake-up: the client's end polls readable once woken, one
+// drain makes it quiet, any number of wakes leave one wake-up waiting, and
+// nothing the client does to its end (blocking it, writing to it, filling
+// it, closing it) makes the daemon's wake block or fail.
+TEST(Handles, AWakeChannelNeverBlocksTheDaemonWhateverTheClientDoes) {
+  auto ch = wake_channel();
+  ASSERT_TRUE(ch.ok()) << ch.error().message;
+  const int ours = ch->ours.get(), theirs = ch->theirs.get();
+  EXPECT_EQ(::fcntl(theirs, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_FALSE(polls_readable(theirs));
+  EXPECT_EQ(drain_wakeups(theirs), 0U);
+  for (int i = 0; i < 100; ++i) wake(ours);
+  EXPECT_TRUE(polls_readable(theirs));
+  EXPECT_EQ(drain_wakeups(theirs), 1U) << "wake-ups are not coalesced: a slow client's queue would grow";
+  EXPECT_FALSE(polls_readable(theirs));
+
+  // The attack on an eventfd: clear O_NONBLOCK on the shared file and
+  // saturate the counter. Here the flag is the client's end's alone, and
+  // nothing it writes reaches the daemon's end.
+  ASSERT_EQ(::fcntl(theirs, F_SETFL, 0), 0);
+  EXPECT_EQ(::fcntl(ours, F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+  const uint64_t max = 0xfffffffffffffffeULL;
+  EXPECT_EQ(::send(theirs, &max, sizeof max, MSG_NOSIGNAL | MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EPIPE) << "the client could queue bytes to the daemon's end";
+  wake(ours);
+  EXPECT_TRUE(polls_readable(theirs));
+  EXPECT_EQ(drain_wakeups(theirs), 1U) << "a blocking end must not block the drain";
+
+  // A client that closed its end: the wake is a no-op, no SIGPIPE.
+  ch->theirs.reset();
+  wake(ours);
+  wake(ours);
+}
+
+// The client library drains what an older daemon gave it: an eventfd.
+TEST(Handles, DrainWakeupsEmptiesAnEventfdToo) {
+  auto efd = eventfd_create();
+  ASSERT_TRUE(efd.ok()) << efd.error().message;
+  ASSERT_TRUE(eventfd_signal(efd->get(), 3).ok());
+  EXPECT_TRUE(polls_readable(efd->get()));
+  EXPECT_EQ(drain_wakeups(efd->get()), 3U);
+  EXPECT_FALSE(polls_readable(efd->get()));
 }
 
 TEST(Handles, PollFdsReportsReadinessAndErrors) {
