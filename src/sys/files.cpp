@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -206,10 +207,13 @@ Result<uint32_t> count_fds_referring_to(pid_t pid, const InodeSet& inodes) {
   uint32_t n = 0;
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    struct stat st {};
-    // stat follows the magic link to the open file itself (memfds included).
-    if (::fstatat(::dirfd(d), e->d_name, &st, 0) != 0) continue;
-    if (inodes.contains({st.st_dev, st.st_ino})) ++n;
+    // statx follows the magic link to the open file itself (memfds
+    // included). AT_STATX_DONT_SYNC: the inode number from the inode in
+    // memory; the file system is never asked, so a client's fd on a hung
+    // NFS mount or on a FUSE server it runs cannot stall the daemon here.
+    struct statx stx {};
+    if (::statx(::dirfd(d), e->d_name, AT_STATX_DONT_SYNC, STATX_INO, &stx) != 0) continue;
+    if (inodes.contains({makedev(stx.stx_dev_major, stx.stx_dev_minor), static_cast<ino_t>(stx.stx_ino)})) ++n;
   }
   ::closedir(d);
   return n;

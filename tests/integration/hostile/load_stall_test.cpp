@@ -42,6 +42,7 @@
 #include "gguf/gguf.hpp"
 #include "gguf/writer.hpp"
 #include "harness.hpp"
+#include "test_model.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -224,6 +225,11 @@ class StalledFuse {
   [[nodiscard]] const std::optional<std::string>& why_not() const { return why_not_; }
   [[nodiscard]] std::string file() const { return dir_ + "/stalled.gguf"; }
   [[nodiscard]] int reads_held() const { return reads_held_; }
+  // From now on the kernel keeps no attribute of the file (attr_valid 0),
+  // and a GETATTR goes unanswered once stall_attributes() was called.
+  void keep_no_attributes() { keep_attrs_ = false; }
+  void stall_attributes() { stall_attrs_ = true; }
+  [[nodiscard]] int getattrs_held() const { return getattrs_held_; }
   [[nodiscard]] int reads_answered() const { return reads_answered_; }
 
  private:
@@ -260,13 +266,18 @@ class StalledFuse {
         fuse_entry_out e{};
         e.nodeid = kFileNode;
         e.generation = 1;
-        e.entry_valid = e.attr_valid = 3600;
+        e.entry_valid = 3600;
+        e.attr_valid = keep_attrs_ ? 3600 : 0;
         e.attr = attr_of(kFileNode);
         return reply(in, 0, &e, sizeof e);
       }
       case FUSE_GETATTR: {
+        if (stall_attrs_) {
+          ++getattrs_held_;
+          return;  // never answered: the caller waits until the connection goes
+        }
         fuse_attr_out a{};
-        a.attr_valid = 3600;
+        a.attr_valid = keep_attrs_ ? 3600 : 0;
         a.attr = attr_of(in.nodeid);
         return reply(in, 0, &a, sizeof a);
       }
@@ -327,6 +338,9 @@ class StalledFuse {
   std::atomic<bool> stop_{false};
   std::atomic<int> reads_held_{0};
   std::atomic<int> reads_answered_{0};
+  std::atomic<bool> keep_attrs_{true};
+  std::atomic<bool> stall_attrs_{false};
+  std::atomic<int> getattrs_held_{0};
   std::thread thread_;
 };
 
@@ -409,6 +423,41 @@ TEST_F(LoadStall, ASlowFileWhoseReadsReturnIsReadToTheEnd) {
   EXPECT_GE(fuse->reads_answered(), 14) << r;
   std::cout << "a header of " << fuse->reads_answered() << " slow reads read in " << took.count()
             << " ms with a 2000 ms stall limit\n";
+  fuse.reset();
+}
+
+// kv.max_fds_per_uid recounts the descriptors of ours that a caller's
+// process holds by following each entry of /proc/PID/fd. A caller that
+// also holds a file of a FUSE server it runs (or of a hung NFS mount) must
+// not make that recount wait for the file system: here the server never
+// answers a GETATTR, and the call over the quota is refused at once.
+TEST_F(LoadStall, AStalledFuseFileHeldByACallerDoesNotStallTheFdQuotaRecount) {
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
+  fuse->keep_no_attributes();
+  start("[kv]\nmax_fds_per_uid = 6\n");
+  if (HasFatalFailure()) return;
+  const auto m = airs::test::write_test_model("airs-fdq", "fdq", 2, 256);
+  BusClient c(bus_->address());
+  std::string obj;
+  ASSERT_TRUE(c.load_model(m.path, &obj).ok());
+  BusClient::Session s1, s2, s3;
+  ASSERT_TRUE(c.create_session(obj, "interactive", &s1).ok());
+  ASSERT_TRUE(c.create_session(obj, "interactive", &s2).ok());  // 6 fds of 6
+  const int held = ::open(fuse->file().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0) << std::strerror(errno);
+  fuse->stall_attributes();
+  const auto t0 = Clock::now();
+  const auto e = c.create_session(obj, "interactive", &s3);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  EXPECT_EQ(e.name, "org.aios.Airs1.Error.QuotaExceeded") << e.message;
+  EXPECT_NE(e.message.find("holds 6 of its 6"), std::string::npos) << e.message;
+  EXPECT_EQ(fuse->getattrs_held(), 0) << "the recount asked the file system";
+  EXPECT_NE(c.status().dump(), "") << "the daemon stopped answering";
+  std::cout << "a call over the fd quota, with a stalled FUSE file held: refused in " << took.count() << " ms\n";
+  for (const auto* s : {&s1, &s2})
+    for (int fd : {s->arena_fd, s->notice_fd, s->event_fd}) ::close(fd);
+  ::close(held);
   fuse.reset();
 }
 

@@ -2,6 +2,7 @@
 // The file and directory helpers of src/sys that the daemon's KV spill tier,
 // state directory, GGUF reader and probe call instead of raw calls.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -69,6 +70,37 @@ TEST_F(Files, WriteFileAtomicReplacesTheFileWholeWithItsMode) {
   const Status missing = write_file_atomic(path("no-dir/m.prom"), "x", 0644, Durability::Readers);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().message, path("no-dir/m.prom.tmp") + ": " + std::strerror(ENOENT));
+}
+
+// The fd quota's recount: every descriptor of a process that refers to one
+// of the given files, dups and memfds included, and nothing else.
+TEST_F(Files, CountFdsReferringToCountsEveryDescriptorOfTheGivenFiles) {
+  write("a", "a");
+  write("b", "b");
+  auto a = open_file(path("a"), O_RDONLY);
+  auto b = open_file(path("b"), O_RDONLY);
+  ASSERT_TRUE(a.ok() && b.ok());
+  UniqueFd mem(::memfd_create("airs-count", MFD_CLOEXEC));
+  ASSERT_TRUE(mem) << std::strerror(errno);
+  InodeSet ours;
+  for (int fd : {a->get(), mem.get()}) {
+    auto i = inode_of(fd);
+    ASSERT_TRUE(i.ok()) << i.error().message;
+    ours.insert(*i);
+  }
+  auto before = count_fds_referring_to(::getpid(), ours);
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  EXPECT_EQ(*before, 2U);
+  UniqueFd a2(::fcntl(a->get(), F_DUPFD_CLOEXEC, 3));
+  UniqueFd m2(::fcntl(mem.get(), F_DUPFD_CLOEXEC, 3));
+  auto again = open_file(path("a"), O_RDONLY);  // another open of the same file
+  ASSERT_TRUE(a2 && m2 && again.ok());
+  EXPECT_EQ(*count_fds_referring_to(::getpid(), ours), 5U);
+  a2.reset();
+  EXPECT_EQ(*count_fds_referring_to(::getpid(), ours), 4U);
+  auto gone = count_fds_referring_to(999999999, ours);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().code, ESRCH);
 }
 
 TEST_F(Files, ListDirLeavesOutDotEntries) {
