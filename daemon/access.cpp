@@ -12,7 +12,8 @@
 #include <spdlog/spdlog.h>
 
 namespace airs::daemon {
-std::optional<gid_t> Access::lookup_group(const std::string& name, std::string& why) {
+
+Result<std::optional<gid_t>> Access::lookup_group(const std::string& name) {
   std::vector<char> buf(4096);
   for (;;) {
     struct group gr {};
@@ -22,9 +23,11 @@ std::optional<gid_t> Access::lookup_group(const std::string& name, std::string& 
       buf.resize(buf.size() * 4);
       continue;
     }
-    if (found != nullptr) return found->gr_gid;
-    why = e != 0 ? fmt::format("the group lookup failed: {}", std::strerror(e)) : "no such group";
-    return std::nullopt;
+    if (found != nullptr) return std::optional<gid_t>(found->gr_gid);
+    // getgrnam_r: 0 (or, with some NSS modules, ENOENT and the like) with no
+    // entry means no such group; any other error is a failed lookup.
+    if (e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM) return std::optional<gid_t>();
+    return make_error(e, "the group lookup failed: {}", std::strerror(e));
   }
 }
 
@@ -40,13 +43,22 @@ void Access::resolve() {
 
 void Access::resolve(Group& g, const char* key) {
   if (g.name.empty()) return;
-  std::string why;
-  g.gid = lookup_(g.name, why);
+  auto r = lookup_(g.name);
+  if (!r) {
+    if (g.gid)
+      spdlog::warn("{} = \"{}\": {}; its members stay those of gid {}", key, g.name, r.error().message, *g.gid);
+    else
+      spdlog::warn("{} = \"{}\": {}; no caller is a member until a lookup succeeds (SIGHUP or a restart)", key,
+                   g.name, r.error().message);
+    return;
+  }
+  g.gid = *r;
   if (g.gid)
     spdlog::info("{} = \"{}\": gid {}", key, g.name, *g.gid);
   else
-    spdlog::warn("{} = \"{}\": {}; no caller is a member until the group exists and the daemon gets SIGHUP "
-                 "or restarts", key, g.name, why);
+    spdlog::warn("{} = \"{}\": no such group; no caller is a member until the group exists and the daemon gets "
+                 "SIGHUP or restarts",
+                 key, g.name);
 }
 
 bool Access::is_admin(const dbus::Caller& caller) const {

@@ -25,14 +25,15 @@ namespace airs::daemon {
 // client's call and fault would wait behind it on the loop.
 class Access {
  public:
-  // The gid of a group name, or nothing when no such group exists (or the
-  // lookup failed: `why` says which).
-  using GroupLookup = std::function<std::optional<gid_t>(const std::string& name, std::string& why)>;
-  static std::optional<gid_t> lookup_group(const std::string& name, std::string& why);
+  // The gid of a group name; nothing when no such group exists; an error
+  // when the lookup itself failed (a directory server that did not answer).
+  using GroupLookup = std::function<Result<std::optional<gid_t>>(const std::string& name)>;
+  static Result<std::optional<gid_t>> lookup_group(const std::string& name);
 
   Access(std::string admin_group, std::string trusted_group, GroupLookup lookup = lookup_group);
   // Looks the two names up again (a group made or renumbered since); logs
-  // each result, and a warning for a name that does not resolve.
+  // each result, and a warning for a name that does not resolve. A lookup
+  // that fails keeps the gid the name had.
   void resolve();
   // Root or a member of daemon.admin_group.
   [[nodiscard]] bool is_admin(const dbus::Caller& caller) const;

@@ -8,6 +8,7 @@
 #   - the package's postinst creates group airs, /run/airs, the sysctl file,
 #     enables and starts the service;
 #   - `systemctl start airs-memd` reaches active (Type=notify: READY=1);
+#   - `systemctl reload` (SIGHUP) looks the group names up again, same pid;
 #   - `airsctl status` works for a member of airs and is refused by the bus
 #     policy (AccessDenied) for a non-member; admin methods are root's only;
 #   - a client loads a model lazily and opens a KV session (when the client
@@ -234,6 +235,23 @@ else
   fail "systemctl start airs-memd failed"; ct journalctl -u airs-memd --no-pager | tail -30
 fi
 [[ $(svc WatchdogUSec) == 10s ]] && pass "watchdog armed (WatchdogUSec=10s)" || fail "WatchdogUSec is '$(svc WatchdogUSec)'"
+# systemctl reload (ExecReload: SIGHUP) looks the group names up again; the
+# same process goes on serving.
+pid_before=$(svc MainPID)
+if ct systemctl reload airs-memd.service; then
+  reloaded=""
+  for _ in $(seq 100); do
+    reloaded=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$(svc InvocationID)" 2>/dev/null |
+      grep -m1 'SIGHUP: looking up daemon.admin_group' || true)
+    [[ -n $reloaded ]] && break
+    sleep 0.1
+  done
+  [[ -n $reloaded && $(svc MainPID) == "$pid_before" && $(ct systemctl is-active airs-memd.service) == active ]] &&
+    pass "systemctl reload: the same daemon looked its group names up again" ||
+    fail "systemctl reload: log '${reloaded:-none}', MainPID $pid_before -> $(svc MainPID)"
+else
+  fail "systemctl reload airs-memd failed"
+fi
 # Capabilities: exactly the unit's two (as far as the container has them:
 # nspawn grants CAP_IPC_LOCK on request; some hosts withhold CAP_SYS_RESOURCE).
 mpid=$(svc MainPID)

@@ -2,6 +2,10 @@
 // Who is admin and who is trusted: the group names of the configuration are
 // looked up at start and on SIGHUP, never on a call (a lookup may ask a
 // directory server, and the daemon's loop would wait for it).
+#include <cerrno>
+#include <cstring>
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "daemon/access.hpp"
@@ -18,19 +22,19 @@ dbus::Caller a_caller(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
   return c;
 }
 
-// A group database the test controls, counting the lookups.
+// A group database the test controls, counting the lookups; `down`: the
+// lookup fails (a directory server that does not answer).
 struct GroupDb {
   std::map<std::string, gid_t> known;
+  bool down = false;
   int lookups = 0;
   Access::GroupLookup fn() {
-    return [this](const std::string& name, std::string& why) -> std::optional<gid_t> {
+    return [this](const std::string& name) -> Result<std::optional<gid_t>> {
       ++lookups;
+      if (down) return make_error(ETIMEDOUT, "the group lookup failed: {}", std::strerror(ETIMEDOUT));
       auto it = known.find(name);
-      if (it == known.end()) {
-        why = "no such group";
-        return std::nullopt;
-      }
-      return it->second;
+      if (it == known.end()) return std::optional<gid_t>();
+      return std::optional<gid_t>(it->second);
     };
   }
 };
@@ -89,14 +93,35 @@ TEST(Access, AGroupMadeAfterTheStartAdmitsFromTheNextResolve) {
   EXPECT_FALSE(a.is_admin(member));
 }
 
+// A lookup that fails (not "no such group": the directory did not answer)
+// keeps what the name meant; a name that never resolved admits nobody.
+TEST(Access, AFailedLookupKeepsTheGidTheNameHad) {
+  GroupDb db;
+  db.known = {{"airs", 2002}};
+  Access a("ops", "airs", db.fn());
+  const auto member = a_caller(1001, 1001, {2002, 2003});
+  EXPECT_TRUE(a.is_trusted(member));
+  EXPECT_FALSE(a.is_admin(member));
+  db.down = true;
+  db.known = {{"airs", 2002}, {"ops", 2003}};
+  a.resolve();
+  EXPECT_TRUE(a.is_trusted(member)) << "a failed lookup dropped the trusted group's members";
+  EXPECT_FALSE(a.is_admin(member)) << "a failed lookup admitted someone";
+  db.down = false;
+  a.resolve();
+  EXPECT_TRUE(a.is_admin(member));
+}
+
 // The real lookup, on groups every Debian system has (base-passwd).
 TEST(Access, TheSystemLookupFindsAGroupAndNamesAMissingOne) {
-  std::string why;
-  EXPECT_EQ(Access::lookup_group("root", why), std::optional<gid_t>(0)) << why;
-  EXPECT_EQ(Access::lookup_group("nogroup", why), std::optional<gid_t>(65534)) << why;
-  why.clear();
-  EXPECT_EQ(Access::lookup_group("airs-no-such-group-here", why), std::nullopt);
-  EXPECT_EQ(why, "no such group");
+  for (auto [name, gid] : {std::pair{"root", gid_t{0}}, std::pair{"nogroup", gid_t{65534}}}) {
+    auto r = Access::lookup_group(name);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(*r, std::optional<gid_t>(gid)) << name;
+  }
+  auto none = Access::lookup_group("airs-no-such-group-here");
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_EQ(*none, std::nullopt);
   Access a("root", "", Access::lookup_group);
   EXPECT_TRUE(a.is_admin(a_caller(1001, 1001, {0})));
   EXPECT_FALSE(a.is_admin(a_caller(1001, 1001, {65534})));
