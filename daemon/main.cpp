@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   airs::init_logging("airs-memd", log_level.empty() ? cfg->daemon.log_level : log_level);
+  // Every socket write says MSG_NOSIGNAL, and no pipe is written; a log
+  // stream whose reader died must not kill the daemon either.
+  std::signal(SIGPIPE, SIG_IGN);
   airs::daemon::Options opts{std::move(cfg).value(), bus};
   auto d = airs::daemon::Daemon::create(std::move(opts));
   if (!d) {

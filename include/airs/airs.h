@@ -204,8 +204,9 @@ int airs_session_post_length(airs_session *s, uint32_t tokens);
 void *airs_session_block_ptr(airs_session *s, uint32_t block);
 /* A file descriptor to poll(2) for POLLIN: readable when blocks of this
  * session were evicted; then call airs_session_read_notices, which makes it
- * quiet again. POLLHUP: the daemon closed the session (or exited). Only
- * poll it and let the library read it (it is a socket, not an eventfd). */
+ * quiet again. POLLHUP: the daemon closed the session (or exited); POLLIN
+ * then stays set too, so stop polling it and close the session. Only poll
+ * it and let the library read it (it is a socket, not an eventfd). */
 int airs_session_notice_fd(const airs_session *s);
 /* Evicted block ids since the last call, up to cap; returns the count, or
  * -EOVERFLOW if more were evicted than the notice ring holds (treat every

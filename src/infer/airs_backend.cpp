@@ -76,7 +76,9 @@ Result<std::vector<uint32_t>> AirsKv::read_notices() {
 
 bool AirsKv::wait_notice(int timeout_ms) {
   pollfd p{airs_session_notice_fd(s_), POLLIN, 0};
-  return p.fd >= 0 && ::poll(&p, 1, timeout_ms) == 1;
+  // POLLHUP: the daemon closed the session; no notice will come, and the
+  // fd polls readable for good.
+  return p.fd >= 0 && ::poll(&p, 1, timeout_ms) == 1 && (p.revents & (POLLHUP | POLLERR)) == 0;
 }
 
 uint64_t AirsKv::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {

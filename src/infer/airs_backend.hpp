@@ -24,7 +24,7 @@ class AirsKv final : public KvBackend {
   Status set_length(uint32_t tokens) override;
   Status post_length(uint32_t tokens) override;  // one-way message (airs_session_post_length)
   Result<std::vector<uint32_t>> read_notices() override;
-  bool wait_notice(int timeout_ms) override;  // poll(2) on the notice eventfd
+  bool wait_notice(int timeout_ms) override;  // poll(2) on the notice fd; false once the session is gone
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const override;
   uint64_t restored_blocks() const override { return airs_session_restored_blocks(s_); }
 

@@ -36,7 +36,7 @@
 // prepare_write, evict) appends an EvictionNotice per victim session to the
 // caller's `notices`. The blocks are reusable as soon as the call returns —
 // by that call itself in the case of allocate. The daemon therefore MUST
-// publish the notices (notice page + eventfd + signal) before it replies to
+// publish the notices (notice page + wake socket + signal) before it replies to
 // the allocating client, which cannot write into a block it has not been
 // told about. (A victim that keeps writing into a block it was told it lost
 // only corrupts its own uid's KV: blocks never leave their arena.)

@@ -124,6 +124,10 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd
                       m.name, key, addr, length, m.region_size, format_bytes(m.mapping_page));
   if (!sys::is_userfaultfd(uffd.get()))
     return make_error(EBADF, "model '{}': client {} sent an fd that is not a userfaultfd", m.name, key);
+  // Written with write(2) when the model is resident: an eventfd, never a
+  // pipe or a socket (a pipe with no reader would raise SIGPIPE).
+  if (notify && !sys::is_eventfd(notify.get()))
+    return make_error(EINVAL, "model '{}': client {} sent a notify fd that is not an eventfd", m.name, key);
   if (sys::uffd_without_api(uffd.get()))
     return make_error(EINVAL,
                       "model '{}': client {} sent a userfaultfd that never had its UFFDIO_API handshake; create it "

@@ -146,9 +146,10 @@ using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 // directory fsynced, so a crash leaves the old file or the new one, never a
 // torn one. Errors name the file; the temporary file is removed on failure.
 // Durability::Readers skips both fsyncs: a reader still sees the old file
-// or the new one, never a torn one, but a crash may lose the new one (for a
-// file that is written again shortly anyway; an fsync under writeback can
-// take hundreds of milliseconds on an SD card).
+// or the new one, never a torn one, but after a crash the file may be the
+// old one, or the new name with none or only part of its bytes (for a file
+// that is written again shortly anyway, and whose readers can tell; an
+// fsync under writeback can take hundreds of milliseconds on an SD card).
 enum class Durability { Crash, Readers };
 [[nodiscard]] Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode = 0600,
                                        Durability durability = Durability::Crash);

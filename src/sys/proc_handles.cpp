@@ -20,6 +20,8 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <string>
+#include <string_view>
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -64,6 +66,13 @@ Result<Mapping> map_sealed_read_only(int fd, uint64_t min_bytes, const std::stri
   return Mapping(p, min_bytes);
 }
 
+bool is_eventfd(int fd) {
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  char buf[64] = {};
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  return n > 0 && std::string_view(buf, static_cast<size_t>(n)) == "anon_inode:[eventfd]";
+}
+
 Status eventfd_signal(int efd, uint64_t n) {
   if (::write(efd, &n, sizeof n) == static_cast<ssize_t>(sizeof n) || errno == EAGAIN) return {};
   return make_error(errno, "eventfd write: {}", std::strerror(errno));
@@ -106,7 +115,10 @@ uint64_t drain_wakeups(int fd) {
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == ENOTSOCK) return eventfd_drain(fd);
+    if (r < 0 && errno == ENOTSOCK) {
+      pollfd p{fd, POLLIN, 0};
+      return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0 ? eventfd_drain(fd) : 0;
+    }
     return n;
   }
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Small process-level handles: pidfds (client and daemon liveness), eventfds
-// (notifications), sealed memfds (read-only shared status pages).
+// and wake channels (notifications), sealed memfds (read-only shared status pages).
 #pragma once
 
 #include <poll.h>
@@ -23,6 +23,8 @@ namespace airs::sys {
 // pidfd_send_signal(pidfd, sig). Errors: ESRCH (gone), EPERM.
 [[nodiscard]] Status pidfd_signal(int pidfd, int sig);
 
+// True if `fd` is an eventfd.
+[[nodiscard]] bool is_eventfd(int fd);
 // eventfd(0, EFD_CLOEXEC|EFD_NONBLOCK).
 [[nodiscard]] Result<UniqueFd> eventfd_create();
 // Adds `n` to the counter; EAGAIN (counter saturated) counts as delivered.
@@ -47,9 +49,11 @@ struct WakeChannel {
 // ever does: the client's reads cannot fall behind). Never blocks; a client
 // that closed its end is not an error.
 void wake(int ours);
-// Takes every waiting wake-up of a notice fd, never blocking whatever its
-// flags: a wake channel's end, or an eventfd (older daemons). Returns how
-// many there were.
+// Takes every waiting wake-up of a notice fd without blocking, whatever its
+// flags: a wake channel's end, or an eventfd (older daemons; read only if
+// poll says it is readable). Returns how many there were. After the daemon
+// closed its end, the fd polls POLLIN|POLLHUP for good and this returns 0:
+// the session is gone, stop polling it.
 uint64_t drain_wakeups(int fd);
 
 // Names the calling thread (`name`: 15 characters at most) and lowers its

@@ -5,7 +5,7 @@
 // tier (1: a later MatchPrefix of its prefix can restore it instead of a
 // recompute). The header also counts the blocks MatchPrefix restored from
 // the tier into this session, written before the reply. The daemon appends the ids,
-// then publishes `head` (release) and signals the session's eventfd; the
+// then publishes `head` (release) and wakes the session's socket; the
 // client reads from its own tail up to head (acquire). A client that fell
 // more than `capacity` behind has lost track and must treat all its blocks
 // as evicted.

@@ -289,6 +289,19 @@ TEST_P(Holes, AttachWithAUserfaultfdThatHadNoHandshakeIsRefused) {
           .withArguments(notify, raw, uint64_t{0x7f0000000000}, size);
     }, "org.aios.Airs1.Error.InvalidArgument", "UFFDIO_API");
   }
+  // The notify fd is written when the model is resident: a pipe whose
+  // reader is gone would raise SIGPIPE in the daemon. Only an eventfd.
+  {
+    int p[2];
+    ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    ::close(p[0]);
+    sdbus::UnixFd raw(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK)), sdbus::adopt_fd);
+    sdbus::UnixFd pipe(p[1], sdbus::adopt_fd);
+    expect_error([&] {
+      model->callMethod("Attach").onInterface("org.aios.Airs1.Model")
+          .withArguments(pipe, raw, uint64_t{0x7f0000000000}, size);
+    }, "org.aios.Airs1.Error.InvalidArgument", "not an eventfd");
+  }
   // A range that wraps the address space is not one.
   sdbus::UnixFd notify(::eventfd(0, EFD_CLOEXEC), sdbus::adopt_fd);
   expect_error([&] {

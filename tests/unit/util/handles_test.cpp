@@ -110,6 +110,20 @@ TEST(Handles, AWakeChannelNeverBlocksTheDaemonWhateverTheClientDoes) {
   wake(ours);
 }
 
+TEST(Handles, IsEventfdTellsAnEventfdFromAPipeAndAFile) {
+  auto efd = eventfd_create();
+  ASSERT_TRUE(efd.ok()) << efd.error().message;
+  EXPECT_TRUE(is_eventfd(efd->get()));
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd r(p[0]), w(p[1]);
+  EXPECT_FALSE(is_eventfd(w.get()));
+  auto ch = wake_channel();
+  ASSERT_TRUE(ch.ok()) << ch.error().message;
+  EXPECT_FALSE(is_eventfd(ch->theirs.get()));
+  EXPECT_FALSE(is_eventfd(-1));
+}
+
 // The client library drains what an older daemon gave it: an eventfd.
 TEST(Handles, DrainWakeupsEmptiesAnEventfdToo) {
   auto efd = eventfd_create();
