@@ -377,20 +377,27 @@ Status SpillStore::get(const SpillKey& k, void* dst) {
     return make_error(EBADMSG, "spilled block unreadable");
   }
   const sys::UniqueFd fd = std::move(opened).value();
+  // Read and checked in memory of our own, then copied into `dst` through
+  // the kernel: `dst` is a KV arena its client can cut at any moment, and a
+  // plain read of it (the checksum) would be a SIGBUS that ends the daemon.
   FileHeader h{};
-  const iovec iov[2] = {{&h, sizeof h}, {dst, k.block_bytes}};
+  scratch_.resize(k.block_bytes);
+  const iovec iov[2] = {{&h, sizeof h}, {scratch_.data(), k.block_bytes}};
   const uint64_t want = kHeaderBytes + uint64_t{k.block_bytes};
   const auto n = sys::read_at(fd.get(), iov, 0);
   std::string why;
   if (!n) why = n.error().message;
   else if (auto st = sys::stat_of(fd.get(), path); *n != want || !st || static_cast<uint64_t>(st->st_size) != want)
     why = fmt::format("{} bytes, expected {} (torn)", *n, want);
-  else if (why = header_mismatch(h, k); why.empty() && h.checksum != checksum_of(h, dst, k.block_bytes))
+  else if (why = header_mismatch(h, k); why.empty() && h.checksum != checksum_of(h, scratch_.data(), k.block_bytes))
     why = "checksum mismatch (corrupt)";
   if (!why.empty()) {
     reject(k, why);
     return make_error(EBADMSG, "spilled block rejected: {}", why);
   }
+  // The entry is sound: a block that cannot take it keeps it stored.
+  if (auto st = sys::copy_checked(dst, scratch_.data(), k.block_bytes); !st)
+    return make_error(EFAULT, "spilled block not restored: {}", st.error().message);
   ++stats_.hits;
   stats_.read_bytes += want;
   touch(k);

@@ -21,9 +21,11 @@
 // (kInflightLimit): past it a block is dropped, not kept (put says Busy).
 // Opening, renaming and unlinking are small metadata calls on the loop.
 //
-// Reads: get() reads an entry straight into a fresh KV block (preadv, on
-// the loop: a MatchPrefix reply waits for it) and validates it; a torn,
-// corrupt or foreign entry is deleted with a log line and never served.
+// Reads: get() reads an entry (preadv, on the loop: a MatchPrefix reply
+// waits for it), validates it in the store's own buffer and copies it into
+// a fresh KV block through the kernel (the block's client may have cut its
+// arena: EFAULT, never SIGBUS); a torn, corrupt or foreign entry is deleted
+// with a log line and never served.
 //
 // Limit: LRU within `limit` bytes (file bytes); the oldest entries are
 // deleted to make room. The order outlives the process: an entry's mtime is
@@ -106,7 +108,8 @@ class SpillStore {
 
   // Reads the entry into `dst` (key.block_bytes bytes) and validates it.
   // EBADMSG for a torn, corrupt or foreign entry (deleted, logged); ENOENT
-  // if there is none. `dst` holds garbage after a failure.
+  // if there is none; EFAULT if `dst` is gone (its file was cut: the entry
+  // stays). `dst` holds garbage after a failure.
   Status get(const SpillKey& k, void* dst);
 
   void count_miss() { ++stats_.misses; }
@@ -161,6 +164,7 @@ class SpillStore {
   std::set<SpillKey> pending_keys_;
   uint64_t next_id_ = 1;
   std::set<uint32_t> uid_dirs_;
+  std::vector<std::byte> scratch_;  // get(): an entry's payload, checked before it reaches a KV block
   SpillStats stats_;
 };
 

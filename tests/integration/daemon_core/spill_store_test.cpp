@@ -2,7 +2,9 @@
 // The KV spill tier's limit (daemon/kv_spill.hpp) on a real directory with
 // real io_uring writes: least recently used entries go first, a read counts
 // as a use, and the order survives a new store opened on the same directory
-// (a restarted daemon).
+// (a restarted daemon); a block whose file was cut under it takes no entry
+// and loses none.
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,6 +125,28 @@ TEST_F(SpillLimit, TheLeastRecentlyUsedEntryGoesFirstAndAReadIsAUse) {
   EXPECT_EQ(st.entries, 3u);
   EXPECT_EQ(st.written_bytes, 5 * kEntry);
   for (uint64_t h : std::initializer_list<uint64_t>{1, 4, 5}) ASSERT_NO_FATAL_FAILURE(read(h));
+}
+
+// A KV block's client can cut its arena while the daemon restores an entry
+// into it: the daemon must not fault (a plain read of the block would be a
+// SIGBUS), and the entry, which is sound, stays for the next MatchPrefix.
+TEST_F(SpillLimit, AnEntryRestoredIntoACutBlockFailsAndStaysStored) {
+  ASSERT_NO_FATAL_FAILURE(open(2));
+  ASSERT_NO_FATAL_FAILURE(put(1));
+  const int fd = ::memfd_create("airs-cut-arena", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, kBlock), 0);
+  void* m = ::mmap(nullptr, kBlock, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(::ftruncate(fd, 0), 0);  // the cut: the mapping has no page behind it now
+  auto st = store_->get(key(1), m);
+  ASSERT_FALSE(st) << "restored into a cut file";
+  EXPECT_EQ(st.error().code, EFAULT) << st.error().message;
+  EXPECT_TRUE(store_->contains(key(1))) << "a sound entry was dropped because its block was gone";
+  EXPECT_EQ(on_disk(), (std::set<uint64_t>{1}));
+  ::munmap(m, kBlock);
+  ::close(fd);
+  ASSERT_NO_FATAL_FAILURE(read(1));  // and it is served whole to a block that is there
 }
 
 TEST_F(SpillLimit, TheOrderOfUseSurvivesARestart) {
