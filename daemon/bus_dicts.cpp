@@ -164,6 +164,7 @@ dbus::Dict to_dict(const KvStatus& k) {
   d["waste_bytes"] = v(t.waste_bytes());
   d["shared_blocks"] = v(t.shared_blocks);
   d["arena_repairs"] = v(k.arena_repairs);
+  d["arenas_closed"] = v(k.arenas_closed);
   d["waste_ratio"] = v(t.committed_bytes ? static_cast<double>(t.waste_bytes()) / static_cast<double>(t.committed_bytes)
                                          : 0.0);
   dbus::Dict sp;

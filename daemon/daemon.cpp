@@ -454,6 +454,10 @@ void Daemon::housekeeping() {
   retired_sessions_.clear();
   if (cloud_only()) return;
   kv_->restore_arenas();
+  for (auto& path : kv_->close_cut_arenas()) {
+    retire_session_object(path);
+    spdlog::info("session {} closed: its KV arena was cut by a client too often", path);
+  }
   if (cfg_.models.keep_alive.count() == 0) return;
   // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
   const auto now = Clock::now();
@@ -538,15 +542,17 @@ void Daemon::on_content_id(uint64_t model_id, Result<gguf::ContentId> id) {
   kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
 }
 
+void Daemon::retire_session_object(const std::string& path) {
+  if (auto it = session_objects_.find(path); it != session_objects_.end()) {
+    retired_sessions_.push_back(std::move(it->second));
+    session_objects_.erase(it);
+  }
+}
+
 void Daemon::on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason) {
   if (hasher_) hasher_->cancel(m.id);
   if (kept_) kept_->forget(m);
-  for (auto& path : kv_->close_model(m.id, "model '" + m.name + "' unloaded: " + reason)) {
-    if (auto it = session_objects_.find(path); it != session_objects_.end()) {
-      retired_sessions_.push_back(std::move(it->second));
-      session_objects_.erase(it);
-    }
-  }
+  for (auto& path : kv_->close_model(m.id, "model '" + m.name + "' unloaded: " + reason)) retire_session_object(path);
   if (auto it = model_objects_.find(m.id); it != model_objects_.end()) {
     it->second->fail_pending(fmt::format("model '{}' was unloaded: {}", m.name, reason));
     model_objects_.erase(it);

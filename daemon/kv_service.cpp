@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/kv_service.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -36,6 +37,8 @@ KvService::~KvService() = default;
 
 Status KvService::commit_chunk(kv::ArenaId arena, uint32_t chunk) {
   auto& a = arenas_.at(arena);
+  if (a.closing)
+    return make_error(EIO, "KV arena {} (uid {}) is closing: its client cut the file {} times", arena, a.uid, a.cuts);
   if (!a.exempt) {
     // The allocator counts the chunk once this returns: `held` is without it.
     const uint64_t held = alloc_.committed_bytes_of_uid(a.uid);
@@ -71,6 +74,16 @@ void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) 
 }
 
 void KvService::restore(kv::ArenaId id, Arena& a) {
+  if (a.closing) return;
+  if (auto st = sys::stat_of(a.region->fd(), "KV arena"); st && static_cast<uint64_t>(st->st_size) < a.region->size()) {
+    if (++a.cuts > kCutRepairs) {
+      a.closing = true;
+      spdlog::warn("KV arena {} (uid {}) was cut by a client {} times (now {} bytes long, the arena is {}): not "
+                   "refilled again; it closes with its sessions",
+                   id, a.uid, a.cuts, st->st_size, a.region->size());
+      return;
+    }
+  }
   auto r = pool_.restore_kv_region(*a.region);
   if (!r) {
     spdlog::error("KV arena {} (uid {}): {}", id, a.uid, r.error().message);
@@ -417,11 +430,26 @@ uint32_t KvService::sessions_on(uint64_t model) const {
 }
 
 std::vector<std::string> KvService::close_model(uint64_t model, const std::string& reason) {
+  return close_arenas([model](const Arena& a) { return a.model == model; }, reason);
+}
+
+std::vector<std::string> KvService::close_cut_arenas() {
+  const auto n = static_cast<uint64_t>(
+      std::count_if(arenas_.begin(), arenas_.end(), [](const auto& e) { return e.second.closing; }));
+  if (n == 0) return {};
+  arenas_closed_ += n;
+  return close_arenas([](const Arena& a) { return a.closing; },
+                      fmt::format("its KV arena was closed: a client of its uid cut the arena file more than {} times",
+                                  kCutRepairs));
+}
+
+std::vector<std::string> KvService::close_arenas(const std::function<bool(const Arena&)>& which,
+                                                 const std::string& reason) {
   std::vector<std::string> closed;
   const auto now = Clock::now();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     KvSession& s = *it->second;
-    if (s.model != model) {
+    if (!which(arenas_.at(s.arena))) {
       ++it;
       continue;
     }
@@ -442,12 +470,12 @@ std::vector<std::string> KvService::close_model(uint64_t model, const std::strin
     it = sessions_.erase(it);
   }
   for (auto it = arenas_.begin(); it != arenas_.end();) {
-    if (it->second.model != model) {
+    if (!which(it->second)) {
       ++it;
       continue;
     }
     if (auto st = alloc_.close_arena(it->first); !st)
-      spdlog::error("KV arena {} of a dropped model: {}", it->first, st.error().message);
+      spdlog::error("KV arena {} closing ({}): {}", it->first, reason, st.error().message);
     // Clients still mapping the arena get SIGBUS, never another uid's bytes.
     (void)sys::truncate_to_zero(it->second.region->fd(), "KV arena");
     it = arenas_.erase(it);
@@ -494,6 +522,7 @@ KvStatus KvService::status() const {
   k.totals = alloc_.total_stats();
   if (spill_) k.spill = SpillTierStatus{spill_->dir(), spill_->stats()};
   k.arena_repairs = arena_repairs_;
+  k.arenas_closed = arenas_closed_;
   return k;
 }
 

@@ -136,7 +136,19 @@ class KvService final : public kv::ChunkOps {
   // holes. Runs from housekeeping, before status is taken and when a
   // session ends, so what a client added is never held for long, and never
   // uncounted in what status reports.
+  //
+  // A cut is the one change whose repair costs the daemon work (the pages
+  // past the cut are allocated, and so zeroed, again), and it costs the
+  // client one ftruncate. So an arena is refilled after kCutRepairs cuts at
+  // most; at the next one it is marked closing: nothing is refilled or
+  // allocated in it, and close_cut_arenas() ends it.
+  static constexpr uint32_t kCutRepairs = 2;
   void restore_arenas();
+  // Closes the arenas cut once too often, with every session on them (their
+  // clients are told each block was lost; the arena is truncated). Returns
+  // the closed sessions' object paths. Housekeeping calls it, outside any
+  // bus handler, since a session object may not go inside its own call.
+  std::vector<std::string> close_cut_arenas();
 
   // kv::ChunkOps
   Status commit_chunk(kv::ArenaId arena, uint32_t chunk) override;
@@ -156,7 +168,11 @@ class KvService final : public kv::ChunkOps {
     uid_t uid = 0;
     bool exempt = false;  // an admin's: no pool share (config kv.max_pool_bytes_per_uid)
     std::optional<gguf::ContentId> content_id;  // kept: the model entry may be gone when the arena closes
+    uint32_t cuts = 0;     // times its client cut it (each found by a repair)
+    bool closing = false;  // cut past kCutRepairs: never refilled, closed by close_cut_arenas
   };
+  // Closes every arena `which` names with the sessions on it (close_model, close_cut_arenas).
+  std::vector<std::string> close_arenas(const std::function<bool(const Arena&)>& which, const std::string& reason);
   void publish(std::vector<kv::EvictionNotice>& notices);
   // The spill key of the arena's blocks (hash 0), if the tier is on and the model's content id is known.
   std::optional<SpillKey> spill_key(Arena& a);
@@ -178,6 +194,7 @@ class KvService final : public kv::ChunkOps {
   std::map<kv::SessionId, std::unique_ptr<KvSession>> sessions_;
   std::map<std::string, kv::SessionId> by_path_;
   uint64_t arena_repairs_ = 0;
+  uint64_t arenas_closed_ = 0;  // by close_cut_arenas
   // Set by commit_chunk when a uid's share refused a chunk (the allocator
   // sees only "the pool refused"): allocate() then says so and evicts
   // nothing across the pool for it.

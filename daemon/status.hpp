@@ -67,6 +67,7 @@ struct KvStatus {
   kv::KvStats totals;
   std::optional<SpillTierStatus> spill;  // none: the tier is off
   uint64_t arena_repairs = 0;  // arenas a client had resized or filled beyond its pages, put back
+  uint64_t arenas_closed = 0;  // arenas cut by a client more than KvService::kCutRepairs times: closed, not refilled
 };
 
 // One KV session (ListSessions).

@@ -231,7 +231,7 @@ TEST(BusDicts, KvKeysAndTheSpillTier) {
   const dbus::Dict d = to_dict(kv);
   EXPECT_EQ(signatures(d), (Signatures{{"sessions", "u"}, {"committed_bytes", "t"}, {"used_bytes", "t"},
                                        {"cached_bytes", "t"}, {"free_bytes", "t"}, {"waste_bytes", "t"},
-                                       {"shared_blocks", "u"}, {"arena_repairs", "t"}, {"waste_ratio", "d"}, {"spill", "a{sv}"}}));
+                                       {"shared_blocks", "u"}, {"arena_repairs", "t"}, {"arenas_closed", "t"}, {"waste_ratio", "d"}, {"spill", "a{sv}"}}));
   EXPECT_DOUBLE_EQ(d.at("waste_ratio").get<double>(), 0.25);  // free 512 KiB of 2 MiB committed
   EXPECT_EQ(signatures(sub(d, "spill")),
             (Signatures{{"enabled", "b"}, {"dir", "s"}, {"used_bytes", "t"}, {"limit_bytes", "t"},

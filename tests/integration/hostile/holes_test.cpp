@@ -5,6 +5,7 @@
 // have. Every test runs with a watcher on the loop: GetStatus every 100 ms
 // from its own connection, and any answer slower than a second fails.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -125,6 +126,7 @@ class Holes : public ::testing::TestWithParam<std::string> {
   struct Session {
     std::unique_ptr<sdbus::IProxy> proxy;
     sdbus::UnixFd arena;
+    sdbus::UnixFd event;  // the session's wake-up socket: POLLHUP once the daemon closed the session
     uint64_t arena_bytes = 0;
     uint64_t chunk_bytes = 0;
     uint32_t block_bytes = 0;
@@ -133,12 +135,12 @@ class Holes : public ::testing::TestWithParam<std::string> {
   Session create(const sdbus::ObjectPath& model) {
     Session s;
     sdbus::ObjectPath path;
-    sdbus::UnixFd notice, event;
+    sdbus::UnixFd notice;
     Dict geo;
     mgr_->callMethod("CreateSession")
         .onInterface(kManager)
         .withArguments(model, std::string("interactive"), Dict{})
-        .storeResultsTo(path, s.arena, notice, event, geo);
+        .storeResultsTo(path, s.arena, notice, s.event, geo);
     s.arena_bytes = geo.at("arena_bytes").get<uint64_t>();
     s.chunk_bytes = geo.at("chunk_bytes").get<uint64_t>();
     s.block_bytes = geo.at("block_bytes").get<uint32_t>();
@@ -227,6 +229,62 @@ TEST_P(Holes, AnArenaCutByItsClientCannotCrashTheDaemon) {
   ::munmap(m, b.arena_bytes);
   auto c = create(model);  // the daemon goes on serving sessions
   EXPECT_NE(c.arena_bytes, 0u);
+}
+
+// A cut costs the client one ftruncate and the daemon the allocation (and
+// zeroing) of every page it held past the cut. So a client that cuts its
+// arena again and again gets it refilled twice, then loses it: the third
+// cut closes the arena and its sessions, and nothing is refilled again.
+TEST_P(Holes, AnArenaCutAgainAndAgainIsClosedNotRefilled) {
+  const auto model = load();
+  auto s = create(model);
+  auto other = create(model);  // the same uid's second session on the same arena
+  std::vector<uint32_t> blocks;
+  s.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}).storeResultsTo(blocks);
+  ASSERT_EQ(blocks.size(), 1u);
+  const uint64_t held = allocated_bytes(s.arena.get());
+  ASSERT_EQ(held, s.chunk_bytes);
+
+  for (uint64_t cut = 1; cut <= 2; ++cut) {
+    ASSERT_EQ(::ftruncate(s.arena.get(), 0), 0);
+    const auto kv = kv_status();  // taken after the repair
+    EXPECT_EQ(kv.at("arena_repairs").get<uint64_t>(), cut);
+    EXPECT_EQ(kv.at("arenas_closed").get<uint64_t>(), 0u);
+    struct stat st {};
+    ASSERT_EQ(::fstat(s.arena.get(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), s.arena_bytes) << "cut " << cut << " is repaired";
+    EXPECT_EQ(allocated_bytes(s.arena.get()), held) << "cut " << cut << ": the pool's chunk is allocated again";
+  }
+
+  ASSERT_EQ(::ftruncate(s.arena.get(), 0), 0);
+  {
+    const auto kv = kv_status();
+    EXPECT_EQ(kv.at("arena_repairs").get<uint64_t>(), 2u) << "a third cut is not refilled";
+    struct stat st {};
+    ASSERT_EQ(::fstat(s.arena.get(), &st), 0);
+    EXPECT_EQ(st.st_size, 0) << "not put back";
+    EXPECT_EQ(st.st_blocks, 0) << "nothing allocated in it again";
+  }
+  // Both sessions end: the daemon closes their wake-up sockets (no events
+  // asked for: poll reports the hang-up only, not the notice before it).
+  for (auto* x : {&s, &other}) {
+    pollfd p{x->event.get(), 0, 0};
+    ASSERT_EQ(::poll(&p, 1, 20'000), 1) << "the session on the cut arena never ended";
+    EXPECT_NE(p.revents & POLLHUP, 0) << "revents " << p.revents;
+  }
+  const auto kv = kv_status();
+  EXPECT_EQ(kv.at("arenas_closed").get<uint64_t>(), 1u);
+  EXPECT_EQ(pool_status().at("kv_bytes").get<uint64_t>(), 0u) << "the arena's chunk is back in the pool";
+  EXPECT_THROW(s.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}), sdbus::Error)
+      << "the closed session is gone";
+
+  // The uid may start again, on a fresh arena of the full size.
+  auto again = create(model);
+  EXPECT_EQ(again.arena_bytes, s.arena_bytes);
+  std::vector<uint32_t> fresh;
+  again.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}).storeResultsTo(fresh);
+  EXPECT_EQ(fresh.size(), 1u);
+  EXPECT_EQ(allocated_bytes(again.arena.get()), held);
 }
 
 // A client grows its arena, fills its holes with fallocate and with
