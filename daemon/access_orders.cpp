@@ -43,7 +43,10 @@ Status AccessOrders::store(const gguf::ContentId& id, uint64_t unit_size, uint32
   if (dir_.empty() || order.empty()) return {};
   AIRS_TRY(sys::make_dir(dir_, 0700));
   const auto bytes = pager::encode_access_order(unit_size, unit_count, order);
-  return sys::write_file_atomic(path_of(id), std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  // Written on the loop, so without fsync: after a crash a torn order fails
+  // parse_access_order (checked at load, as above) and is recorded again.
+  return sys::write_file_atomic(path_of(id), std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                0600, sys::Durability::Readers);
 }
 
 }  // namespace airs::daemon

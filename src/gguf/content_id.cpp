@@ -87,7 +87,11 @@ std::optional<ContentId> ContentIdCache::lookup(const struct stat& st) const {
 Status ContentIdCache::store(const struct stat& st, const ContentId& id) const {
   if (dir_.empty()) return {};
   AIRS_TRY(sys::make_dir(dir_, 0700));
-  return sys::write_file_atomic(entry_path(st), id.hex() + "\n", 0600);
+  // A cache, written on the daemon's loop: no fsync. An entry's name is the
+  // file's identity and only the id hashed from that file is ever written
+  // under it, so a crash leaves that id or a torn entry, which is not
+  // "<32 hex>\n": lookup() ignores it and the file is hashed again.
+  return sys::write_file_atomic(entry_path(st), id.hex() + "\n", 0600, sys::Durability::Readers);
 }
 
 }  // namespace airs::gguf
