@@ -66,12 +66,16 @@ Result<Mapping> map_sealed_read_only(int fd, uint64_t min_bytes, const std::stri
   return Mapping(p, min_bytes);
 }
 
-bool is_eventfd(int fd) {
+bool is_anon_inode(int fd, std::string_view kind) {
   const std::string link = "/proc/self/fd/" + std::to_string(fd);
   char buf[64] = {};
   const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
-  return n > 0 && std::string_view(buf, static_cast<size_t>(n)) == "anon_inode:[eventfd]";
+  const std::string_view got(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  return got.size() == kind.size() + 13 && got.starts_with("anon_inode:[") && got.substr(12, kind.size()) == kind &&
+         got.back() == ']';
 }
+
+bool is_eventfd(int fd) { return is_anon_inode(fd, "eventfd"); }
 
 Status eventfd_signal(int efd, uint64_t n) {
   if (::write(efd, &n, sizeof n) == static_cast<ssize_t>(sizeof n) || errno == EAGAIN) return {};

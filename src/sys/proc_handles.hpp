@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "sys/fd.hpp"
@@ -23,6 +24,10 @@ namespace airs::sys {
 // pidfd_send_signal(pidfd, sig). Errors: ESRCH (gone), EPERM.
 [[nodiscard]] Status pidfd_signal(int pidfd, int sig);
 
+// True if `fd` is an anonymous inode of `kind` (its /proc/self/fd link is
+// "anon_inode:[kind]": "eventfd", "userfaultfd", ...). The daemon checks
+// the fds clients send before it reads or writes them.
+[[nodiscard]] bool is_anon_inode(int fd, std::string_view kind);
 // True if `fd` is an eventfd.
 [[nodiscard]] bool is_eventfd(int fd);
 // eventfd(0, EFD_CLOEXEC|EFD_NONBLOCK).

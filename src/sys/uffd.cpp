@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "sys/proc_handles.hpp"
+
 namespace airs::sys {
 
 Result<UniqueFd> uffd_create_syscall() {
@@ -179,12 +181,7 @@ Status uffd_wake(int uffd, uint64_t addr, uint64_t len) {
   return {};
 }
 
-bool is_userfaultfd(int fd) {
-  const std::string link = "/proc/self/fd/" + std::to_string(fd);
-  char buf[64] = {};
-  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
-  return n > 0 && std::string_view(buf, static_cast<size_t>(n)) == "anon_inode:[userfaultfd]";
-}
+bool is_userfaultfd(int fd) { return is_anon_inode(fd, "userfaultfd"); }
 
 Status set_nonblocking(int fd) {
   const int fl = ::fcntl(fd, F_GETFL);

@@ -122,6 +122,12 @@ TEST(Handles, IsEventfdTellsAnEventfdFromAPipeAndAFile) {
   ASSERT_TRUE(ch.ok()) << ch.error().message;
   EXPECT_FALSE(is_eventfd(ch->theirs.get()));
   EXPECT_FALSE(is_eventfd(-1));
+  // The kind whole, not a prefix or another kind.
+  EXPECT_TRUE(is_anon_inode(efd->get(), "eventfd"));
+  EXPECT_FALSE(is_anon_inode(efd->get(), "event"));
+  EXPECT_FALSE(is_anon_inode(efd->get(), "eventfd]"));
+  EXPECT_FALSE(is_anon_inode(efd->get(), "userfaultfd"));
+  EXPECT_FALSE(is_anon_inode(w.get(), "pipe"));
 }
 
 // The client library drains what an older daemon gave it: an eventfd.
