@@ -2,14 +2,21 @@
 #include "daemon/access.hpp"
 
 #include <grp.h>
+#include <sys/epoll.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "sys/proc_handles.hpp"
 
 namespace airs::daemon {
 
@@ -31,19 +38,101 @@ Result<std::optional<gid_t>> Access::lookup_group(const std::string& name) {
   }
 }
 
+// What a lookup thread shares with the loop; the thread holds it too, so
+// one that returns after the Access is gone finds it closed and posts nothing.
+struct Access::Mailbox {
+  std::mutex mu;
+  sys::UniqueFd efd;  // signalled when the results are posted
+  bool running = false;
+  bool closed = false;
+  std::optional<std::pair<Found, Found>> posted;  // admin, trusted
+};
+
 Access::Access(std::string admin_group, std::string trusted_group, GroupLookup lookup)
     : lookup_(std::move(lookup)), admin_{std::move(admin_group), {}}, trusted_{std::move(trusted_group), {}} {
   resolve();
 }
 
-void Access::resolve() {
-  resolve(admin_, "daemon.admin_group");
-  resolve(trusted_, "daemon.trusted_group");
+Access::~Access() {
+  if (!box_) return;
+  if (loop_ != nullptr) loop_->remove(box_->efd.get());
+  std::lock_guard lk(box_->mu);
+  box_->closed = true;
 }
 
-void Access::resolve(Group& g, const char* key) {
+void Access::resolve() {
+  const auto look = [this](const Group& g) -> Found { return g.name.empty() ? Found(std::nullopt) : lookup_(g.name); };
+  apply(admin_, "daemon.admin_group", look(admin_));
+  apply(trusted_, "daemon.trusted_group", look(trusted_));
+}
+
+bool Access::resolving() const {
+  if (!box_) return false;
+  std::lock_guard lk(box_->mu);
+  return box_->running;
+}
+
+bool Access::resolve_in_background(sys::EventLoop& loop) {
+  if (!box_) {
+    auto efd = sys::eventfd_create();
+    if (!efd) {
+      spdlog::warn("daemon.admin_group and daemon.trusted_group not looked up again: {}", efd.error().message);
+      return false;
+    }
+    auto box = std::make_shared<Mailbox>();
+    box->efd = std::move(efd).value();
+    if (auto st = loop.add(box->efd.get(), EPOLLIN, [this](uint32_t) { on_posted(); }); !st) {
+      spdlog::warn("daemon.admin_group and daemon.trusted_group not looked up again: {}", st.error().message);
+      return false;
+    }
+    box_ = std::move(box);
+    loop_ = &loop;
+  }
+  {
+    std::lock_guard lk(box_->mu);
+    if (box_->running) {
+      spdlog::warn("the group lookup SIGHUP started before has not returned yet (a directory server that does not "
+                   "answer?); the gids stay as they are until it does");
+      return false;
+    }
+    box_->running = true;
+  }
+  try {
+    std::thread([box = box_, lookup = lookup_, admin = admin_.name, trusted = trusted_.name] {
+      sys::become_background_thread("airs-groups");
+      const auto look = [&lookup](const std::string& name) -> Found {
+        return name.empty() ? Found(std::nullopt) : lookup(name);
+      };
+      auto found = std::make_pair(look(admin), look(trusted));
+      std::lock_guard lk(box->mu);
+      if (box->closed) return;
+      box->posted.emplace(std::move(found));
+      (void)sys::eventfd_signal(box->efd.get());
+    }).detach();
+  } catch (const std::system_error& e) {
+    std::lock_guard lk(box_->mu);
+    box_->running = false;
+    spdlog::warn("daemon.admin_group and daemon.trusted_group not looked up again: no thread: {}", e.what());
+    return false;
+  }
+  return true;
+}
+
+void Access::on_posted() {
+  sys::eventfd_drain(box_->efd.get());
+  std::optional<std::pair<Found, Found>> found;
+  {
+    std::lock_guard lk(box_->mu);
+    found.swap(box_->posted);
+    if (found) box_->running = false;
+  }
+  if (!found) return;
+  apply(admin_, "daemon.admin_group", std::move(found->first));
+  apply(trusted_, "daemon.trusted_group", std::move(found->second));
+}
+
+void Access::apply(Group& g, const char* key, Found r) {
   if (g.name.empty()) return;
-  auto r = lookup_(g.name);
   if (!r) {
     if (g.gid)
       spdlog::warn("{} = \"{}\": {}; its members stay those of gid {}", key, g.name, r.error().message, *g.gid);

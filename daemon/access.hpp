@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Who may do what on the bus, and how many of the daemon's descriptors a
 // uid may hold: the two checks the bus objects share (daemon/bus_*.hpp hold
-// references to these, not to the Daemon). Loop thread only.
+// references to these, not to the Daemon). Loop thread only (a background
+// group lookup posts its result back to the loop).
 #pragma once
 
 #include <sys/types.h>
@@ -9,10 +10,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "dbus/identity.hpp"
+#include "sys/event_loop.hpp"
 #include "sys/files.hpp"
 #include "util/result.hpp"
 
@@ -31,10 +34,21 @@ class Access {
   static Result<std::optional<gid_t>> lookup_group(const std::string& name);
 
   Access(std::string admin_group, std::string trusted_group, GroupLookup lookup = lookup_group);
+  ~Access();
+  Access(const Access&) = delete;
+  Access& operator=(const Access&) = delete;
   // Looks the two names up again (a group made or renumbered since); logs
   // each result, and a warning for a name that does not resolve. A lookup
-  // that fails keeps the gid the name had.
+  // that fails keeps the gid the name had. Waits for the lookups: at the
+  // start, before the daemon serves anyone.
   void resolve();
+  // The same, for SIGHUP, while the daemon serves: the lookups run on a
+  // thread of their own and their results are taken on `loop` (the gids
+  // stay the old ones until then), so a directory server that hangs holds
+  // that thread, never the loop. While one runs, another only logs. False
+  // when no thread could be had (logged; the gids stay).
+  bool resolve_in_background(sys::EventLoop& loop);
+  [[nodiscard]] bool resolving() const;
   // Root or a member of daemon.admin_group.
   [[nodiscard]] bool is_admin(const dbus::Caller& caller) const;
   // An admin or a member of daemon.trusted_group: may open models lazily
@@ -48,8 +62,13 @@ class Access {
     std::string name;            // empty: none configured
     std::optional<gid_t> gid;    // unset: the name did not resolve
   };
-  void resolve(Group& g, const char* key);
+  struct Mailbox;
+  using Found = Result<std::optional<gid_t>>;
+  void apply(Group& g, const char* key, Found found);
+  void on_posted();
   GroupLookup lookup_;
+  sys::EventLoop* loop_ = nullptr;    // where background results are taken (set by the first)
+  std::shared_ptr<Mailbox> box_;      // shared with a lookup thread still running
   Group admin_;
   Group trusted_;
 };

@@ -853,9 +853,9 @@ void Daemon::on_signal() {
       spdlog::info("{}: shutting down", strsignal(s));
       loop_->stop();
     } else if (s == SIGHUP) {
-      spdlog::info("SIGHUP: looking up daemon.admin_group and daemon.trusted_group again; the rest of the "
-                   "configuration is read at start: restart the service to apply changes");
-      access_.resolve();
+      spdlog::info("SIGHUP: looking up daemon.admin_group and daemon.trusted_group again (on a thread of its own); "
+                   "the rest of the configuration is read at start: restart the service to apply changes");
+      (void)access_.resolve_in_background(*loop_);
     }
   }
 }

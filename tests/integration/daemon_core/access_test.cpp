@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Who is admin and who is trusted: the group names of the configuration are
 // looked up at start and on SIGHUP, never on a call (a lookup may ask a
-// directory server, and the daemon's loop would wait for it).
+// directory server, and the daemon's loop would wait for it); SIGHUP's on
+// a thread of its own, so a lookup that hangs holds no call.
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include <gtest/gtest.h>
 
@@ -110,6 +114,84 @@ TEST(Access, AFailedLookupKeepsTheGidTheNameHad) {
   db.down = false;
   a.resolve();
   EXPECT_TRUE(a.is_admin(member));
+}
+
+// A directory server that answers only when the test says so: every
+// lookup waits for open(), on the lookup's own thread.
+struct HeldGroupDb {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, gid_t> known;
+  bool open = true;
+  int lookups = 0;
+  int waiting = 0;
+  Access::GroupLookup fn() {
+    return [this](const std::string& name) -> Result<std::optional<gid_t>> {
+      std::unique_lock lk(mu);
+      ++lookups;
+      ++waiting;
+      cv.notify_all();
+      cv.wait(lk, [this] { return open; });
+      --waiting;
+      auto it = known.find(name);
+      if (it == known.end()) return std::optional<gid_t>();
+      return std::optional<gid_t>(it->second);
+    };
+  }
+  void set(bool is_open) {
+    std::lock_guard lk(mu);
+    open = is_open;
+    cv.notify_all();
+  }
+  // Until a lookup is waiting for open() (the thread got that far).
+  bool wait_for_a_waiting_lookup() {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(20), [this] { return waiting > 0; });
+  }
+};
+
+// SIGHUP's lookups run on a thread: while the directory does not answer,
+// the loop goes on and the old gids hold; a second SIGHUP starts nothing
+// more; the answer, once it comes, is taken on the loop.
+TEST(Access, AResolveInTheBackgroundNeverHoldsTheLoop) {
+  HeldGroupDb db;
+  db.known = {{"airs", 2002}};
+  auto loop = sys::EventLoop::create();  // before the Access, which unregisters from it when it goes
+  ASSERT_TRUE(loop.ok()) << loop.error().message;
+  Access a("ops", "airs", db.fn());
+  EXPECT_EQ(db.lookups, 2);
+  const auto member = a_caller(1001, 1001, {2002});
+  const auto renumbered = a_caller(1002, 1002, {3002});
+  const auto op = a_caller(1003, 1003, {2003});
+
+  db.set(false);
+  {
+    std::lock_guard lk(db.mu);
+    db.known = {{"airs", 3002}, {"ops", 2003}};
+  }
+  ASSERT_TRUE(a.resolve_in_background(**loop));  // returns with the lookup waiting on its thread
+  ASSERT_TRUE(db.wait_for_a_waiting_lookup());
+  EXPECT_TRUE(a.resolving());
+  EXPECT_FALSE(a.resolve_in_background(**loop)) << "a second lookup started beside the one that hangs";
+  auto ran = (*loop)->run_once(std::chrono::milliseconds(0));
+  ASSERT_TRUE(ran.ok());
+  EXPECT_TRUE(a.is_trusted(member)) << "the old gid holds while the lookup hangs";
+  EXPECT_FALSE(a.is_trusted(renumbered));
+  EXPECT_FALSE(a.is_admin(op));
+
+  db.set(true);
+  while (a.resolving()) ASSERT_TRUE((*loop)->run_once(std::chrono::milliseconds(20'000)).ok());
+  {
+    std::lock_guard lk(db.mu);
+    EXPECT_EQ(db.lookups, 4) << "one lookup per name, once";
+  }
+  EXPECT_FALSE(a.is_trusted(member)) << "the renumbered group keeps no old gid";
+  EXPECT_TRUE(a.is_trusted(renumbered));
+  EXPECT_TRUE(a.is_admin(op)) << "the group made meanwhile admits from the answer on";
+  EXPECT_TRUE(a.resolve_in_background(**loop)) << "a later SIGHUP looks up again";
+  while (a.resolving()) ASSERT_TRUE((*loop)->run_once(std::chrono::milliseconds(20'000)).ok());
+  std::lock_guard lk(db.mu);
+  EXPECT_EQ(db.lookups, 6);
 }
 
 // The real lookup, on groups every Debian system has (base-passwd).
