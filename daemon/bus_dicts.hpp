@@ -36,7 +36,8 @@ namespace airs::daemon {
 [[nodiscard]] dbus::Dict to_dict(const PoolStatus& p);
 
 // Status "kv": sessions u, committed_bytes t, used_bytes t, cached_bytes t,
-// free_bytes t, waste_bytes t, shared_blocks u, waste_ratio d, spill a{sv}
+// free_bytes t, waste_bytes t, shared_blocks u, arena_repairs t,
+// arenas_closed t, waste_ratio d, spill a{sv}
 // {enabled b; when enabled also dir s, used_bytes t, limit_bytes t,
 // entries t, hits t, misses t, rejected t, written_bytes t, read_bytes t,
 // dropped t, inflight_bytes t}.

@@ -454,10 +454,7 @@ void Daemon::housekeeping() {
   retired_sessions_.clear();
   if (cloud_only()) return;
   kv_->restore_arenas();
-  for (auto& path : kv_->close_cut_arenas()) {
-    retire_session_object(path);
-    spdlog::info("session {} closed: its KV arena was cut by a client too often", path);
-  }
+  close_cut_arenas();
   if (cfg_.models.keep_alive.count() == 0) return;
   // Keep-alive: an idle model gives its memory back (Ollama's keep_alive).
   const auto now = Clock::now();
@@ -540,6 +537,13 @@ void Daemon::on_content_id(uint64_t model_id, Result<gguf::ContentId> id) {
   spdlog::info("model '{}': content id {}", m->name, id->hex());
   models_->content_id_found(*m, *id);
   kept_->keep(*m, pager_->region_fd(m->pager_id), pager_->gguf_fd(m->pager_id));
+}
+
+void Daemon::close_cut_arenas() {
+  for (auto& path : kv_->close_cut_arenas()) {
+    retire_session_object(path);
+    spdlog::info("session {} closed: its KV arena was cut by a client too often", path);
+  }
 }
 
 void Daemon::retire_session_object(const std::string& path) {
@@ -694,6 +698,9 @@ Result<ManagerOps::NewSession> Daemon::create_session(const dbus::Caller& caller
                       "CreateSession on model '{}': uid {} has not proven it can read the model's file; call "
                       "LoadModel or Model.Open with its own fd of the GGUF first",
                       m->name, caller.uid);
+  // An arena closing after too many cuts goes now, so this session gets a
+  // fresh one (this is the Manager's call: no closed session is inside its own).
+  close_cut_arenas();
   AIRS_TRY(fds_->take(caller, 3));
   auto r = kv_->create(*m, caller, *prio, admin);
   if (!r) {

@@ -122,6 +122,8 @@ class Daemon final : public ManagerOps {
   void on_model_dropped(const ModelEntry& m, bool forced, const std::string& reason);
   // A closed session's bus object: destroyed at the next housekeeping (this may run inside its own call).
   void retire_session_object(const std::string& path);
+  // KvService::close_cut_arenas, and their sessions' objects retired.
+  void close_cut_arenas();
   void preload_models();
   // One models.preload entry; false while its room is on its way back.
   bool preload(const std::string& path, int gguf_fd, const Header& header);

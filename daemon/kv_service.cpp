@@ -75,11 +75,15 @@ void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) 
 
 void KvService::restore(kv::ArenaId id, Arena& a) {
   if (a.closing) return;
-  if (auto st = sys::stat_of(a.region->fd(), "KV arena"); st && static_cast<uint64_t>(st->st_size) < a.region->size()) {
-    if (++a.cuts > kCutRepairs) {
+  if (a.cuts >= kCutRepairs) {
+    // Past its repairs: a cut (or a punch of the pool's pages) closes it.
+    auto st = sys::stat_of(a.region->fd(), "KV arena");
+    const uint64_t held = a.region->charged_pages() * pool_.page_size();
+    if (st && (static_cast<uint64_t>(st->st_size) < a.region->size() ||
+               static_cast<uint64_t>(st->st_blocks) * 512 < held)) {
       a.closing = true;
-      spdlog::warn("KV arena {} (uid {}) was cut by a client {} times (now {} bytes long, the arena is {}): not "
-                   "refilled again; it closes with its sessions",
+      spdlog::warn("KV arena {} (uid {}) was cut by a client once more after {} repairs (now {} bytes long, the "
+                   "arena is {}): not refilled again; it closes with its sessions",
                    id, a.uid, a.cuts, st->st_size, a.region->size());
       return;
     }
@@ -90,10 +94,12 @@ void KvService::restore(kv::ArenaId id, Arena& a) {
     return;
   }
   if (!r->any(a.region->size())) return;
+  // Counted once put back: a repair that failed is tried again, not counted again.
+  if (r->refilled(a.region->size())) ++a.cuts;
   ++arena_repairs_;
   spdlog::warn("KV arena {} (uid {}) was changed by a client: {} bytes long (the arena is {}), {} in pages the pool "
-               "never gave; put back (that uid's blocks past the cut are zeros now)",
-               id, a.uid, r->found_size, a.region->size(), format_bytes(r->stray_bytes));
+               "never gave, {} of its pages gone; put back (that uid's blocks that were cut are zeros now)",
+               id, a.uid, r->found_size, a.region->size(), format_bytes(r->stray_bytes), format_bytes(r->missing_bytes));
 }
 
 void KvService::restore_arenas() {
@@ -244,6 +250,11 @@ Result<KvSession*> KvService::get(const std::string& path, const dbus::Caller& c
   if (s.owner != caller.name)
     return make_error(EACCES, "session {} belongs to another client (uid {}); a client uses only its own sessions", path,
                       s.uid);
+  // Nothing more is done in an arena that closes (commits included: one
+  // refused would read as a full pool and make room across it).
+  if (const auto& a = arenas_.at(s.arena); a.closing)
+    return make_error(ENOENT, "session {} is closing: a client of uid {} cut its KV arena after {} repairs", path,
+                      a.uid, a.cuts);
   return &s;
 }
 
@@ -434,10 +445,7 @@ std::vector<std::string> KvService::close_model(uint64_t model, const std::strin
 }
 
 std::vector<std::string> KvService::close_cut_arenas() {
-  const auto n = static_cast<uint64_t>(
-      std::count_if(arenas_.begin(), arenas_.end(), [](const auto& e) { return e.second.closing; }));
-  if (n == 0) return {};
-  arenas_closed_ += n;
+  if (std::none_of(arenas_.begin(), arenas_.end(), [](const auto& e) { return e.second.closing; })) return {};
   return close_arenas([](const Arena& a) { return a.closing; },
                       fmt::format("its KV arena was closed: a client of its uid cut the arena file more than {} times",
                                   kCutRepairs));
@@ -474,6 +482,7 @@ std::vector<std::string> KvService::close_arenas(const std::function<bool(const 
       ++it;
       continue;
     }
+    if (it->second.closing) ++arenas_closed_;  // however it closes: the cuts closed it
     if (auto st = alloc_.close_arena(it->first); !st)
       spdlog::error("KV arena {} closing ({}): {}", it->first, reason, st.error().message);
     // Clients still mapping the arena get SIGBUS, never another uid's bytes.

@@ -409,6 +409,7 @@ Result<Pool::KvRepair> Pool::restore_kv_region(Region& r) {
   const uint64_t have = static_cast<uint64_t>(st->st_blocks) * 512;
   const uint64_t held = r.charged_ * ps;
   out.stray_bytes = have > held ? have - held : 0;
+  out.missing_bytes = held > have ? held - have : 0;
   if (!out.any(r.size_)) return out;
   Status first;
   const auto keep = [&first](Status s) {
@@ -427,13 +428,13 @@ Result<Pool::KvRepair> Pool::restore_kv_region(Region& r) {
       i += n;
     }
   };
-  if (out.found_size != r.size_) {
-    AIRS_TRY(sys::resize_file(r.fd(), r.size_, what));
-    // The pages the pool held past the cut are gone: allocate them again.
-    if (out.found_size < r.size_)
-      runs(out.found_size / ps, true,
-           [&](uint64_t i, uint64_t n) { keep(backend_->populate(r.fd(), i * ps, n * ps, what)); });
-  }
+  if (out.found_size != r.size_) AIRS_TRY(sys::resize_file(r.fd(), r.size_, what));
+  // The pages the pool held past the cut are gone, and so are any it held
+  // that were punched or cut and grown back: allocate them again (a page
+  // still there is left as it is).
+  if (out.found_size < r.size_ || out.missing_bytes != 0)
+    runs(out.missing_bytes != 0 ? 0 : out.found_size / ps, true,
+         [&](uint64_t i, uint64_t n) { keep(backend_->populate(r.fd(), i * ps, n * ps, what)); });
   runs(0, false, [&](uint64_t i, uint64_t n) { keep(backend_->release(r.fd(), i * ps, n * ps, what)); });
   if (!first) return std::move(first).error();
   return out;

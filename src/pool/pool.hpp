@@ -149,16 +149,20 @@ class Pool {
   [[nodiscard]] Status alloc_pages(Region& r, PageRange range);
   [[nodiscard]] Status free_pages(Region& r, PageRange range);
   // A KV arena goes to its clients O_RDWR (they map it writable), so one
-  // may resize it or fill its holes with pages the pool never gave. This
-  // puts it back as the pool made it: its own size (the pages it held are
-  // allocated again: a client that shrank its arena lost its own uid's KV,
-  // nobody else's) and pages only where the pool allocated them (the rest
-  // punched). Cheap when there is nothing to do: one fstat. Errors: the
-  // resize, punch or allocation that failed (the rest is still done).
+  // may resize it, punch it or fill its holes with pages the pool never
+  // gave. This puts it back as the pool made it: its own size (the pages it
+  // held are allocated again: a client that cut its arena lost its own
+  // uid's KV, nobody else's) and pages only where the pool allocated them
+  // (the rest punched). Cheap when there is nothing to do: one fstat.
+  // Errors: the resize, punch or allocation that failed (the rest is still
+  // done).
   struct KvRepair {
-    uint64_t found_size = 0;    // the file's size before (the arena's size when untouched)
-    uint64_t stray_bytes = 0;   // pages the file held that the pool never gave
-    [[nodiscard]] bool any(uint64_t size) const { return found_size != size || stray_bytes != 0; }
+    uint64_t found_size = 0;     // the file's size before (the arena's size when untouched)
+    uint64_t stray_bytes = 0;    // pages the file held that the pool never gave
+    uint64_t missing_bytes = 0;  // pages the pool gave that the file no longer held
+    [[nodiscard]] bool any(uint64_t size) const { return found_size != size || stray_bytes != 0 || missing_bytes != 0; }
+    // A cut (or a punch): the repair allocated pages again.
+    [[nodiscard]] bool refilled(uint64_t size) const { return found_size < size || missing_bytes != 0; }
   };
   [[nodiscard]] Result<KvRepair> restore_kv_region(Region& r);
 

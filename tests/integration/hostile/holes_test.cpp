@@ -234,7 +234,8 @@ TEST_P(Holes, AnArenaCutByItsClientCannotCrashTheDaemon) {
 // A cut costs the client one ftruncate and the daemon the allocation (and
 // zeroing) of every page it held past the cut. So a client that cuts its
 // arena again and again gets it refilled twice, then loses it: the third
-// cut closes the arena and its sessions, and nothing is refilled again.
+// cut closes the arena and its sessions, and nothing is refilled again. A
+// cut grown back to the arena's size before the daemon looked is a cut too.
 TEST_P(Holes, AnArenaCutAgainAndAgainIsClosedNotRefilled) {
   const auto model = load();
   auto s = create(model);
@@ -247,6 +248,9 @@ TEST_P(Holes, AnArenaCutAgainAndAgainIsClosedNotRefilled) {
 
   for (uint64_t cut = 1; cut <= 2; ++cut) {
     ASSERT_EQ(::ftruncate(s.arena.get(), 0), 0);
+    if (cut == 2) {
+      ASSERT_EQ(::ftruncate(s.arena.get(), static_cast<off_t>(s.arena_bytes)), 0) << "grown back";
+    }
     const auto kv = kv_status();  // taken after the repair
     EXPECT_EQ(kv.at("arena_repairs").get<uint64_t>(), cut);
     EXPECT_EQ(kv.at("arenas_closed").get<uint64_t>(), 0u);
@@ -265,22 +269,26 @@ TEST_P(Holes, AnArenaCutAgainAndAgainIsClosedNotRefilled) {
     EXPECT_EQ(st.st_size, 0) << "not put back";
     EXPECT_EQ(st.st_blocks, 0) << "nothing allocated in it again";
   }
-  // Both sessions end: the daemon closes their wake-up sockets (no events
-  // asked for: poll reports the hang-up only, not the notice before it).
-  for (auto* x : {&s, &other}) {
-    pollfd p{x->event.get(), 0, 0};
-    ASSERT_EQ(::poll(&p, 1, 20'000), 1) << "the session on the cut arena never ended";
-    EXPECT_NE(p.revents & POLLHUP, 0) << "revents " << p.revents;
-  }
-  const auto kv = kv_status();
-  EXPECT_EQ(kv.at("arenas_closed").get<uint64_t>(), 1u);
-  EXPECT_EQ(pool_status().at("kv_bytes").get<uint64_t>(), 0u) << "the arena's chunk is back in the pool";
-  EXPECT_THROW(s.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}), sdbus::Error)
-      << "the closed session is gone";
-
-  // The uid may start again, on a fresh arena of the full size.
+  // A new session of the uid, at once (the arena may not have closed yet):
+  // it gets a fresh arena of the full size, never the cut one.
   auto again = create(model);
   EXPECT_EQ(again.arena_bytes, s.arena_bytes);
+  struct stat cut_st {}, fresh_st {};
+  ASSERT_EQ(::fstat(s.arena.get(), &cut_st), 0);
+  ASSERT_EQ(::fstat(again.arena.get(), &fresh_st), 0);
+  EXPECT_NE(fresh_st.st_ino, cut_st.st_ino) << "the new session joined the cut arena";
+  EXPECT_EQ(static_cast<uint64_t>(fresh_st.st_size), again.arena_bytes);
+  // Both old sessions end: the daemon closes their wake-up sockets (no
+  // events asked for: poll reports the hang-up only, not the notice before).
+  for (auto* x : {&s, &other}) {
+    pollfd p{x->event.get(), 0, 0};
+    ASSERT_EQ(::poll(&p, 1, 20'000), 1) << "a session on the cut arena never ended";
+    EXPECT_NE(p.revents & POLLHUP, 0) << "revents " << p.revents;
+  }
+  EXPECT_EQ(kv_status().at("arenas_closed").get<uint64_t>(), 1u);
+  EXPECT_EQ(pool_status().at("kv_bytes").get<uint64_t>(), 0u) << "the cut arena's chunk is back in the pool";
+  EXPECT_THROW(s.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}), sdbus::Error)
+      << "the closed session is gone";
   std::vector<uint32_t> fresh;
   again.proxy->callMethod("Allocate").onInterface(kSession).withArguments(uint32_t{1}).storeResultsTo(fresh);
   EXPECT_EQ(fresh.size(), 1u);
