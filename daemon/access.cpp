@@ -44,6 +44,7 @@ struct Access::Mailbox {
   std::mutex mu;
   sys::UniqueFd efd;  // signalled when the results are posted
   bool running = false;
+  bool rerun = false;  // a SIGHUP came while running: look up once more after
   bool closed = false;
   std::optional<std::pair<Found, Found>> posted;  // admin, trusted
 };
@@ -91,12 +92,18 @@ bool Access::resolve_in_background(sys::EventLoop& loop) {
   {
     std::lock_guard lk(box_->mu);
     if (box_->running) {
-      spdlog::warn("the group lookup SIGHUP started before has not returned yet (a directory server that does not "
-                   "answer?); the gids stay as they are until it does");
-      return false;
+      // Its answer may predate what this SIGHUP is for (a group made just
+      // now): one more lookup follows it, however many SIGHUPs come meanwhile.
+      box_->rerun = true;
+      spdlog::info("a group lookup is still running; another follows when it returns");
+      return true;
     }
     box_->running = true;
   }
+  return start_lookup();
+}
+
+bool Access::start_lookup() {
   try {
     std::thread([box = box_, lookup = lookup_, admin = admin_.name, trusted = trusted_.name] {
       sys::become_background_thread("airs-groups");
@@ -112,6 +119,7 @@ bool Access::resolve_in_background(sys::EventLoop& loop) {
   } catch (const std::system_error& e) {
     std::lock_guard lk(box_->mu);
     box_->running = false;
+    box_->rerun = false;
     spdlog::warn("daemon.admin_group and daemon.trusted_group not looked up again: no thread: {}", e.what());
     return false;
   }
@@ -121,14 +129,19 @@ bool Access::resolve_in_background(sys::EventLoop& loop) {
 void Access::on_posted() {
   sys::eventfd_drain(box_->efd.get());
   std::optional<std::pair<Found, Found>> found;
+  bool again = false;
   {
     std::lock_guard lk(box_->mu);
     found.swap(box_->posted);
-    if (found) box_->running = false;
+    if (found) {
+      again = std::exchange(box_->rerun, false);
+      box_->running = again;
+    }
   }
   if (!found) return;
   apply(admin_, "daemon.admin_group", std::move(found->first));
   apply(trusted_, "daemon.trusted_group", std::move(found->second));
+  if (again) (void)start_lookup();
 }
 
 void Access::apply(Group& g, const char* key, Found r) {

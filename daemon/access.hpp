@@ -45,8 +45,9 @@ class Access {
   // The same, for SIGHUP, while the daemon serves: the lookups run on a
   // thread of their own and their results are taken on `loop` (the gids
   // stay the old ones until then), so a directory server that hangs holds
-  // that thread, never the loop. While one runs, another only logs. False
-  // when no thread could be had (logged; the gids stay).
+  // that thread, never the loop. A call while one runs starts no second
+  // thread: one more lookup follows when it returns. False when no thread
+  // could be had (logged; the gids stay).
   bool resolve_in_background(sys::EventLoop& loop);
   [[nodiscard]] bool resolving() const;
   // Root or a member of daemon.admin_group.
@@ -65,6 +66,7 @@ class Access {
   struct Mailbox;
   using Found = Result<std::optional<gid_t>>;
   void apply(Group& g, const char* key, Found found);
+  bool start_lookup();
   void on_posted();
   GroupLookup lookup_;
   sys::EventLoop* loop_ = nullptr;    // where background results are taken (set by the first)
