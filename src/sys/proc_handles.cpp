@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/magic.h>
 #include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +59,14 @@ Result<Mapping> map_sealed_read_only(int fd, uint64_t min_bytes, const std::stri
   if (seals < 0) return make_error(EINVAL, "{} is not a memfd that can be sealed ({})", what, std::strerror(errno));
   if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
     return make_error(EINVAL, "{} is not sealed against shrinking and growing (F_SEAL_SHRINK|F_SEAL_GROW)", what);
+  // Only shmem and hugetlbfs files take seals, so this asks no server. The
+  // daemon reads the bits with plain loads: a hole punched in shmem reads
+  // as zeros, but one in a file of huge pages is a SIGBUS once no free huge
+  // page is left to fill it (and its unmap needs an aligned length).
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return make_error(errno, "{}: fstatfs: {}", what, std::strerror(errno));
+  if (fs.f_type == HUGETLBFS_MAGIC)
+    return make_error(EINVAL, "{} is a memfd of huge pages (MFD_HUGETLB); pass a memfd of base pages", what);
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(errno, "{}: fstat: {}", what, std::strerror(errno));
   if (static_cast<uint64_t>(st.st_size) < min_bytes)

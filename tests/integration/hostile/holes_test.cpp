@@ -406,5 +406,34 @@ TEST_P(Holes, FollowWithASocketThatIsNotConnectedIsRefused) {
   for (int fd : {opened, lone, listening}) ::close(fd);
 }
 
+// The open-unit bits of Follow are a memfd the client writes and the
+// daemon reads with plain loads. A memfd of huge pages would let the client
+// punch a page out and take the last free huge page: the daemon's next read
+// of the bits would be a SIGBUS. Refused, naming why; base pages are taken.
+TEST_P(Holes, FollowWithAMemfdOfHugePagesIsRefused) {
+  const auto path = load();
+  auto model = sdbus::createProxy(*conn_, "org.aios.Airs1", path);
+  const OpenReply reply = open_without_wait(*model, model_);
+  const uint64_t huge = 2u << 20;
+  const int opened = ::memfd_create("opened-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+  ASSERT_GE(opened, 0) << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(opened, static_cast<off_t>(huge)), 0) << std::strerror(errno);
+  ASSERT_EQ(::fcntl(opened, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0) << std::strerror(errno);
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  const auto follow = [&](int bits) {
+    model->callMethod("Follow").onInterface("org.aios.Airs1.Model").withArguments(sdbus::UnixFd(pair[0]), sdbus::UnixFd(bits));
+  };
+  expect_error([&] { follow(opened); }, "org.aios.Airs1.Error.InvalidArgument", "memfd of huge pages");
+  // The same call with a memfd of base pages is taken.
+  const int base = ::memfd_create("opened", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(base, 0);
+  ASSERT_EQ(::ftruncate(base, 1 << 20), 0);
+  ASSERT_EQ(::fcntl(base, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  EXPECT_NO_THROW(follow(base));
+  expect_idle_loop();
+  for (int fd : {opened, base, pair[0], pair[1]}) ::close(fd);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Holes, ::testing::Values("hugetlbfs", "shmem"),
                          [](const auto& p) { return p.param; });
