@@ -310,7 +310,8 @@ void Models::store_order(const ModelEntry& m, const std::vector<uint32_t>& order
 }
 
 Result<OpenResult> Models::open(ModelEntry& m, const dbus::Caller& caller, int proof_fd, bool lazy, bool nowait) {
-  auto id = sys::readable_file_identity(proof_fd, "Open: gguf_fd");
+  // On the loop: the caller's file may be on a FUSE mount it serves itself.
+  auto id = sys::readable_file_identity(proof_fd, "Open: gguf_fd", sys::Attributes::Cached);
   if (!id) return std::move(id).error();
   if (!id->same_inode(m.file))
     return make_error(EACCES, "Open on model '{}': the passed fd is not this model's GGUF file; pass an fd of the file "

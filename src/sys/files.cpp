@@ -16,23 +16,25 @@
 
 namespace airs::sys {
 
-Result<FileId> readable_file_identity(int fd, const std::string& what) {
+Result<FileId> readable_file_identity(int fd, const std::string& what, Attributes attrs) {
   const int fl = ::fcntl(fd, F_GETFL);
   if (fl < 0) return make_error(EINVAL, "{}: not an open file descriptor ({})", what, std::strerror(errno));
   if ((fl & O_PATH) != 0)
     return make_error(EINVAL, "{}: an O_PATH descriptor proves no read access; pass one opened for reading", what);
   if ((fl & O_ACCMODE) == O_WRONLY) return make_error(EINVAL, "{}: the descriptor is not open for reading", what);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return make_error(EINVAL, "{}: fstat: {}", what, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return make_error(EINVAL, "{}: not a regular file", what);
+  struct statx st {};
+  const int flags = AT_EMPTY_PATH | (attrs == Attributes::Cached ? AT_STATX_DONT_SYNC : AT_STATX_SYNC_AS_STAT);
+  if (::statx(fd, "", flags, STATX_BASIC_STATS, &st) != 0)
+    return make_error(EINVAL, "{}: statx: {}", what, std::strerror(errno));
+  if (!S_ISREG(st.stx_mode)) return make_error(EINVAL, "{}: not a regular file", what);
   FileId id;
-  id.dev = st.st_dev;
-  id.ino = st.st_ino;
-  id.size = static_cast<uint64_t>(st.st_size);
-  id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  id.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
-  id.owner = st.st_uid;
-  id.mode = st.st_mode;
+  id.dev = makedev(st.stx_dev_major, st.stx_dev_minor);
+  id.ino = st.stx_ino;
+  id.size = st.stx_size;
+  id.mtime_ns = int64_t{st.stx_mtime.tv_sec} * 1'000'000'000 + st.stx_mtime.tv_nsec;
+  id.ctime_ns = int64_t{st.stx_ctime.tv_sec} * 1'000'000'000 + st.stx_ctime.tv_nsec;
+  id.owner = st.stx_uid;
+  id.mode = st.stx_mode;
   return id;
 }
 

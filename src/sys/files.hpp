@@ -54,7 +54,13 @@ struct FileId {
 // an O_PATH fd (it proves nothing about read access), a write-only fd, a
 // closed fd or anything but a regular file is EINVAL with a message naming
 // `what` and the problem.
-[[nodiscard]] Result<FileId> readable_file_identity(int fd, const std::string& what);
+// Attributes::Cached (statx AT_STATX_DONT_SYNC) takes the attributes the
+// kernel holds, where a FUSE or network file system would otherwise ask
+// its server, which the caller may run and leave unanswered: for a check
+// on the daemon's loop. Local file systems answer the same either way.
+enum class Attributes { Fresh, Cached };
+[[nodiscard]] Result<FileId> readable_file_identity(int fd, const std::string& what,
+                                                    Attributes attrs = Attributes::Fresh);
 
 // ftruncate(fd, 0): every mapping of the file in every process gets SIGBUS
 // on its next access (hugetlbfs and shmem alike), and the pages are freed.

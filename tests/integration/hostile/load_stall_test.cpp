@@ -461,6 +461,35 @@ TEST_F(LoadStall, AStalledFuseFileHeldByACallerDoesNotStallTheFdQuotaRecount) {
   fuse.reset();
 }
 
+// Open proves read access with the caller's fd, checked on the loop. The
+// file may be on a FUSE mount the caller serves itself, whose attributes it
+// never gives: the check takes the attributes the kernel holds and never
+// asks the server, so the call is answered at once and the loop goes on.
+TEST_F(LoadStall, OpenWithAFuseFileWhoseAttributesNeverComeIsAnsweredAtOnce) {
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
+  fuse->keep_no_attributes();
+  start("");
+  if (HasFatalFailure()) return;
+  const auto m = airs::test::write_test_model("airs-fuse-open", "fuseopen", 2, 256);
+  BusClient c(bus_->address());
+  std::string obj;
+  ASSERT_TRUE(c.load_model(m.path, &obj).ok());
+  const int proof = ::open(fuse->file().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(proof, 0) << std::strerror(errno);
+  fuse->stall_attributes();
+  StatusWatcher watcher(bus_->address());
+  const auto e = c.open_model_fd(obj, proof, false);
+  watcher.stop();
+  EXPECT_EQ(e.name, "org.freedesktop.DBus.Error.AccessDenied") << e.message;
+  EXPECT_NE(e.message.find("not this model's GGUF file"), std::string::npos) << e.message;
+  EXPECT_EQ(fuse->getattrs_held(), 0) << "Open asked the caller's file system for the file's attributes";
+  EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
+  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited while the daemon checked the FUSE file";
+  ::close(proof);
+  fuse.reset();
+}
+
 TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
   if (fuse->why_not()) GTEST_SKIP() << "no stalled file to load: " << *fuse->why_not();

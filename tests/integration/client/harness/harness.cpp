@@ -381,6 +381,20 @@ CallError BusClient::open_model(const std::string& object, const std::string& pr
   });
 }
 
+CallError BusClient::open_model_fd(const std::string& object, int proof_fd, bool wait) {
+  return guarded([&] {
+    auto p = sdbus::createProxy(*bus_, kBus, object);
+    sdbus::UnixFd region, status;
+    uint64_t size = 0;
+    dbus::Dict info, options;
+    if (!wait) options["wait"] = sdbus::Variant(false);
+    p->callMethod("Open")
+        .onInterface("org.aios.Airs1.Model")
+        .withArguments(sdbus::UnixFd(proof_fd), options)
+        .storeResultsTo(region, size, status, info);
+  });
+}
+
 CallError BusClient::release_model(const std::string& object) {
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, object);

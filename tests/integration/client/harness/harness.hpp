@@ -136,6 +136,8 @@ class BusClient {
   // OpenLazy (with a fresh userfaultfd), proving access with an fd of
   // `proof_path`. Either holds a reference until Release or disconnect.
   CallError open_model(const std::string& object, const std::string& proof_path, bool lazy, bool wait = true);
+  // Open (read-only) proving access with `proof_fd` (the caller keeps it).
+  CallError open_model_fd(const std::string& object, int proof_fd, bool wait);
   // A reference on `object` that maps nothing (Open without waiting, which
   // every mode allows), for a test that names the model by its object path
   // across a wait: an unused model goes whenever the machine's memory
