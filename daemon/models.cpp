@@ -370,7 +370,7 @@ Status Models::attach(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd n
   if (!m.refs.contains(caller.name))
     return make_error(EPERM, "Attach on model '{}': call OpenLazy first (the caller holds no reference)", m.name);
   const pager::ClientKey key = next_client_++;
-  AIRS_TRY(pager_.attach(m.pager_id, key, caller.pid, caller.uid, std::move(uffd), std::move(notify), addr, length));
+  AIRS_TRY(pager_.attach(m.pager_id, key, caller.pid, std::move(uffd), std::move(notify), addr, length));
   m.clients[caller.name].push_back(key);
   m.last_used = Clock::now();
   return {};
@@ -384,7 +384,7 @@ Status Models::follow(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd r
   if (keys.size() >= ref->second)
     return make_error(EDQUOT, "Follow on model '{}': one request socket per reference ({} already)", m.name, keys.size());
   const pager::ClientKey key = next_client_++;
-  AIRS_TRY(pager_.follow(m.pager_id, key, caller.pid, caller.uid, std::move(requests), std::move(opened)));
+  AIRS_TRY(pager_.follow(m.pager_id, key, caller.pid, std::move(requests), std::move(opened)));
   keys.push_back(key);
   return {};
 }
@@ -398,7 +398,7 @@ Status Models::hints(ModelEntry& m, const dbus::Caller& caller, sys::UniqueFd so
     return make_error(EDQUOT, "Hints on model '{}': a mapping and a hint socket per reference ({} channels already)",
                       m.name, keys.size());
   const pager::ClientKey key = next_client_++;
-  if (auto st = pager_.hints(m.pager_id, key, caller.pid, caller.uid, std::move(socket)); !st) {
+  if (auto st = pager_.hints(m.pager_id, key, caller.pid, std::move(socket)); !st) {
     if (keys.empty()) m.clients.erase(caller.name);
     return st;
   }

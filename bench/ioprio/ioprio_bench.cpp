@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   auto lm = airs::client::LazyMapping::create(rfd, rsize, airs::client::LazyBacking::Hugetlbfs);
   if (!lm) die(lm.error().message);
   auto dup = std::move(lm->dup_uffd()).value();
-  if (auto st = lt.call([&] { return pager->attach(cid, 1, ::getpid(), ::getuid(), std::move(dup), UniqueFd(), lm->address(), lm->size()); });
+  if (auto st = lt.call([&] { return pager->attach(cid, 1, ::getpid(), std::move(dup), UniqueFd(), lm->address(), lm->size()); });
       !st)
     die(st.error().message);
 

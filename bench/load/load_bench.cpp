@@ -344,7 +344,7 @@ struct AirsRun {
       if (!lm) die(lm.error().message);
       auto dup = std::move(lm->dup_uffd()).value();
       auto st = lt.call([&] {
-        return pager->attach(bp.id, key, ::getpid(), ::getuid(), std::move(dup), UniqueFd(), lm->address(), lm->size());
+        return pager->attach(bp.id, key, ::getpid(), std::move(dup), UniqueFd(), lm->address(), lm->size());
       });
       if (!st) die(st.error().message);
       return std::move(lm).value();

@@ -95,7 +95,7 @@ Result run(const std::string& path, const Model& model, bool hugetlbfs, std::chr
       rfd, rsize, hugetlbfs ? airs::client::LazyBacking::Hugetlbfs : airs::client::LazyBacking::Shmem);
   if (!lm) die(lm.error().message);
   auto dup = std::move(lm->dup_uffd()).value();
-  auto st = lt.call([&] { return pager->attach(id, 1, ::getpid(), ::getuid(), std::move(dup), UniqueFd(), lm->address(), lm->size()); });
+  auto st = lt.call([&] { return pager->attach(id, 1, ::getpid(), std::move(dup), UniqueFd(), lm->address(), lm->size()); });
   if (!st) die(st.error().message);
   uint64_t sum = 0;
   for (const Step& s : model.first_token) {

@@ -97,8 +97,8 @@ void ClientService::remove_model(ModelId id) {
   models_.erase(id);
 }
 
-Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd uffd,
-                             sys::UniqueFd notify, uint64_t addr, uint64_t length,
+Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify,
+                             uint64_t addr, uint64_t length,
                              const std::vector<std::pair<uint32_t, uint32_t>>& map_now, bool resident) {
   ClientSet* s = find(id);
   if (s == nullptr) return make_error(ENOENT, "attach: no model {}", id);
@@ -134,7 +134,7 @@ Status ClientService::attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sy
                       "with the features OpenLazy named, register the region, then Attach",
                       m.name, key);
   AIRS_TRY(sys::set_nonblocking(uffd.get()));
-  auto pidfd = sys::pidfd_open_as(pid, uid);
+  auto pidfd = sys::pidfd_open(pid);
   if (!pidfd)
     return make_error(ESRCH, "model '{}': client {} (pid {}) is gone: {}", m.name, key, pid, pidfd.error().message);
   auto c = std::make_unique<Lazy>();
@@ -174,8 +174,7 @@ Status ClientService::map_units(ClientSet& s, Lazy& c, const std::vector<std::pa
   return {};
 }
 
-Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd requests,
-                             sys::UniqueFd opened) {
+Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened) {
   ClientSet* s = find(id);
   if (s == nullptr) return make_error(ENOENT, "follow: no model {}", id);
   const std::string what = "model '" + s->info.name + "'";
@@ -187,7 +186,7 @@ Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sy
   auto bits = sys::map_sealed_read_only(opened.get(), wire::opened_bytes(s->info.units),
                                         what + ": the open-unit bits");
   if (!bits) return std::move(bits).error();
-  auto pidfd = sys::pidfd_open_as(pid, uid);
+  auto pidfd = sys::pidfd_open(pid);
   if (!pidfd) return make_error(ESRCH, "{}: client {} (pid {}) is gone: {}", what, key, pid, pidfd.error().message);
   AIRS_TRY(sys::set_nonblocking(requests.get()));
   auto f = std::make_unique<Follower>();
@@ -206,14 +205,14 @@ Status ClientService::follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sy
   return {};
 }
 
-Status ClientService::hints(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd socket) {
+Status ClientService::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) {
   ClientSet* s = find(id);
   if (s == nullptr) return make_error(ENOENT, "hints: no model {}", id);
   const std::string what = "model '" + s->info.name + "'";
   if (s->followers.contains(key) || s->lazy.contains(key) || s->hinters.contains(key))
     return make_error(EEXIST, "{}: client {} is already attached", what, key);
   AIRS_TRY(sys::check_message_socket(socket.get(), what + ": the hint socket"));
-  auto pidfd = sys::pidfd_open_as(pid, uid);
+  auto pidfd = sys::pidfd_open(pid);
   if (!pidfd) return make_error(ESRCH, "{}: client {} (pid {}) is gone: {}", what, key, pid, pidfd.error().message);
   AIRS_TRY(sys::set_nonblocking(socket.get()));
   auto h = std::make_unique<Hinter>();

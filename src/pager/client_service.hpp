@@ -109,17 +109,16 @@ class ClientService {
 
   // A lazy client: see Pager::attach. `map_now(first, count)` ranges of
   // units to CONTINUE at once (every ready unit that may be premapped).
-  [[nodiscard]] Status attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd uffd,
-                              sys::UniqueFd notify, uint64_t addr, uint64_t length,
+  [[nodiscard]] Status attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify,
+                              uint64_t addr, uint64_t length,
                               const std::vector<std::pair<uint32_t, uint32_t>>& map_now, bool resident);
   // A cooperative client's request socket and open-unit bits: see Pager::follow.
-  [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd requests,
-                              sys::UniqueFd opened);
+  [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened);
   // A lazy client's expert hints (see Pager::hints): `socket` is one end
   // of a SOCK_SEQPACKET pair the client made; it only sends. Goes with the
   // process, its socket or detach(key). Errors: ENOENT model, EBADF not a
   // connected SOCK_SEQPACKET socket, ESRCH process gone, EEXIST key.
-  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd socket);
+  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket);
   void detach(ModelId id, ClientKey key, const char* why);
 
   // --- answers (loop thread, from TouchListener::touched or a read's end) ---

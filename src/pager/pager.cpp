@@ -629,8 +629,8 @@ void Pager::check_resident(Model& m) {
 
 // --- clients ----------------------------------------------------------------
 
-Status Pager::attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd uffd, sys::UniqueFd notify,
-                     uint64_t addr, uint64_t length) {
+Status Pager::attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify, uint64_t addr,
+                     uint64_t length) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "attach: no model {}", id);
   // Every ready unit at once, one range CONTINUE per run (a streamed model's
@@ -654,17 +654,16 @@ Status Pager::attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::Uniqu
     }
   }
   const bool resident = m->res->state() == wire::ModelLoadState::Resident;
-  AIRS_TRY(clients_.attach(id, key, pid, uid, std::move(uffd), std::move(notify), addr, length, ranges, resident));
+  AIRS_TRY(clients_.attach(id, key, pid, std::move(uffd), std::move(notify), addr, length, ranges, resident));
   pump();
   return {};
 }
 
 void Pager::detach(ModelId id, ClientKey key) { clients_.detach(id, key, "detached"); }
 
-Status Pager::follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd requests,
-                     sys::UniqueFd opened) {
+Status Pager::follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened) {
   if (find(id) == nullptr) return make_error(ENOENT, "follow: no model {}", id);
-  return clients_.follow(id, key, pid, uid, std::move(requests), std::move(opened));
+  return clients_.follow(id, key, pid, std::move(requests), std::move(opened));
 }
 
 void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_t address, Clock::time_point t0) {
@@ -736,7 +735,7 @@ void Pager::fetch_expert(Model& m, uint32_t expert) {
   }
 }
 
-Status Pager::hints(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd socket) {
+Status Pager::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "hints: no model {}", id);
   if (!m->res->streamed())
@@ -746,7 +745,7 @@ Status Pager::hints(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::Unique
   if (m->res->policy().experts().empty())
     return make_error(ENOTSUP, "model '{}' has no experts (a dense model): expert hints are for mixtures of experts",
                       m->name);
-  return clients_.hints(id, key, pid, uid, std::move(socket));
+  return clients_.hints(id, key, pid, std::move(socket));
 }
 
 std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t layer, std::span<const uint32_t> experts,

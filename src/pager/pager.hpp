@@ -223,14 +223,10 @@ class Pager final : FillListener, TouchListener {
   // own copy). Takes ownership of the fds; maps every ready unit into the
   // client at once (a streamed model's on their fault instead); `notify`
   // (may be invalid) is signalled when the model is fully resident.
-  // `pid` is the process the bus said connected, as `uid`; it is watched
-  // (and a follower signalled) only while it runs as `uid`: the number may
-  // belong to another process by now (sys::pidfd_open_as).
-  // Errors: ENOENT model, EEXIST key, ESRCH client gone (or its pid
-  // another uid's), EINVAL for a range that is not the whole region, EBADF
-  // not a userfaultfd.
-  [[nodiscard]] Status attach(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd uffd,
-                              sys::UniqueFd notify, uint64_t addr, uint64_t length);
+  // Errors: ENOENT model, EEXIST key, ESRCH client gone, EINVAL for a range
+  // that is not the whole region, EBADF not a userfaultfd.
+  [[nodiscard]] Status attach(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd uffd, sys::UniqueFd notify,
+                              uint64_t addr, uint64_t length);
   // Forget a client (its uffd or socket is closed). No-op if unknown.
   void detach(ModelId id, ClientKey key);
   // A cooperative client (process `pid`): `requests` is one end of a
@@ -244,8 +240,7 @@ class Pager final : FillListener, TouchListener {
   // writable region follows the fill this way). Errors: ENOENT model,
   // EBADF not a connected SOCK_SEQPACKET socket or not a sealed memfd of
   // the model's size, ESRCH process gone, EEXIST key.
-  [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd requests,
-                              sys::UniqueFd opened);
+  [[nodiscard]] Status follow(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd requests, sys::UniqueFd opened);
   // A lazy client's expert hints (wire/hints.hpp; a cooperative client
   // sends them on its request socket): `socket` is one end of a
   // SOCK_SEQPACKET socket pair the client (process `pid`) made, which it
@@ -259,7 +254,7 @@ class Pager final : FillListener, TouchListener {
   // streamed mixture of experts. Errors: ENOENT model, ENOTSUP a model that
   // fits or has no experts, EBADF not a connected SOCK_SEQPACKET socket,
   // ESRCH process gone, EEXIST key.
-  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, uid_t uid, sys::UniqueFd socket);
+  [[nodiscard]] Status hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket);
 
   // Forget the model, at once for every caller: the id is unknown from the
   // return on, the status page says Unloaded, clients are woken and

@@ -19,12 +19,6 @@ namespace airs::sys {
 // pidfd_open(pid): becomes readable (EPOLLIN) when the process exits.
 // Errors: ESRCH if it is already gone.
 [[nodiscard]] Result<UniqueFd> pidfd_open(pid_t pid);
-// pidfd_open(pid) of a process that runs as `uid` (real and effective ids):
-// the process id the bus gave for a connection is the one that connected,
-// and once that process is gone the number may belong to another, of any
-// uid. ESRCH, naming the uid it runs as now, when it is not `uid`'s (or
-// when it is gone). Reads /proc/PID/status.
-[[nodiscard]] Result<UniqueFd> pidfd_open_as(pid_t pid, uid_t uid);
 // True if the process behind the pidfd has exited (poll with zero timeout).
 [[nodiscard]] bool pidfd_exited(int pidfd);
 // pidfd_send_signal(pidfd, sig). Errors: ESRCH (gone), EPERM.

@@ -73,7 +73,7 @@ class LazyClientInThisProcess : public ::testing::Test {
     airs::sys::UniqueFd dup(::fcntl(uffd_.get(), F_DUPFD_CLOEXEC, 0));
     auto notify = airs::sys::eventfd_create();
     ASSERT_TRUE(notify) << notify.error().message;
-    auto st = svc_->attach(kModel, kKey, ::getpid(), ::getuid(), std::move(dup), std::move(notify).value(), addr(),
+    auto st = svc_->attach(kModel, kKey, ::getpid(), std::move(dup), std::move(notify).value(), addr(),
                            kUnit * kUnits, {}, false);
     ASSERT_TRUE(st) << st.error().message;
     ASSERT_EQ(svc_->lazy_clients(kModel), 1u);

@@ -281,7 +281,7 @@ class PagerTest : public ::testing::Test {
     std::vector<int> fds;
     if (!test::recv_msg(c.sock.get(), &am, sizeof am, fds, 2) || fds.size() != 2)
       return make_error(EIO, "client {} sent no request socket", c.pid);
-    return d.pager->follow(id, key, c.pid, ::getuid(), sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]));
+    return d.pager->follow(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]));
   }
 
   // Hand the region to the client and attach the uffd it sends back.
@@ -300,7 +300,7 @@ class PagerTest : public ::testing::Test {
       return make_error(EIO, "client {} did not attach (errno {}, {})", c.pid, err,
                         r == c.pid ? describe(st) : std::string("still running"));
     }
-    return d.pager->attach(id, key, c.pid, ::getuid(), sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
+    return d.pager->attach(id, key, c.pid, sys::UniqueFd(fds[0]), sys::UniqueFd(fds[1]), am.addr, am.len);
   }
 
   // Forks a daemon (made by `make`) whose block reads are held in the
@@ -1142,7 +1142,7 @@ struct HintSocket {
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
     HintSocket h;
     h.mine.reset(sv[1]);
-    *st = d.pager->hints(id, key, ::getpid(), ::getuid(), sys::UniqueFd(sv[0]));
+    *st = d.pager->hints(id, key, ::getpid(), sys::UniqueFd(sv[0]));
     return h;
   }
   [[nodiscard]] bool send(const void* p, size_t n) const {
@@ -1302,7 +1302,7 @@ TEST_P(MoeStreamTest, ACooperativeClientHintsOnItsRequestSocket) {
   auto bits = sys::memfd_create_sealable("opened", wire::opened_bytes(units));
   ASSERT_TRUE(bits.ok());
   ASSERT_TRUE(sys::seal_size(bits->get(), "opened"));
-  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), ::getuid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
+  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
   alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
   const uint32_t e = 2;
   const size_t n = wire::encode_hint(0, std::span<const uint32_t>(&e, 1), buf);
@@ -1887,7 +1887,7 @@ TEST_P(CooperativeTest, UffdAttachIsRefused) {
   const ModelId id = load(d, g_src);
   auto uffd = sys::uffd_create();
   ASSERT_TRUE(uffd.ok()) << uffd.error().message;
-  auto st = d.pager->attach(id, 1, ::getpid(), ::getuid(), std::move(uffd).value(), sys::UniqueFd(), 0, d.pager->region_size(id));
+  auto st = d.pager->attach(id, 1, ::getpid(), std::move(uffd).value(), sys::UniqueFd(), 0, d.pager->region_size(id));
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, ENOTSUP);
   EXPECT_NE(st.error().message.find("cooperative"), std::string::npos) << st.error().message;
