@@ -69,7 +69,8 @@ class KvService final : public kv::ChunkOps {
 
   Result<CreatedSession> create(ModelEntry& model, const dbus::Caller& caller, policy::Priority priority,
                                 bool admin = false);
-  // The caller's session at `path`; AccessDenied for another connection's.
+  // The caller's session at `path`; AccessDenied for another connection's,
+  // NotFound for none or one whose arena is closing (cut too often).
   Result<KvSession*> get(const std::string& path, const dbus::Caller& caller);
 
   // EINPROGRESS when the room it needs is in pages still on their way back
