@@ -75,27 +75,25 @@ void KvService::copy_block(kv::ArenaId arena, kv::BlockId src, kv::BlockId dst) 
 
 void KvService::restore(kv::ArenaId id, Arena& a) {
   if (a.closing) return;
-  if (a.cuts >= kCutRepairs) {
-    // Past its repairs: a cut (or a punch of the pool's pages) closes it.
-    auto st = sys::stat_of(a.region->fd(), "KV arena");
-    const uint64_t held = a.region->charged_pages() * pool_.page_size();
-    if (st && (static_cast<uint64_t>(st->st_size) < a.region->size() ||
-               static_cast<uint64_t>(st->st_blocks) * 512 < held)) {
-      a.closing = true;
-      spdlog::warn("KV arena {} (uid {}) was cut by a client once more after {} repairs (now {} bytes long, the "
-                   "arena is {}): not refilled again; it closes with its sessions",
-                   id, a.uid, a.cuts, st->st_size, a.region->size());
-      return;
-    }
-  }
-  auto r = pool_.restore_kv_region(*a.region);
+  const uint64_t size = a.region->size();
+  auto r = pool_.restore_kv_region(*a.region, a.cuts < kCutRepairs ? pool::Pool::Refill::Yes : pool::Pool::Refill::No);
   if (!r) {
     spdlog::error("KV arena {} (uid {}): {}", id, a.uid, r.error().message);
     return;
   }
-  if (!r->any(a.region->size())) return;
-  // Counted once put back: a repair that failed is tried again, not counted again.
-  if (r->refilled(a.region->size())) ++a.cuts;
+  if (!r->any(size)) return;
+  if (r->refilled(size)) {
+    if (a.cuts >= kCutRepairs) {
+      // Past its repairs: this cut (or punch of the pool's pages) closes it.
+      a.closing = true;
+      spdlog::warn("KV arena {} (uid {}) was cut by a client once more after {} repairs (now {} bytes long, the "
+                   "arena is {}): not refilled again; it closes with its sessions",
+                   id, a.uid, a.cuts, r->found_size, size);
+      return;
+    }
+    // Counted once put back: a repair that failed is tried again, not counted again.
+    ++a.cuts;
+  }
   ++arena_repairs_;
   spdlog::warn("KV arena {} (uid {}) was changed by a client: {} bytes long (the arena is {}), {} in pages the pool "
                "never gave, {} of its pages gone; put back (that uid's blocks that were cut are zeros now)",

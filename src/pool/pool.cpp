@@ -398,7 +398,7 @@ Status Pool::alloc_pages(Region& r, PageRange range) {
   return {};
 }
 
-Result<Pool::KvRepair> Pool::restore_kv_region(Region& r) {
+Result<Pool::KvRepair> Pool::restore_kv_region(Region& r, Refill refill) {
   if (r.kind_ != PageKind::Kv) return make_error(EINVAL, "'{}' is not a KV arena", r.name_);
   const uint64_t ps = counts_.page_size;
   const std::string what = "KV arena '" + r.name_ + "'";
@@ -411,6 +411,7 @@ Result<Pool::KvRepair> Pool::restore_kv_region(Region& r) {
   out.stray_bytes = have > held ? have - held : 0;
   out.missing_bytes = held > have ? held - have : 0;
   if (!out.any(r.size_)) return out;
+  if (refill == Refill::No && out.refilled(r.size_)) return out;  // found, left as it is
   Status first;
   const auto keep = [&first](Status s) {
     if (!s && first) first = std::move(s);

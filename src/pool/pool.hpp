@@ -154,8 +154,9 @@ class Pool {
   // held are allocated again: a client that cut its arena lost its own
   // uid's KV, nobody else's) and pages only where the pool allocated them
   // (the rest punched). Cheap when there is nothing to do: one fstat.
-  // Errors: the resize, punch or allocation that failed (the rest is still
-  // done).
+  // Refill::No finds a cut (or a punch) and repairs nothing: the caller
+  // closes the arena instead. Errors: the resize, punch or allocation that
+  // failed (the rest is still done).
   struct KvRepair {
     uint64_t found_size = 0;     // the file's size before (the arena's size when untouched)
     uint64_t stray_bytes = 0;    // pages the file held that the pool never gave
@@ -164,7 +165,8 @@ class Pool {
     // A cut (or a punch): the repair allocated pages again.
     [[nodiscard]] bool refilled(uint64_t size) const { return found_size < size || missing_bytes != 0; }
   };
-  [[nodiscard]] Result<KvRepair> restore_kv_region(Region& r);
+  enum class Refill { Yes, No };
+  [[nodiscard]] Result<KvRepair> restore_kv_region(Region& r, Refill refill = Refill::Yes);
 
   // The kernel's numbers plus the pages our files really hold.
   [[nodiscard]] Result<KernelView> kernel_view();
