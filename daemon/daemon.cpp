@@ -764,6 +764,7 @@ void Daemon::emit(const std::string& what, F&& send) {
 }
 
 void Daemon::attach_bus(sdbus::IConnection& bus) {
+  ids_.set_bus(&bus);
   manager_ = std::make_unique<ManagerObject>(
       bus, ManagerServices{*this, ids_, access_, pressure_.get(), drain_waits_.get(), pool_.get(), profile_, mode_, page_size_});
   if (!cloud_only()) {
@@ -791,6 +792,7 @@ void Daemon::detach_bus(bool lost) {
   retired_sessions_.clear();
   model_objects_.clear();
   manager_.reset();
+  ids_.set_bus(nullptr);
 }
 
 void Daemon::keep_for_lost_callers() {

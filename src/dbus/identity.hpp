@@ -3,11 +3,20 @@
 // and forgotten when the name leaves the bus. Looking credentials up on every
 // call costs ~220 µs (GetConnectionCredentials round trip, measured with a private
 // dbus-daemon and sdbus-c++ 1.2); a cached lookup costs a hash probe.
+//
+// Every id comes from the bus daemon, which took it from the socket when the
+// caller connected (SO_PEERCRED, SO_PEERGROUPS). None comes from /proc: sd-bus
+// fills what the bus does not send (the egid, and the groups libsystemd 252
+// does not parse) from /proc/PID/status, and that is whatever process has the
+// pid now. A caller that connects, hands its socket to a child and then execs
+// a setgid program, or whose pid is reused, would get the groups of that
+// program or process, and with them admin_group's or trusted_group's rights.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,15 +29,24 @@ namespace airs::dbus {
 
 struct Caller {
   std::string name;  // unique bus name, ":1.42"
-  uid_t uid = static_cast<uid_t>(-1);
-  gid_t gid = static_cast<gid_t>(-1);
+  uid_t uid = static_cast<uid_t>(-1);  // the effective uid when it connected
   pid_t pid = 0;
+  // Its effective gid and supplementary groups when it connected (the bus's
+  // UnixGroupIDs); empty when the bus does not say (an older dbus-daemon):
+  // then no group gives it a right.
   std::vector<gid_t> groups;
   [[nodiscard]] bool in_group(gid_t g) const;
 };
 
 class IdentityCache {
  public:
+  IdentityCache();
+  ~IdentityCache();
+  IdentityCache(const IdentityCache&) = delete;
+  IdentityCache& operator=(const IdentityCache&) = delete;
+  // The connection whose bus daemon is asked (null: none, and every lookup
+  // is refused). Set on each new connection, cleared before it goes.
+  void set_bus(sdbus::IConnection* bus);
   // The caller of the message being processed. Throws sdbus::Error
   // (AccessDenied) when the bus cannot authenticate it. Loop thread only.
   const Caller& of(const sdbus::Message& msg);
@@ -48,6 +66,8 @@ class IdentityCache {
 
  private:
   std::unordered_map<std::string, Caller> cache_;
+  std::unique_ptr<sdbus::IProxy> driver_;  // org.freedesktop.DBus on the bus of set_bus()
+  bool warned_no_groups_ = false;
 };
 
 // Throws the named D-Bus error for an airs::Error (maps errno codes to

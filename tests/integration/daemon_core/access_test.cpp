@@ -18,12 +18,13 @@
 namespace airs::daemon {
 namespace {
 
+// The bus's UnixGroupIDs: the effective gid and the supplementary groups.
 dbus::Caller a_caller(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
   dbus::Caller c;
   c.name = ":1.7";
   c.uid = uid;
-  c.gid = gid;
   c.groups = std::move(groups);
+  c.groups.push_back(gid);
   return c;
 }
 

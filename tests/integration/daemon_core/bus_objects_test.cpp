@@ -102,11 +102,13 @@ class BusObjects : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = sdbus::createSessionBusConnectionWithAddress(bus_.address());
+    ids_.set_bus(server_.get());
     manager_ = std::make_unique<ManagerObject>(
         *server_, ManagerServices{ops_, ids_, access_, nullptr, nullptr, nullptr, "test", "full", 2u << 20});
   }
   void TearDown() override {
     manager_.reset();
+    ids_.set_bus(nullptr);
     server_.reset();
   }
 

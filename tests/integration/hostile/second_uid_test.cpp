@@ -448,6 +448,55 @@ TEST_F(Hostile2, AnAdminGroupMemberMayEvictAndUnloadRootsModelsAndOthersMayNot) 
             "rdwr bytes-equal");
 }
 
+// A caller's groups are the ones it had when it connected, as the bus took
+// them from the socket, not what /proc/PID/status says at its first call. A
+// process that connects and then gains a group (it hands its socket to a
+// child and execs a setgid program, or it dies and its pid goes to a member
+// of the group) gains no right by it. Here the client connects as nobody,
+// keeping root as its saved uid, then takes staff (admin_group) as its egid
+// and only group, and calls Evict: refused. A second connection made after
+// the change, with the same ids, is an admin, which shows the group was
+// really held.
+TEST_F(Hostile2, AGroupGainedAfterConnectingGivesNoRight) {
+  const gid_t admin = group_id("staff");
+  ASSERT_NE(admin, static_cast<gid_t>(-1)) << "no group 'staff' (Debian's base-passwd has one)";
+  ASSERT_NE(admin, kNobody);
+  if (!start(64, "", "admin_group = \"staff\"\n")) return;
+  auto a = model("a.gguf", "roots_a", 8 * kMiB, 0644, 31);
+  const std::string a_obj = load(a);
+  ASSERT_TRUE(wait_until([&] { return model_in(dbus_->status(), a_obj).value("state", "") == "resident"; }, 20000ms));
+  auto evict = [&](sdbus::IConnection& c) -> std::string {
+    try {
+      auto mgr = sdbus::createProxy(c, "org.aios.Airs1", "/org/aios/Airs1");
+      Dict report;
+      mgr->callMethod("Evict")
+          .onInterface(kManagerIf)
+          .withArguments(Dict{{"model", sdbus::Variant(sdbus::ObjectPath(a_obj))}}, false)
+          .storeResultsTo(report);
+      return "evicted " + std::to_string(report.at("freed_bytes").get<uint64_t>() > 0);
+    } catch (const sdbus::Error& e) {
+      return e.getName() + ": " + e.getMessage();
+    }
+  };
+  const std::string out = as_user(0, [&]() -> std::string {
+    if (::setresgid(kNobody, kNobody, 0) != 0 || ::setresuid(kNobody, kNobody, 0) != 0)
+      return std::string("setresuid: ") + std::strerror(errno);
+    auto early = connect();
+    // Root again only to change the groups, then nobody again.
+    if (::seteuid(0) != 0 || ::setgroups(1, &admin) != 0 || ::setegid(admin) != 0 || ::seteuid(kNobody) != 0)
+      return std::string("taking the group: ") + std::strerror(errno);
+    gid_t groups[4];
+    const int n = ::getgroups(4, groups);
+    if (::geteuid() != kNobody || ::getegid() != admin || n != 1 || groups[0] != admin)
+      return "the process does not show the group it took";
+    std::string r = evict(*early);
+    auto late = connect();
+    return r + "; " + evict(*late);
+  });
+  EXPECT_EQ(out, "org.freedesktop.DBus.Error.AccessDenied: Evict is an admin method: uid 65534 is not root nor in "
+                 "group staff; evicted 1");
+}
+
 TEST_F(Hostile2, WaitingOpensAreBoundedPerClient) {
   // Paced so the model stays loading while the Opens wait.
   // Three huge pages at least: with 32 MiB pages a 24 MiB model is one unit,
