@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/header_reader.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 
+#include <algorithm>
+#include <chrono>
 #include <future>
 #include <mutex>
 #include <system_error>
@@ -29,7 +32,18 @@ Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>
   src->watch_reads(read_since);
   auto parsed = gguf::parse(*src);
   if (!parsed) return make_error(parsed.error().code, "{}: {}", what, parsed.error().message);
-  return Header{*id, *st, std::move(parsed).value()};
+  Header h{*id, *st, std::move(parsed).value(), {}, std::nullopt};
+  // Timed as a read is: an OPEN that never returns is a stall too.
+  if (read_since != nullptr)
+    read_since->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now().time_since_epoch())
+                                               .count()),
+                      std::memory_order_relaxed);
+  auto direct = sys::reopen(fd, O_RDONLY | O_DIRECT);
+  if (read_since != nullptr) read_since->store(0, std::memory_order_relaxed);
+  if (direct) h.direct = std::move(direct).value();
+  else h.direct_refused = std::move(direct).error();
+  return h;
 }
 
 // What a reader thread shares with the loop. Held by the reader and by every
@@ -60,7 +74,7 @@ Status detach_thread(const std::string& what, Body body) {
 }
 
 std::string stalled_message(const std::string& what, std::chrono::milliseconds limit, uid_t uid) {
-  return fmt::format("{}: the GGUF header was not read: a read of the file has not returned within {} ms (a "
+  return fmt::format("{}: the GGUF header was not read: a read or open of the file has not returned within {} ms (a "
                      "stalled FUSE or network file system?); it is abandoned, and counts against uid {}'s {} header "
                      "reads at once until it returns",
                      what, limit.count(), uid, HeaderReader::kPerUid);

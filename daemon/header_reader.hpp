@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gguf/gguf.hpp"
@@ -39,12 +40,19 @@ struct Header {
   sys::FileId id;
   struct stat st {};
   gguf::File file;
+  // The file reopened O_DIRECT for the fill's reads, or why that failed
+  // (a file system that refuses O_DIRECT). Made with the header, off the
+  // loop: an open through /proc/self/fd is an OPEN of the file system, which
+  // a FUSE server may take forever to answer.
+  sys::UniqueFd direct;
+  std::optional<Error> direct_refused;
 };
 
-// Reads `fd`'s identity and header here, blocking. Errors start with `what`
-// ("LoadModel: gguf_fd"): EINVAL not a readable regular file, EBADMSG or
-// ENOTSUP the header's defect. `read_since`, if given, holds when the read
-// in flight started (FdSource::watch_reads).
+// Reads `fd`'s identity and header here, blocking, and reopens it O_DIRECT.
+// Errors start with `what` ("LoadModel: gguf_fd"): EINVAL not a readable
+// regular file, EBADMSG or ENOTSUP the header's defect. `read_since`, if
+// given, holds when the read or open in flight started
+// (FdSource::watch_reads).
 [[nodiscard]] Result<Header> read_header(int fd, const std::string& what,
                                          std::atomic<int64_t>* read_since = nullptr);
 

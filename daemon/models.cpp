@@ -17,6 +17,21 @@
 
 namespace airs::daemon {
 
+namespace {
+
+// The pager's own copy of the header's O_DIRECT reopen, or why there is
+// none: a dup, never a reopen, so the loop asks the file system nothing (a
+// load that waits for room runs again with the same header).
+std::optional<Result<sys::UniqueFd>> direct_of(const Header& h) {
+  if (h.direct_refused) return Result<sys::UniqueFd>(*h.direct_refused);
+  if (!h.direct) return std::nullopt;
+  auto d = sys::dup_cloexec(h.direct.get());
+  if (!d) return Result<sys::UniqueFd>(std::move(d).error());
+  return Result<sys::UniqueFd>(std::move(d).value());
+}
+
+}  // namespace
+
 Models::Models(pool::Pool& pool, pager::Pager& pager, const config::ModelsConfig& cfg, bool cooperative, Hooks hooks)
     : pool_(pool),
       pager_(pager),
@@ -107,6 +122,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
   pager::ModelSpec spec;
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
+  spec.gguf_direct = direct_of(header);
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
   if (budget != 0) {
@@ -208,6 +224,7 @@ Result<ModelEntry*> Models::adopt(AdoptRequest req, Header header) {
   pager::ModelSpec spec;
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
+  spec.gguf_direct = direct_of(header);
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
   spec.id = e->id;

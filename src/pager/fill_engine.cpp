@@ -109,11 +109,11 @@ Result<std::unique_ptr<FillEngine>> FillEngine::create(sys::EventLoop& loop, poo
   return e;
 }
 
-Status FillEngine::add(FillSource& src) {
+Status FillEngine::add(FillSource& src, std::optional<Result<sys::UniqueFd>> direct) {
   // O_DIRECT where the file system allows: reads go straight into the huge
   // pages without polluting the page cache with a second copy.
   if (opts_.direct_io != DirectIo::Off) {
-    auto d = sys::reopen(src.gguf.get(), O_RDONLY | O_DIRECT);
+    auto d = direct ? std::move(*direct) : sys::reopen(src.gguf.get(), O_RDONLY | O_DIRECT);
     if (d) {
       src.gguf_direct = std::move(d).value();
     } else if (opts_.direct_io == DirectIo::On) {

@@ -126,10 +126,12 @@ class FillEngine {
   FillEngine(const FillEngine&) = delete;
   FillEngine& operator=(const FillEngine&) = delete;
 
-  // Opens the O_DIRECT reopen of `src.gguf` where asked and allowed, sets
-  // copy_fill, and registers the source. Errors: DirectIo::On on a file
+  // Takes `direct`, the O_DIRECT reopen of `src.gguf` the caller made (or
+  // why it failed), where asked; without one, reopens it here (an OPEN of
+  // the file system: the daemon makes it off the loop, with the header).
+  // Sets copy_fill and registers the source. Errors: DirectIo::On on a file
   // system that refuses O_DIRECT.
-  [[nodiscard]] Status add(FillSource& src);
+  [[nodiscard]] Status add(FillSource& src, std::optional<Result<sys::UniqueFd>> direct = std::nullopt);
   // Forgets the source (it must be idle).
   void remove(ModelId id);
   // A (re)fill starts: nothing is allocated ahead, nothing read yet.

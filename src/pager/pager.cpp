@@ -210,7 +210,7 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   m->fill.file_size = spec.file_size;
   m->fill.unit = unit;
   m->fill.region = m->region.get();
-  AIRS_TRY(engine_->add(m->fill));
+  AIRS_TRY(engine_->add(m->fill, std::move(spec.gguf_direct)));
   ClientModelInfo info;
   info.name = spec.name;
   info.unit = unit;

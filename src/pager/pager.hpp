@@ -67,6 +67,10 @@ struct ModelSpec {
   ModelId id = 0;
   std::string name;
   sys::UniqueFd gguf;  // a dup of the client's fd; the pager owns it
+  // gguf reopened O_DIRECT by the caller, or why that failed; unset: the
+  // pager reopens it (models.direct_io), an OPEN of the file system on the
+  // calling thread.
+  std::optional<Result<sys::UniqueFd>> gguf_direct;
   uint64_t file_size = 0;
   // Byte ranges of the file with their load order (0 first: header and
   // token_embd; then blk.0 ... blk.N; output last) and how a token reads

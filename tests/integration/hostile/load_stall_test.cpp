@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -229,6 +230,9 @@ class StalledFuse {
   // and a GETATTR goes unanswered once stall_attributes() was called.
   void keep_no_attributes() { keep_attrs_ = false; }
   void stall_attributes() { stall_attrs_ = true; }
+  // Every OPEN after the first `n` goes unanswered.
+  void stall_opens_after(int n) { opens_answered_max_ = n; }
+  [[nodiscard]] int opens_held() const { return opens_held_; }
   [[nodiscard]] int getattrs_held() const { return getattrs_held_; }
   [[nodiscard]] int reads_answered() const { return reads_answered_; }
 
@@ -282,6 +286,12 @@ class StalledFuse {
         return reply(in, 0, &a, sizeof a);
       }
       case FUSE_OPEN:
+        if (opens_answered_ >= opens_answered_max_) {
+          ++opens_held_;
+          return;  // never answered: the opener waits until the connection goes
+        }
+        ++opens_answered_;
+        [[fallthrough]];
       case FUSE_OPENDIR: {
         // Direct I/O: no page cache, so each read of the file is a READ of
         // its own, and a second open does not wait on a page the first
@@ -341,6 +351,9 @@ class StalledFuse {
   std::atomic<bool> keep_attrs_{true};
   std::atomic<bool> stall_attrs_{false};
   std::atomic<int> getattrs_held_{0};
+  std::atomic<int> opens_answered_max_{INT_MAX};
+  std::atomic<int> opens_answered_{0};
+  std::atomic<int> opens_held_{0};
   std::thread thread_;
 };
 
@@ -610,6 +623,43 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
   EXPECT_NE(log.find("recorded access order not used (" + state + "/order/" + id->hex() + ": not a regular file)"),
             std::string::npos)
       << log;
+}
+
+// The fill reads a caller's file reopened O_DIRECT, and that reopen is an
+// OPEN of the file's file system. It is made with the header, off the loop:
+// a FUSE server that answers reads but never a second OPEN fails the load
+// naming the stall, and GetStatus is answered all the while.
+TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse) {
+  const std::string local = write_model(path("open.gguf"), "open-stall", 3);
+  std::string bytes;
+  {
+    std::ifstream in(local, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
+  fuse->stall_opens_after(1);  // the caller's open
+  start("[models]\nheader_timeout = \"2s\"\n");
+  if (HasFatalFailure()) return;
+  StatusWatcher watcher(bus_->address());
+  const std::string r = load_on_new_connection(bus_->address(), fuse->file());
+  watcher.stop();
+  EXPECT_EQ(r.rfind("org.aios.Airs1.Error.Failed: ", 0), 0u) << r;
+  EXPECT_NE(r.find("a read or open of the file has not returned within 2000 ms"), std::string::npos) << r;
+  EXPECT_EQ(fuse->opens_held(), 1) << "the daemon did not reopen the file";
+  EXPECT_GT(fuse->reads_answered(), 0) << "the daemon never read the header";
+  EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
+  EXPECT_GT(watcher.answered(), 0);
+  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the stalled OPEN";
+  // As with a stalled READ: the daemon says it stopped, the server goes,
+  // and the opening thread (held by the kernel until then) lets it exit.
+  ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
+  const auto stopped = Clock::now() + 10s;
+  while (daemon_->log().find("info: stopped") == std::string::npos && Clock::now() < stopped)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
+  fuse.reset();
+  EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with an open stuck:\n" << daemon_->log();
 }
 
 }  // namespace airs::test::load_stall
