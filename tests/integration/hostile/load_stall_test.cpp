@@ -12,7 +12,10 @@
 #include <grp.h>
 #include <linux/fuse.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -233,6 +236,12 @@ class StalledFuse {
   // Every OPEN after the first `n` goes unanswered.
   void stall_opens_after(int n) { opens_answered_max_ = n; }
   [[nodiscard]] int opens_held() const { return opens_held_; }
+  // A FLUSH (sent at every close of the file) from a thread of process
+  // `pid` goes unanswered; 0: every FLUSH is answered again (held ones stay
+  // held). Only that process's: the bus daemon, which passes the file on,
+  // closes its own copy too.
+  void stall_flushes_of(pid_t pid) { flush_stalled_for_ = pid; }
+  [[nodiscard]] int flushes_held() const { return flushes_held_; }
   [[nodiscard]] int getattrs_held() const { return getattrs_held_; }
   [[nodiscard]] int reads_answered() const { return reads_answered_; }
 
@@ -244,6 +253,13 @@ class StalledFuse {
     out.unique = in.unique;
     iovec iov[2] = {{&out, sizeof out}, {const_cast<void*>(body), len}};
     (void)!::writev(fd_, iov, len > 0 ? 2 : 1);
+  }
+  // The process of thread `tid` (its Tgid), 0 if unknown.
+  static pid_t process_of(pid_t tid) {
+    std::ifstream in("/proc/" + std::to_string(tid) + "/status");
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("Tgid:", 0) == 0) return static_cast<pid_t>(std::stol(l.substr(5)));
+    return 0;
   }
   fuse_attr attr_of(uint64_t node) const {
     fuse_attr a{};
@@ -313,6 +329,11 @@ class StalledFuse {
         return reply(in, 0, bytes_->data() + at, len);
       }
       case FUSE_FLUSH:
+        if (const pid_t of = flush_stalled_for_; of != 0 && process_of(static_cast<pid_t>(in.pid)) == of) {
+          ++flushes_held_;
+          return;  // never answered: the closer waits until the connection goes
+        }
+        return reply(in, 0);
       case FUSE_RELEASE:
       case FUSE_RELEASEDIR:
       case FUSE_ACCESS:
@@ -354,6 +375,8 @@ class StalledFuse {
   std::atomic<int> opens_answered_max_{INT_MAX};
   std::atomic<int> opens_answered_{0};
   std::atomic<int> opens_held_{0};
+  std::atomic<pid_t> flush_stalled_for_{0};
+  std::atomic<int> flushes_held_{0};
   std::thread thread_;
 };
 
@@ -660,6 +683,122 @@ TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse)
   EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
   fuse.reset();
   EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with an open stuck:\n" << daemon_->log();
+}
+
+namespace {
+
+// Sends GetStatus with `fd` attached (if not -1), expecting no reply (a
+// caller may attach descriptors to any call, and the daemon's bus library
+// closes them with the message, on the loop), then a plain GetStatus on the
+// same connection, which the daemon takes after the first: "answered", or
+// the error.
+std::string attach_then_status(const std::string& address, int fd) {
+  auto c = sdbus::createSessionBusConnectionWithAddress(address);
+  auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+  if (fd >= 0)
+    p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(fd)).dontExpectReply();
+  try {
+    Dict st;
+    p->callMethod("GetStatus").onInterface(kManagerIf).withTimeout(5s).storeResultsTo(st);
+    return "answered";
+  } catch (const sdbus::Error& e) {
+    return e.getName() + ": " + e.getMessage();
+  }
+}
+
+bool eventually(const std::function<bool()>& pred) {
+  const auto until = Clock::now() + 20s;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+// The names of `pid`'s threads.
+std::string thread_names(pid_t pid) {
+  std::string out;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(dir, ec)) {
+    std::ifstream in(t.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    out += name + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+// Closing a file of a FUSE mount sends FLUSH, at every close, and waits for
+// the server's answer. A caller attaches a file of its own FUSE server to a
+// call and never answers the daemon's FLUSH: the close waits on a closer
+// thread of its own, never on the loop, and the daemon answers on.
+TEST_F(LoadStall, AFuseFileAttachedToACallWhoseFlushIsNeverAnsweredDoesNotHoldTheLoop) {
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
+  start("");
+  if (HasFatalFailure()) return;
+  const int fd = ::open(fuse->file().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  fuse->stall_flushes_of(daemon_->pid());
+  EXPECT_EQ(attach_then_status(bus_->address(), fd), "answered");
+  EXPECT_TRUE(eventually([&] { return fuse->flushes_held() >= 1; })) << "the daemon never closed the file";
+  EXPECT_NE(thread_names(daemon_->pid()).find("airs-close"), std::string::npos) << thread_names(daemon_->pid());
+  EXPECT_EQ(attach_then_status(bus_->address(), -1), "answered");
+  fuse->stall_flushes_of(0);
+  ::close(fd);
+  fuse.reset();  // the held FLUSH fails: the closer thread returns
+}
+
+// A TCP socket with SO_LINGER and data its peer does not take makes its
+// last close wait for the peer, up to the linger time. A caller attaches
+// one to a call and closes its own copies, so the daemon's close is the
+// last: it waits on a closer thread, never on the loop.
+TEST_F(LoadStall, ALingeringTcpSocketAttachedToACallDoesNotHoldTheLoop) {
+  start("");
+  if (HasFatalFailure()) return;
+  // A listener that never accepts: what is sent to it stays unread.
+  const int lst = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lst, 0) << std::strerror(errno);
+  const int small = 4096;
+  ASSERT_EQ(::setsockopt(lst, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(lst, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::getsockname(lst, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  ASSERT_EQ(::listen(lst, 1), 0);
+  // The caller, a process of its own: it connects, fills the connection,
+  // sets a linger of an hour, attaches the socket to a call and exits.
+  const std::string address = bus_->address();
+  const std::string r = as_user(0, [&]() -> std::string {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || ::setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) != 0 ||
+        ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      return std::string("connect: ") + std::strerror(errno);
+    if (::fcntl(s, F_SETFL, O_NONBLOCK) != 0) return "O_NONBLOCK";
+    const std::string chunk(4096, 'x');
+    size_t sent = 0;
+    for (ssize_t n; (n = ::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL)) > 0;) sent += static_cast<size_t>(n);
+    if (errno != EAGAIN || sent == 0) return std::string("filling: ") + std::strerror(errno);
+    const linger l{1, 3600};
+    if (::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0) return "SO_LINGER";
+    auto c = sdbus::createSessionBusConnectionWithAddress(address);
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(s)).dontExpectReply();
+    ::close(s);  // the copies in flight and the daemon's remain
+    return "sent";
+  });
+  EXPECT_EQ(r, "sent");
+  // The daemon took it and closed it: on a closer thread, which waits.
+  EXPECT_TRUE(eventually([&] { return thread_names(daemon_->pid()).find("airs-close") != std::string::npos; }))
+      << thread_names(daemon_->pid());
+  EXPECT_EQ(attach_then_status(bus_->address(), -1), "answered");
+  // The peer goes: the connection is reset and the waiting close returns.
+  ::close(lst);
 }
 
 }  // namespace airs::test::load_stall
