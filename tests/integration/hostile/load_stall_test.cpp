@@ -396,6 +396,20 @@ class LoadStall : public ::testing::Test {
     }
   }
   std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
+  // Stops the daemon while one of its threads waits in a request of
+  // `fuse` (a READ or OPEN the server has taken). Such a wait cannot be
+  // interrupted, not even by SIGKILL: the kernel keeps the thread (and so
+  // the process, as a zombie) until the server answers or goes. So: the
+  // daemon says it stopped, then the server goes, then its exit code is 0.
+  void stop_with_a_request_stuck_in(std::unique_ptr<StalledFuse> fuse) {
+    ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
+    const auto stopped = Clock::now() + 10s;
+    while (daemon_->log().find("info: stopped") == std::string::npos && Clock::now() < stopped)
+      std::this_thread::sleep_for(50ms);
+    EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
+    fuse.reset();
+    EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with a request stuck:\n" << daemon_->log();
+  }
 
   TempDir dir_;
   std::unique_ptr<PrivateBus> bus_;
@@ -572,17 +586,8 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
   std::cout << "stalled load answered after " << took.count() << " ms; slowest GetStatus meanwhile: "
             << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
   // The reads are still stuck in the FUSE server, and the daemon stops all
-  // the same. A FUSE READ the server has taken cannot be interrupted, not
-  // even by SIGKILL: the kernel keeps the reading thread (and so the
-  // process, as a zombie) until the server answers or goes. So: the daemon
-  // says it stopped, then the server goes, then its exit code is 0.
-  ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
-  const auto stopped = Clock::now() + 10s;
-  while (daemon_->log().find("info: stopped") == std::string::npos && Clock::now() < stopped)
-    std::this_thread::sleep_for(50ms);
-  EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
-  fuse.reset();
-  EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with a read stuck:\n" << daemon_->log();
+  // the same.
+  stop_with_a_request_stuck_in(std::move(fuse));
 }
 
 namespace {
@@ -674,15 +679,7 @@ TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse)
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
   EXPECT_GT(watcher.answered(), 0);
   EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the stalled OPEN";
-  // As with a stalled READ: the daemon says it stopped, the server goes,
-  // and the opening thread (held by the kernel until then) lets it exit.
-  ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
-  const auto stopped = Clock::now() + 10s;
-  while (daemon_->log().find("info: stopped") == std::string::npos && Clock::now() < stopped)
-    std::this_thread::sleep_for(50ms);
-  EXPECT_NE(daemon_->log().find("info: stopped"), std::string::npos) << "no clean stop:\n" << daemon_->log();
-  fuse.reset();
-  EXPECT_EQ(daemon_->stop(), 0) << "the daemon did not exit cleanly with an open stuck:\n" << daemon_->log();
+  stop_with_a_request_stuck_in(std::move(fuse));
 }
 
 namespace {
