@@ -8,37 +8,47 @@
 // - a file on a FUSE mount sends FLUSH at every close and waits for the
 //   server's answer, which a caller's own server may never give; a network
 //   file system flushes and waits for its server the same way.
-// So a close of a socket that is not AF_UNIX, or of a file on FUSE or a
-// network file system, is handed to a closer thread and returns at once;
-// every other close is the plain one. The kind is told without asking the
-// file system: statx with AT_STATX_DONT_SYNC (the kernel's attributes) for
-// the type and mount id, and the mount's type from /proc/self/mountinfo.
+// So such a close is handed to a closer thread and returns at once; every
+// other close is the plain one. The kind is told without asking the file
+// system: statx with AT_STATX_DONT_SYNC (the kernel's attributes) for the
+// type and device, and the device's file system type from
+// /proc/self/mountinfo. By device, not mount id: the caller's mount may be
+// in another mount namespace (the unit gives the daemon its own), where
+// the same file system has other mount ids but the same device. A device
+// of an anonymous file system (major 0: FUSE, NFS, tmpfs, ...) that the
+// daemon's table does not list counts as slow, unless it is the kernel's
+// own memfd mount.
 // A close that is handed over still returns 0: the descriptor's number
 // stays taken until the closer closes it, so it is not reused before.
 //
 // Defined in the executable, this close() comes before libc's for the
 // libraries too (they call it through their PLT); the next one (libc's, or
-// a sanitizer's interceptor) does the closing.
+// a sanitizer's interceptor: GCC links the sanitizer runtimes as shared
+// libraries) does the closing.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace {
 
@@ -63,21 +73,37 @@ bool waits_for_a_server(const std::string& type) {
   return false;
 }
 
-// mount id → whether a close there may wait, from /proc/self/mountinfo.
-// Read again when the mount table changed (the kernel flags the open file
-// with POLLPRI then; a new mount may take the id of one unmounted), and
-// otherwise answered from memory. An id the table does not list (the
-// kernel's own mounts: memfds, pipes, sockets) is not a server's.
-class Mounts {
+// The device of a new memfd of `flags` (the kernel's internal mount), or 0.
+uint64_t memfd_device(unsigned flags) {
+  const int fd = ::memfd_create("airs-close-probe", MFD_CLOEXEC | flags);
+  if (fd < 0) return 0;
+  struct stat st {};
+  const uint64_t dev = ::fstat(fd, &st) == 0 ? st.st_dev : 0;
+  really_close(fd);
+  return dev;
+}
+
+// device → whether a close there may wait, from /proc/self/mountinfo, read
+// again when the mount table changed (the kernel flags the open file with
+// POLLPRI then) and otherwise answered from memory.
+class Devices {
  public:
-  bool slow(uint64_t mnt_id) {
+  Devices() {
+    for (unsigned flags : {0u, unsigned{MFD_HUGETLB}})
+      if (const uint64_t d = memfd_device(flags); d != 0) kernel_.push_back(d);
+  }
+  bool slow(uint64_t dev) {
     std::lock_guard lock(mu_);
     if (fd_ < 0) fd_ = ::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) return false;
-    pollfd p{fd_, POLLPRI, 0};
-    if (!read_ || (::poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR)) != 0)) reread();
-    auto it = slow_.find(mnt_id);
-    return it != slow_.end() && it->second;
+    if (fd_ >= 0) {
+      pollfd p{fd_, POLLPRI, 0};
+      if (!read_ || (::poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR)) != 0)) reread();
+    }
+    if (auto it = slow_.find(dev); it != slow_.end()) return it->second;
+    if (major(dev) != 0) return false;  // a block device's file system: local
+    for (uint64_t k : kernel_)
+      if (k == dev) return false;
+    return true;
   }
 
  private:
@@ -95,95 +121,122 @@ class Mounts {
     }
     slow_.clear();
     read_ = true;
-    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
+    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw":
+    // the third field is the device, the one after " - " the type.
     for (size_t at = 0; at < text.size();) {
       size_t end = text.find('\n', at);
       if (end == std::string::npos) end = text.size();
       const std::string l = text.substr(at, end - at);
       at = end + 1;
+      unsigned maj = 0, min = 0;
       const auto dash = l.find(" - ");
-      if (dash == std::string::npos) continue;
+      if (dash == std::string::npos || std::sscanf(l.c_str(), "%*s %*s %u:%u", &maj, &min) != 2) continue;
       const auto type_end = l.find(' ', dash + 3);
       const std::string type =
           l.substr(dash + 3, type_end == std::string::npos ? std::string::npos : type_end - dash - 3);
-      slow_[std::strtoull(l.c_str(), nullptr, 10)] = waits_for_a_server(type);
+      bool& slow = slow_[makedev(maj, min)];
+      slow = slow || waits_for_a_server(type);
     }
   }
   std::mutex mu_;
   int fd_ = -1;  // kept open for the change flag
   bool read_ = false;
+  std::vector<uint64_t> kernel_;  // devices of the kernel's memfd mounts
   std::unordered_map<uint64_t, bool> slow_;
 };
 
-// True when closing `fd` may wait on another party (see above).
-bool may_wait(int fd) {
+// The queue a close that may wait goes to (see Closer), or nothing for a
+// plain close: a socket with a linger time (its last close waits for the
+// peer) or a file on a device whose closes may wait.
+std::optional<uint64_t> slow_queue(int fd) {
   struct statx sx {};
-  if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_MNT_ID, &sx) != 0) return false;
-  if ((sx.stx_mask & STATX_TYPE) != 0 && S_ISSOCK(sx.stx_mode)) {
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain != AF_UNIX;
+  if (::statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) != 0 || (sx.stx_mask & STATX_TYPE) == 0)
+    return std::nullopt;
+  if (S_ISSOCK(sx.stx_mode)) {
+    linger l{};
+    socklen_t len = sizeof l;
+    if (::getsockopt(fd, SOL_SOCKET, SO_LINGER, &l, &len) != 0 || l.l_onoff == 0 || l.l_linger == 0)
+      return std::nullopt;
+    return UINT64_MAX;  // lingering sockets: a queue of their own
   }
-  // Files and directories; the kernel's own objects (pipes, eventfds,
-  // memfds of its internal mounts) never wait on a server.
-  if ((sx.stx_mask & STATX_MNT_ID) == 0 || (!S_ISREG(sx.stx_mode) && !S_ISDIR(sx.stx_mode))) return false;
-  static Mounts* mounts = new Mounts;  // never destroyed: closes run until the very end
-  return mounts->slow(sx.stx_mnt_id);
+  // Files and directories; the kernel's other objects (pipes, eventfds)
+  // never wait on a server.
+  if (!S_ISREG(sx.stx_mode) && !S_ISDIR(sx.stx_mode)) return std::nullopt;
+  const uint64_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  static auto* devices = new Devices;  // never destroyed: closes run until the very end
+  if (!devices->slow(dev)) return std::nullopt;
+  return dev;
 }
 
-// Closer threads: one more is started while every one is busy (waiting on
-// a close), up to kMaxThreads; past that the queue waits for one.
+// Closer threads, one per queue (a device, or lingering sockets) while it
+// has closes: a server that never answers holds its own device's closes,
+// no other's. At most kMaxThreads run; a queue without one waits for one.
 class Closer {
  public:
-  static constexpr int kMaxThreads = 16;
-  void close(int fd) {
+  static constexpr size_t kMaxThreads = 16;
+  void close(uint64_t queue, int fd) {
     std::lock_guard lock(mu_);
-    queue_.push_back(fd);
-    if (idle_ == 0 && threads_ < kMaxThreads) {
-      try {
-        std::thread([this] { run(); }).detach();
-        ++threads_;
-      } catch (const std::system_error&) {
-        // No thread: a running one takes it when it can.
-      }
-    }
-    if (threads_ == 0) {  // none at all: close it here after all
-      queue_.pop_back();
-      really_close(fd);
-      return;
-    }
-    cv_.notify_one();
+    queues_[queue].fds.push_back(fd);
+    start_threads();
   }
 
  private:
-  void run() {
+  struct Queue {
+    std::deque<int> fds;
+    bool served = false;  // a thread takes its closes
+  };
+  // A thread for each queue that has closes and none, while there are
+  // fewer than kMaxThreads. Under mu_.
+  void start_threads() {
+    for (auto& [id, q] : queues_) {
+      if (q.served || q.fds.empty() || threads_ >= kMaxThreads) continue;
+      // Every signal blocked from its first instruction: the daemon takes
+      // its signals through a signalfd, which works only while no thread
+      // can take them.
+      sigset_t all, old;
+      ::sigfillset(&all);
+      ::pthread_sigmask(SIG_BLOCK, &all, &old);
+      try {
+        std::thread([this, id = id] { run(id); }).detach();
+        q.served = true;
+        ++threads_;
+      } catch (const std::system_error&) {
+        // No thread now: the next close, or a thread that ends, tries again.
+      }
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
+  }
+  void run(uint64_t id) {
     ::pthread_setname_np(::pthread_self(), "airs-close");
     std::unique_lock lock(mu_);
     for (;;) {
-      ++idle_;
-      cv_.wait(lock, [&] { return !queue_.empty(); });
-      --idle_;
-      const int fd = queue_.front();
-      queue_.pop_front();
+      auto it = queues_.find(id);
+      if (it->second.fds.empty()) {
+        queues_.erase(it);
+        --threads_;
+        start_threads();  // a queue that waited for a thread
+        return;
+      }
+      const int fd = it->second.fds.front();
+      it->second.fds.pop_front();
       lock.unlock();
       really_close(fd);
       lock.lock();
     }
   }
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<int> queue_;
-  int threads_ = 0;
-  int idle_ = 0;
+  std::map<uint64_t, Queue> queues_;
+  size_t threads_ = 0;
 };
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int close(int fd) {
-  if (fd < 0 || !may_wait(fd)) return really_close(fd);
+  const auto queue = fd < 0 ? std::nullopt : slow_queue(fd);
+  if (!queue) return really_close(fd);
   // The descriptor stays open until the closer takes it: its number is not
   // reused before then, and the caller is told it is closed.
-  static Closer* closer = new Closer;  // never destroyed, as above
-  closer->close(fd);
+  static auto* closer = new Closer;  // never destroyed, as above
+  closer->close(*queue, fd);
   return 0;
 }

@@ -284,7 +284,8 @@ Status Daemon::start_services(probe::Mode mode) {
   auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
   if (!waits) return std::move(waits).error();
   drain_waits_ = std::move(waits).value();
-  auto reader = HeaderReader::create(*loop_, cfg_.models.header_timeout);
+  auto reader =
+      HeaderReader::create(*loop_, cfg_.models.header_timeout, cfg_.models.direct_io != config::DirectIo::Off);
   if (!reader) return std::move(reader).error();
   header_reader_ = std::move(reader).value();
   AIRS_TRY(make_pager(mode));

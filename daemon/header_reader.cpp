@@ -20,7 +20,7 @@
 
 namespace airs::daemon {
 
-Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>* read_since) {
+Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>* read_since, bool reopen_direct) {
   auto id = sys::readable_file_identity(fd, what + ": gguf_fd");
   if (!id) return std::move(id).error();
   auto st = sys::stat_of(fd, what + ": gguf_fd");
@@ -33,6 +33,7 @@ Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>
   auto parsed = gguf::parse(*src);
   if (!parsed) return make_error(parsed.error().code, "{}: {}", what, parsed.error().message);
   Header h{*id, *st, std::move(parsed).value(), {}, std::nullopt};
+  if (!reopen_direct) return h;
   // Timed as a read is: an OPEN that never returns is a stall too.
   if (read_since != nullptr)
     read_since->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -82,14 +83,15 @@ std::string stalled_message(const std::string& what, std::chrono::milliseconds l
 
 }  // namespace
 
-Result<std::unique_ptr<HeaderReader>> HeaderReader::create(sys::EventLoop& loop, std::chrono::milliseconds stall_limit) {
+Result<std::unique_ptr<HeaderReader>> HeaderReader::create(sys::EventLoop& loop, std::chrono::milliseconds stall_limit,
+                                                          bool reopen_direct) {
   auto box = std::make_shared<Mailbox>();
   auto efd = sys::eventfd_create();
   if (!efd) return std::move(efd).error();
   box->efd = std::move(efd).value();
   auto timer = sys::OneShotTimer::create();
   if (!timer) return std::move(timer).error();
-  std::unique_ptr<HeaderReader> r(new HeaderReader(loop, box, std::move(timer).value(), stall_limit));
+  std::unique_ptr<HeaderReader> r(new HeaderReader(loop, box, std::move(timer).value(), stall_limit, reopen_direct));
   AIRS_TRY(loop.add(box->efd.get(), EPOLLIN, [p = r.get()](uint32_t) { p->on_posted(); }));
   if (auto st = loop.add(r->timer_.fd(), EPOLLIN, [p = r.get()](uint32_t) {
         p->timer_.acknowledge();
@@ -103,8 +105,9 @@ Result<std::unique_ptr<HeaderReader>> HeaderReader::create(sys::EventLoop& loop,
 }
 
 HeaderReader::HeaderReader(sys::EventLoop& loop, std::shared_ptr<Mailbox> box, sys::OneShotTimer timer,
-                           std::chrono::milliseconds stall_limit)
-    : loop_(loop), box_(std::move(box)), timer_(std::move(timer)), stall_limit_(stall_limit) {}
+                           std::chrono::milliseconds stall_limit, bool reopen_direct)
+    : loop_(loop), box_(std::move(box)), timer_(std::move(timer)), stall_limit_(stall_limit),
+      reopen_direct_(reopen_direct) {}
 
 HeaderReader::~HeaderReader() {
   loop_.remove(box_->efd.get());
@@ -135,8 +138,9 @@ Status HeaderReader::read(Request r, int fd, Done done) {
   if (!dup) return make_error(dup.error().code, "{}: {}", r.what, dup.error().message);
   const uint64_t ticket = next_ticket_++;
   auto since = std::make_shared<std::atomic<int64_t>>(0);
-  AIRS_TRY(detach_thread(r.what, [box = box_, ticket, fd = std::move(dup).value(), what = r.what, since]() mutable {
-    auto h = read_header(fd.get(), what, since.get());
+  AIRS_TRY(detach_thread(r.what, [box = box_, ticket, fd = std::move(dup).value(), what = r.what, since,
+                                  direct = reopen_direct_]() mutable {
+    auto h = read_header(fd.get(), what, since.get(), direct);
     fd.reset();
     std::lock_guard lk(box->mu);
     if (box->closed) return;
@@ -156,8 +160,8 @@ Result<Header> HeaderReader::read_now(int fd, const std::string& what) const {
   auto promise = std::make_shared<std::promise<Result<Header>>>();
   auto future = promise->get_future();
   auto since = std::make_shared<std::atomic<int64_t>>(0);
-  AIRS_TRY(detach_thread(what, [promise, fd = std::move(dup).value(), what, since]() mutable {
-    promise->set_value(read_header(fd.get(), what, since.get()));
+  AIRS_TRY(detach_thread(what, [promise, fd = std::move(dup).value(), what, since, direct = reopen_direct_]() mutable {
+    promise->set_value(read_header(fd.get(), what, since.get(), direct));
   }));
   for (;;) {
     const auto now = Clock::now();

@@ -48,13 +48,13 @@ struct Header {
   std::optional<Error> direct_refused;
 };
 
-// Reads `fd`'s identity and header here, blocking, and reopens it O_DIRECT.
-// Errors start with `what` ("LoadModel: gguf_fd"): EINVAL not a readable
-// regular file, EBADMSG or ENOTSUP the header's defect. `read_since`, if
-// given, holds when the read or open in flight started
-// (FdSource::watch_reads).
+// Reads `fd`'s identity and header here, blocking, and reopens it O_DIRECT
+// if `reopen_direct` (models.direct_io is not off). Errors start with
+// `what` ("LoadModel: gguf_fd"): EINVAL not a readable regular file,
+// EBADMSG or ENOTSUP the header's defect. `read_since`, if given, holds when
+// the read or open in flight started (FdSource::watch_reads).
 [[nodiscard]] Result<Header> read_header(int fd, const std::string& what,
-                                         std::atomic<int64_t>* read_since = nullptr);
+                                         std::atomic<int64_t>* read_since = nullptr, bool reopen_direct = true);
 
 class HeaderReader {
  public:
@@ -68,7 +68,9 @@ class HeaderReader {
     std::string what;     // "LoadModel by uid 1000 (:1.42)": errors start with it
   };
 
-  static Result<std::unique_ptr<HeaderReader>> create(sys::EventLoop& loop, std::chrono::milliseconds stall_limit);
+  // `reopen_direct`: each read also reopens the file O_DIRECT (read_header).
+  static Result<std::unique_ptr<HeaderReader>> create(sys::EventLoop& loop, std::chrono::milliseconds stall_limit,
+                                                      bool reopen_direct = true);
   ~HeaderReader();
   HeaderReader(const HeaderReader&) = delete;
   HeaderReader& operator=(const HeaderReader&) = delete;
@@ -104,7 +106,7 @@ class HeaderReader {
   // look again (`now` plus the limit: no read can stall before that).
   [[nodiscard]] Clock::time_point deadline(const ReadSince& since, Clock::time_point now) const;
   HeaderReader(sys::EventLoop& loop, std::shared_ptr<Mailbox> box, sys::OneShotTimer timer,
-               std::chrono::milliseconds stall_limit);
+               std::chrono::milliseconds stall_limit, bool reopen_direct);
   [[nodiscard]] Status check_bounds(const Request& r) const;
   void on_posted();
   void on_timer();
@@ -115,6 +117,7 @@ class HeaderReader {
   std::shared_ptr<Mailbox> box_;
   sys::OneShotTimer timer_;
   std::chrono::milliseconds stall_limit_;
+  bool reopen_direct_;
   std::map<uint64_t, Running> running_;
   std::map<uid_t, uint32_t> per_uid_;
   uint32_t total_ = 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <map>
 #include <optional>
 
@@ -35,6 +36,7 @@ const Caller& IdentityCache::of(const sdbus::Message& msg) {
   try {
     driver_->callMethod("GetConnectionCredentials")
         .onInterface("org.freedesktop.DBus")
+        .withTimeout(std::chrono::seconds(5))
         .withArguments(sender)
         .storeResultsTo(creds);
   } catch (const sdbus::Error& e) {

@@ -33,6 +33,7 @@ class PrivateBus {
   PrivateBus(const PrivateBus&) = delete;
   PrivateBus& operator=(const PrivateBus&) = delete;
   [[nodiscard]] const std::string& address() const { return address_; }
+  [[nodiscard]] pid_t pid() const { return pid_; }  // the dbus-daemon's
 
  private:
   pid_t pid_ = -1;

@@ -690,11 +690,11 @@ namespace {
 // same connection, which the daemon takes after the first: "answered", or
 // the error.
 std::string attach_then_status(const std::string& address, int fd) {
-  auto c = sdbus::createSessionBusConnectionWithAddress(address);
-  auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
-  if (fd >= 0)
-    p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(fd)).dontExpectReply();
   try {
+    auto c = sdbus::createSessionBusConnectionWithAddress(address);
+    auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
+    if (fd >= 0)
+      p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(fd)).dontExpectReply();
     Dict st;
     p->callMethod("GetStatus").onInterface(kManagerIf).withTimeout(5s).storeResultsTo(st);
     return "answered";
@@ -751,25 +751,38 @@ TEST_F(LoadStall, AFuseFileAttachedToACallWhoseFlushIsNeverAnsweredDoesNotHoldTh
 
 // A TCP socket with SO_LINGER and data its peer does not take makes its
 // last close wait for the peer, up to the linger time. A caller attaches
-// one to a call and closes its own copies, so the daemon's close is the
-// last: it waits on a closer thread, never on the loop.
+// one to a call and closes its own copies, and the bus daemon drops its
+// own, so the daemon's close is the last (the daemon is stopped until
+// then): it waits on a closer thread, never on the loop.
 TEST_F(LoadStall, ALingeringTcpSocketAttachedToACallDoesNotHoldTheLoop) {
   start("");
   if (HasFatalFailure()) return;
-  // A listener that never accepts: what is sent to it stays unread.
-  const int lst = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(lst, 0) << std::strerror(errno);
+  // A listener that never accepts: what is sent to it stays unread. Its
+  // close resets the connection, which ends the waiting close.
+  struct Listener {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ~Listener() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lst;
+  ASSERT_GE(lst.fd, 0) << std::strerror(errno);
   const int small = 4096;
-  ASSERT_EQ(::setsockopt(lst, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  ASSERT_EQ(::setsockopt(lst.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t alen = sizeof a;
-  ASSERT_EQ(::bind(lst, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
-  ASSERT_EQ(::getsockname(lst, reinterpret_cast<sockaddr*>(&a), &alen), 0);
-  ASSERT_EQ(::listen(lst, 1), 0);
+  ASSERT_EQ(::bind(lst.fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::getsockname(lst.fd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  ASSERT_EQ(::listen(lst.fd, 1), 0);
+  const pid_t daemon = daemon_->pid();
+  ASSERT_EQ(::kill(daemon, SIGSTOP), 0);
+  struct Continue {
+    pid_t pid;
+    ~Continue() { ::kill(pid, SIGCONT); }
+  } cont{daemon};
   // The caller, a process of its own: it connects, fills the connection,
-  // sets a linger of an hour, attaches the socket to a call and exits.
+  // sets a linger of 15 s, attaches the socket to a call and exits.
   const std::string address = bus_->address();
   const std::string r = as_user(0, [&]() -> std::string {
     const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -781,21 +794,29 @@ TEST_F(LoadStall, ALingeringTcpSocketAttachedToACallDoesNotHoldTheLoop) {
     size_t sent = 0;
     for (ssize_t n; (n = ::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL)) > 0;) sent += static_cast<size_t>(n);
     if (errno != EAGAIN || sent == 0) return std::string("filling: ") + std::strerror(errno);
-    const linger l{1, 3600};
-    if (::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0) return "SO_LINGER";
+    const linger l{1, 15};
+    struct stat st {};
+    if (::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l) != 0 || ::fstat(s, &st) != 0) return "SO_LINGER";
     auto c = sdbus::createSessionBusConnectionWithAddress(address);
     auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
     p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(s)).dontExpectReply();
-    ::close(s);  // the copies in flight and the daemon's remain
-    return "sent";
+    ::close(s);
+    return "socket:[" + std::to_string(st.st_ino) + "]";
   });
-  EXPECT_EQ(r, "sent");
-  // The daemon took it and closed it: on a closer thread, which waits.
-  EXPECT_TRUE(eventually([&] { return thread_names(daemon_->pid()).find("airs-close") != std::string::npos; }))
-      << thread_names(daemon_->pid());
+  ASSERT_EQ(r.rfind("socket:[", 0), 0u) << r;
+  // The bus daemon passed it on and dropped its copy: the one in the
+  // daemon's queue is the last.
+  auto bus_holds_it = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(bus_->pid()) + "/fd", ec))
+      if (fs::read_symlink(e.path(), ec).string() == r) return true;
+    return false;
+  };
+  EXPECT_TRUE(eventually([&] { return !bus_holds_it(); })) << "the bus daemon keeps the socket";
+  ASSERT_EQ(::kill(daemon, SIGCONT), 0);
   EXPECT_EQ(attach_then_status(bus_->address(), -1), "answered");
-  // The peer goes: the connection is reset and the waiting close returns.
-  ::close(lst);
+  EXPECT_TRUE(eventually([&] { return thread_names(daemon).find("airs-close") != std::string::npos; }))
+      << "no closer thread waits: " << thread_names(daemon);
 }
 
 }  // namespace airs::test::load_stall
