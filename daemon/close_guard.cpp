@@ -16,8 +16,10 @@
 // in another mount namespace (the unit gives the daemon its own), where
 // the same file system has other mount ids but the same device. A device
 // of an anonymous file system (major 0: FUSE, NFS, tmpfs, ...) that the
-// daemon's table does not list counts as slow, unless it is the kernel's
-// own memfd mount.
+// daemon's table does not list (a FUSE server's in a user namespace) counts
+// as slow, unless the daemon made it (sys/own_devices.hpp: its detached
+// tmpfs, its memfds' internal mounts) or it is the memfd mount of base
+// pages (sd-bus's memfds).
 // A close that is handed over still returns 0: the descriptor's number
 // stays taken until the closer closes it, so it is not reused before.
 //
@@ -45,10 +47,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "sys/own_devices.hpp"
 
 namespace {
 
@@ -101,6 +104,7 @@ class Devices {
     }
     if (auto it = slow_.find(dev); it != slow_.end()) return it->second;
     if (major(dev) != 0) return false;  // a block device's file system: local
+    if (airs::sys::is_own_device(dev)) return false;
     for (uint64_t k : kernel_)
       if (k == dev) return false;
     return true;
@@ -200,8 +204,9 @@ class Closer {
         std::thread([this, id = id] { run(id); }).detach();
         q.served = true;
         ++threads_;
-      } catch (const std::system_error&) {
-        // No thread now: the next close, or a thread that ends, tries again.
+      } catch (...) {
+        // No thread now (none to be had, or no memory for one): the next
+        // close, or a thread that ends, tries again.
       }
       ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
     }
@@ -232,11 +237,17 @@ class Closer {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int close(int fd) {
-  const auto queue = fd < 0 ? std::nullopt : slow_queue(fd);
-  if (!queue) return really_close(fd);
-  // The descriptor stays open until the closer takes it: its number is not
-  // reused before then, and the caller is told it is closed.
-  static auto* closer = new Closer;  // never destroyed, as above
-  closer->close(*queue, fd);
-  return 0;
+  // Nothing may leave a C function: where memory runs out on the way, the
+  // plain close (which may wait) rather than none.
+  try {
+    const auto queue = fd < 0 ? std::nullopt : slow_queue(fd);
+    if (!queue) return really_close(fd);
+    // The descriptor stays open until the closer takes it: its number is
+    // not reused before then, and the caller is told it is closed.
+    static auto* closer = new Closer;  // never destroyed, as above
+    closer->close(*queue, fd);         // throws only before it took the fd
+    return 0;
+  } catch (...) {
+    return really_close(fd);
+  }
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "sys/own_devices.hpp"
 #include "sys/procfs.hpp"
 #include "util/units.hpp"
 
@@ -62,7 +63,10 @@ Result<std::optional<std::string>> find_hugetlbfs_mount(uint64_t page_size, uint
 Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page_size, const std::string& name) {
   if (!mount_dir.empty()) {
     UniqueFd fd(::open(mount_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-    if (fd) return fd;
+    if (fd) {
+      note_own_device(fd.get());
+      return fd;
+    }
     if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
       return make_error(errno, "cannot create a file on hugetlbfs mount {}: {}", mount_dir, std::strerror(errno));
     // No O_TMPFILE on this hugetlbfs: create, then unlink at once so a
@@ -75,6 +79,7 @@ Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page
         return make_error(errno, "cannot create {}: {}", path, std::strerror(errno));
       }
       ::unlink(path.c_str());
+      note_own_device(f.get());
       return f;
     }
     return make_error(EEXIST, "cannot create a unique file in {}", mount_dir);
@@ -83,6 +88,7 @@ Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page
   const unsigned shift = static_cast<unsigned>(__builtin_ctzll(page_size));
   const unsigned flags = MFD_CLOEXEC | MFD_HUGETLB | (shift << MFD_HUGE_SHIFT);
   UniqueFd fd(::memfd_create(name.c_str(), flags));
+  if (fd) note_own_device(fd.get());  // each page size has its own internal mount
   if (!fd)
     return make_error(errno, "memfd_create(MFD_HUGETLB, {}) for {}: {} (kernel without hugetlbfs, or no pages of that size)",
                       format_bytes(page_size), name, std::strerror(errno));

@@ -24,6 +24,7 @@
 #include <ctime>
 #include <string>
 #include <string_view>
+#include "sys/own_devices.hpp"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -204,6 +205,7 @@ Status copy_checked(void* dst, const void* src, size_t n) {
 Result<UniqueFd> memfd_create_sealable(const std::string& name, uint64_t size) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return make_error(errno, "memfd_create({}): {}", name, std::strerror(errno));
+  note_own_device(fd.get());
   // 0777 by default; the seals keep it read-only for others anyway.
   if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "memfd {}: fchmod 0600: {}", name, std::strerror(errno));
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "sys/hugetlbfs.hpp"
+#include "sys/own_devices.hpp"
 #include "sys/procfs.hpp"
 
 namespace airs::sys {
@@ -21,6 +22,7 @@ namespace airs::sys {
 Result<UniqueFd> create_shmem_file(const std::string& name, uint64_t size, bool fixed_size) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return make_error(errno, "memfd_create for {}: {}", name, std::strerror(errno));
+  note_own_device(fd.get());
   // memfd inodes are created 0777: anyone handed an O_RDONLY fd could reopen
   // it writable through /proc/self/fd. Only the daemon may write.
   if (::fchmod(fd.get(), 0600) != 0) return make_error(errno, "fchmod 0600 of {}: {}", name, std::strerror(errno));
@@ -56,6 +58,7 @@ Result<UniqueFd> mount_huge_tmpfs() {
     return make_error(errno, "creating a tmpfs instance (huge=within_size): {}", std::strerror(errno));
   UniqueFd mnt(static_cast<int>(::syscall(SYS_fsmount, fs.get(), kFsmountCloexec, 0)));
   if (!mnt) return make_error(errno, "fsmount(tmpfs): {}", std::strerror(errno));
+  note_own_device(mnt.get());  // a detached mount: no mount table lists it
   return mnt;
 }
 

@@ -801,6 +801,10 @@ TEST_F(LoadStall, ALingeringTcpSocketAttachedToACallDoesNotHoldTheLoop) {
     auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
     p->callMethod("GetStatus").onInterface(kManagerIf).withArguments(sdbus::UnixFd(s)).dontExpectReply();
     ::close(s);
+    // The bus daemon answers this only after it routed the call above.
+    auto driver = sdbus::createProxy(*c, "org.freedesktop.DBus", "/org/freedesktop/DBus");
+    std::string id;
+    driver->callMethod("GetId").onInterface("org.freedesktop.DBus").storeResultsTo(id);
     return "socket:[" + std::to_string(st.st_ino) + "]";
   });
   ASSERT_EQ(r.rfind("socket:[", 0), 0u) << r;

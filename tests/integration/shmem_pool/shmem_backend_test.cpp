@@ -20,6 +20,7 @@
 #include "pool/pool.hpp"
 #include "pool/shmem_backend.hpp"
 #include "sys/hugetlbfs.hpp"
+#include "sys/own_devices.hpp"
 #include "sys/procfs.hpp"
 #include "sys/shmem.hpp"
 #include "util/units.hpp"
@@ -408,6 +409,33 @@ TEST(ShmemBackend, MlockRefusedNamesTheFix) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
 }
 #endif
+
+// The file systems the daemon makes for its own files (its detached tmpfs,
+// the internal mounts of its memfds) are noted as its own: its close() never
+// hands their closes to a closer thread, as it does for a caller's tmpfs or
+// FUSE mount it cannot see. A tmpfs it did not make is not its own.
+TEST(OwnDevices, TheDaemonsTmpfsAndMemfdsAreItsOwnAndAnotherTmpfsIsNot) {
+  auto dev_of = [](int fd) {
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0) << std::strerror(errno);
+    return static_cast<uint64_t>(st.st_dev);
+  };
+  auto memfd = sys::create_shmem_file("own-devices", 4096, true);
+  ASSERT_TRUE(memfd) << memfd.error().message;
+  EXPECT_TRUE(sys::is_own_device(dev_of(memfd->get())));
+  auto mnt = sys::mount_huge_tmpfs();
+  ASSERT_TRUE(mnt) << mnt.error().message;
+  EXPECT_TRUE(sys::is_own_device(dev_of(mnt->get())));
+  // Another tmpfs, mounted and detached here as a caller's would be.
+  sys::UniqueFd other(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", 1)));
+  ASSERT_TRUE(other) << std::strerror(errno);
+  ASSERT_EQ(::syscall(SYS_fsconfig, other.get(), 6, nullptr, nullptr, 0), 0) << std::strerror(errno);
+  sys::UniqueFd other_mnt(static_cast<int>(::syscall(SYS_fsmount, other.get(), 1, 0)));
+  ASSERT_TRUE(other_mnt) << std::strerror(errno);
+  const uint64_t other_dev = dev_of(other_mnt.get());
+  EXPECT_NE(other_dev, dev_of(memfd->get()));
+  EXPECT_FALSE(sys::is_own_device(other_dev));
+}
 
 }  // namespace
 }  // namespace airs
