@@ -17,9 +17,10 @@
 // the same file system has other mount ids but the same device. A device
 // of an anonymous file system (major 0: FUSE, NFS, tmpfs, ...) that the
 // daemon's table does not list (a FUSE server's in a user namespace) counts
-// as slow, unless the daemon made it (sys/own_devices.hpp: its detached
-// tmpfs, its memfds' internal mounts) or it is the memfd mount of base
-// pages (sd-bus's memfds).
+// as slow, unless it is an internal mount the daemon's memfds live on
+// (sys/own_devices.hpp, and the probes below). The daemon's own detached
+// tmpfs (pool.shmem without a huge_dir) is not listed either: closes of its
+// files go to a closer thread, which costs a thread hand-over, no more.
 // A close that is handed over still returns 0: the descriptor's number
 // stays taken until the closer closes it, so it is not reused before.
 //

@@ -63,10 +63,7 @@ Result<std::optional<std::string>> find_hugetlbfs_mount(uint64_t page_size, uint
 Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page_size, const std::string& name) {
   if (!mount_dir.empty()) {
     UniqueFd fd(::open(mount_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-    if (fd) {
-      note_own_device(fd.get());
-      return fd;
-    }
+    if (fd) return fd;
     if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
       return make_error(errno, "cannot create a file on hugetlbfs mount {}: {}", mount_dir, std::strerror(errno));
     // No O_TMPFILE on this hugetlbfs: create, then unlink at once so a
@@ -79,7 +76,6 @@ Result<UniqueFd> create_hugetlb_file(const std::string& mount_dir, uint64_t page
         return make_error(errno, "cannot create {}: {}", path, std::strerror(errno));
       }
       ::unlink(path.c_str());
-      note_own_device(f.get());
       return f;
     }
     return make_error(EEXIST, "cannot create a unique file in {}", mount_dir);

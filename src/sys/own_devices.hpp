@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The devices of file systems the daemon makes itself: its private tmpfs,
-// and the kernel's internal mounts its memfds live on. No other party
-// serves them, so closing one of their files never waits on anyone (the
-// daemon's close(), in daemon/close_guard.cpp, asks). A device is noted when
-// the daemon creates a file or mount there. Lock-free: read from any thread,
-// in any close().
+// The devices of the kernel's internal mounts the daemon's memfds live on
+// (one per huge page size, and one for base pages). No other party serves
+// them, so closing one of their files never waits on anyone (the daemon's
+// close(), in daemon/close_guard.cpp, asks). A device is noted when the
+// daemon creates a memfd there. Only those: they live as long as the
+// kernel, so their numbers are never given to another file system, as a
+// tmpfs's number is once it is gone. Lock-free: read from any thread, in
+// any close().
 #pragma once
 
 #include <cstdint>

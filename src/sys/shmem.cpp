@@ -58,7 +58,6 @@ Result<UniqueFd> mount_huge_tmpfs() {
     return make_error(errno, "creating a tmpfs instance (huge=within_size): {}", std::strerror(errno));
   UniqueFd mnt(static_cast<int>(::syscall(SYS_fsmount, fs.get(), kFsmountCloexec, 0)));
   if (!mnt) return make_error(errno, "fsmount(tmpfs): {}", std::strerror(errno));
-  note_own_device(mnt.get());  // a detached mount: no mount table lists it
   return mnt;
 }
 
