@@ -17,8 +17,9 @@
 // the same file system has other mount ids but the same device. A device
 // of an anonymous file system (major 0: FUSE, NFS, tmpfs, ...) that the
 // daemon's table does not list (a FUSE server's in a user namespace) counts
-// as slow, unless it is an internal mount the daemon's memfds live on
-// (sys/own_devices.hpp, and the probes below). The daemon's own detached
+// as slow, unless it is an internal mount memfds live on
+// (sys/own_devices.hpp; the daemon's, and those of base pages and default
+// huge pages, noted here for the libraries' memfds). The daemon's own detached
 // tmpfs (pool.shmem without a huge_dir) is not listed either: closes of its
 // files go to a closer thread, which costs a thread hand-over, no more.
 // A close that is handed over still returns 0: the descriptor's number
@@ -50,7 +51,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <vector>
 
 #include "sys/own_devices.hpp"
 
@@ -77,14 +77,13 @@ bool waits_for_a_server(const std::string& type) {
   return false;
 }
 
-// The device of a new memfd of `flags` (the kernel's internal mount), or 0.
-uint64_t memfd_device(unsigned flags) {
+// Notes the kernel's internal mount of memfds of `flags` as trusted (for
+// memfds the libraries make: sd-bus's of base pages).
+void note_memfd_mount(unsigned flags) {
   const int fd = ::memfd_create("airs-close-probe", MFD_CLOEXEC | flags);
-  if (fd < 0) return 0;
-  struct stat st {};
-  const uint64_t dev = ::fstat(fd, &st) == 0 ? st.st_dev : 0;
+  if (fd < 0) return;
+  airs::sys::note_own_device(fd);
   really_close(fd);
-  return dev;
 }
 
 // device → whether a close there may wait, from /proc/self/mountinfo, read
@@ -93,10 +92,10 @@ uint64_t memfd_device(unsigned flags) {
 class Devices {
  public:
   Devices() {
-    for (unsigned flags : {0u, unsigned{MFD_HUGETLB}})
-      if (const uint64_t d = memfd_device(flags); d != 0) kernel_.push_back(d);
+    for (unsigned flags : {0u, unsigned{MFD_HUGETLB}}) note_memfd_mount(flags);
   }
   bool slow(uint64_t dev) {
+    if (airs::sys::is_own_device(dev)) return false;  // lock-free: the daemon's memfds close here often
     std::lock_guard lock(mu_);
     if (fd_ < 0) fd_ = ::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
     if (fd_ >= 0) {
@@ -104,11 +103,7 @@ class Devices {
       if (!read_ || (::poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR)) != 0)) reread();
     }
     if (auto it = slow_.find(dev); it != slow_.end()) return it->second;
-    if (major(dev) != 0) return false;  // a block device's file system: local
-    if (airs::sys::is_own_device(dev)) return false;
-    for (uint64_t k : kernel_)
-      if (k == dev) return false;
-    return true;
+    return major(dev) == 0;  // a block device's file system is local
   }
 
  private:
@@ -146,7 +141,6 @@ class Devices {
   std::mutex mu_;
   int fd_ = -1;  // kept open for the change flag
   bool read_ = false;
-  std::vector<uint64_t> kernel_;  // devices of the kernel's memfd mounts
   std::unordered_map<uint64_t, bool> slow_;
 };
 

@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 
-#include <algorithm>
-#include <chrono>
 #include <future>
 #include <mutex>
 #include <system_error>
@@ -35,13 +33,9 @@ Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>
   Header h{*id, *st, std::move(parsed).value(), {}, std::nullopt};
   if (!reopen_direct) return h;
   // Timed as a read is: an OPEN that never returns is a stall too.
-  if (read_since != nullptr)
-    read_since->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::steady_clock::now().time_since_epoch())
-                                               .count()),
-                      std::memory_order_relaxed);
+  gguf::FdSource::mark_in_flight(read_since);
   auto direct = sys::reopen(fd, O_RDONLY | O_DIRECT);
-  if (read_since != nullptr) read_since->store(0, std::memory_order_relaxed);
+  gguf::FdSource::mark_done(read_since);
   if (direct) h.direct = std::move(direct).value();
   else h.direct_refused = std::move(direct).error();
   return h;

@@ -27,16 +27,19 @@ Result<FdSource> FdSource::open(const std::string& path) {
   return adopt(std::move(fd).value(), path);
 }
 
+void FdSource::mark_in_flight(std::atomic<int64_t>* since) noexcept {
+  if (since == nullptr) return;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  since->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()),
+               std::memory_order_relaxed);
+}
+
 Status FdSource::read(uint64_t offset, void* dst, size_t len) const {
   auto* p = static_cast<char*>(dst);
   while (len > 0) {
-    if (read_since_) {
-      const auto now = std::chrono::steady_clock::now().time_since_epoch();
-      read_since_->store(std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()),
-                         std::memory_order_relaxed);
-    }
+    mark_in_flight(read_since_);
     const auto n = sys::read_at(fd_.get(), p, len, offset);
-    if (read_since_) read_since_->store(0, std::memory_order_relaxed);
+    mark_done(read_since_);
     if (!n)
       return make_error(n.error().code, "'{}': read of {} bytes at {} failed: {}", name_, len, offset,
                         std::strerror(n.error().code));

@@ -33,6 +33,12 @@ class FdSource final : public ByteSource {
   // nanoseconds, never 0); between reads it holds 0. Lets another thread tell
   // a read that does not return from a parse that is merely long.
   void watch_reads(std::atomic<int64_t>* since) noexcept { read_since_ = since; }
+  // What a read does to `*since` (null: nothing): marks one in flight from
+  // now, and none. For other blocking calls on the same file, timed alike.
+  static void mark_in_flight(std::atomic<int64_t>* since) noexcept;
+  static void mark_done(std::atomic<int64_t>* since) noexcept {
+    if (since != nullptr) since->store(0, std::memory_order_relaxed);
+  }
 
  private:
   FdSource(sys::UniqueFd fd, uint64_t size, std::string name) : fd_(std::move(fd)), size_(size), name_(std::move(name)) {}
