@@ -31,8 +31,12 @@ Result<Header> read_header(int fd, const std::string& what, std::atomic<int64_t>
   auto parsed = gguf::parse(*src);
   if (!parsed) return make_error(parsed.error().code, "{}: {}", what, parsed.error().message);
   Header h{*id, *st, std::move(parsed).value(), {}, std::nullopt};
+  // Timed as a read is: a STATFS or an OPEN that never returns is a stall too.
+  gguf::FdSource::mark_in_flight(read_since);
+  const auto type = sys::fs_type_of(fd, what);
+  gguf::FdSource::mark_done(read_since);
+  h.reads_may_hang = !type || !sys::reads_end_by_themselves(*type);
   if (!reopen_direct) return h;
-  // Timed as a read is: an OPEN that never returns is a stall too.
   gguf::FdSource::mark_in_flight(read_since);
   auto direct = sys::reopen(fd, O_RDONLY | O_DIRECT);
   gguf::FdSource::mark_done(read_since);

@@ -46,6 +46,11 @@ struct Header {
   // a FUSE server may take forever to answer.
   sys::UniqueFd direct;
   std::optional<Error> direct_refused;
+  // The file is not on a local file system (sys::reads_end_by_themselves):
+  // a FUSE server or a network may hold its reads for ever, so the fill
+  // never starts one in the loop's thread (ModelSpec::async_reads). Asked
+  // of the file system with the header, off the loop, for the same reason.
+  bool reads_may_hang = true;
 };
 
 // Reads `fd`'s identity and header here, blocking, and reopens it O_DIRECT

@@ -123,6 +123,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
   spec.gguf_direct = direct_of(header);
+  spec.async_reads = header.reads_may_hang;
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
   if (budget != 0) {
@@ -172,6 +173,7 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
   spec.record_access = order.record;
   spec.id = e->id;
   spec.budget_bytes = budget;
+  if (!req.exempt) spec.capped_owner = req.uid;
   auto pid = pager_.load(std::move(spec));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
@@ -225,9 +227,11 @@ Result<ModelEntry*> Models::adopt(AdoptRequest req, Header header) {
   spec.name = e->name;
   spec.gguf = std::move(dup).value();
   spec.gguf_direct = direct_of(header);
+  spec.async_reads = header.reads_may_hang;
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
   spec.id = e->id;
+  if (!e->owner_exempt) spec.capped_owner = e->owner_uid;
   auto pid = pager_.adopt(std::move(spec), std::move(req.region));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;

@@ -47,6 +47,7 @@ struct FillEngine::Read {
   bool copy = false;      // into bounce(slot), then copy_in
   int32_t write_res = 0;  // copy_in's write into the region
   uint16_t ioprio = 0;    // io_priority of the read's class (kept when a short read goes on)
+  std::optional<uint32_t> owner;  // the source's capped_owner when it started
 };
 
 struct FillEngine::Populate {
@@ -181,14 +182,47 @@ Status FillEngine::read(FillSource& src, uint32_t unit, ReadClass cls) {
     // shmem, and streamed models: the reserve hands this unit's page over
     // just before the read allocates it (the pool's memory stays its size).
     AIRS_TRY(pool_.claim(*src.region, unit));
-    r = Read{true, src.id, unit, 0, std::min(src.unit, src.file_size - uint64_t{unit} * src.unit), false,
-             src.copy_fill, 0, opts_.io_priorities ? io_priority(cls) : uint16_t{0}};
+    r = Read{true,
+             src.id,
+             unit,
+             0,
+             std::min(src.unit, src.file_size - uint64_t{unit} * src.unit),
+             false,
+             src.copy_fill,
+             0,
+             opts_.io_priorities ? io_priority(cls) : uint16_t{0},
+             src.capped_owner};
     ++src.in_flight;
     ++reads_active_;
+    if (r.owner) {
+      ++owner_reads_[*r.owner];
+      ++capped_reads_;
+    }
     submit_read(slot);
     return {};
   }
   return make_error(EBUSY, "pager: no free read slot");
+}
+
+bool FillEngine::slot_free_for(const FillSource& src) const {
+  if (!slot_free()) return false;
+  if (!src.capped_owner) return true;
+  const uint32_t depth = opts_.queue_depth;
+  // At least one slot each, so a depth of 1 still reads everyone's units.
+  if (capped_reads_ >= std::max(1u, depth - std::max(1u, depth / 4))) return false;
+  const auto it = owner_reads_.find(*src.capped_owner);
+  return it == owner_reads_.end() || it->second < std::max(1u, depth / 2);
+}
+
+void FillEngine::release(Read& r, FillSource* src) {
+  r.active = false;
+  --reads_active_;
+  if (r.owner) {
+    if (auto it = owner_reads_.find(*r.owner); it != owner_reads_.end() && --it->second == 0) owner_reads_.erase(it);
+    --capped_reads_;
+    r.owner.reset();
+  }
+  if (src != nullptr) --src->in_flight;
 }
 
 void FillEngine::submit() {
@@ -210,7 +244,7 @@ void FillEngine::submit_read(size_t slot) {
     if (std::byte* b = bounce(slot); b != nullptr) dst = b + r.done;
     else r.copy = false;  // no bounce buffer (mapped once, at a read's start): straight into the region
   }
-  while (!ring_->queue_read(fd, dst, static_cast<uint32_t>(len), off, slot, r.ioprio)) {
+  while (!ring_->queue_read(fd, dst, static_cast<uint32_t>(len), off, slot, r.ioprio, src.async_reads)) {
     if (auto st = ring_->submit(); !st) {
       spdlog::error("pager: {}", st.error().message);
       break;
@@ -276,10 +310,8 @@ void FillEngine::on_copied(size_t slot, int32_t res) {
   if (live && (wrote == -EAGAIN || wrote == -EINTR)) return copy_in(slot);
   const uint32_t unit = r.unit;
   const uint64_t expected = r.expected;
-  r.active = false;
-  --reads_active_;
+  release(r, src);
   if (src == nullptr) return;
-  --src->in_flight;
   // Unloaded: the write went into pages the truncation took, or failed on
   // the growth seal; the populate on the truncated mapping.
   if (!live) return;
@@ -327,9 +359,7 @@ void FillEngine::on_read(size_t slot, int32_t res) {
     // Its bytes go nowhere: the region is truncated (or the pager is going).
     // A read that ran after the truncation failed on the mapping (EFAULT),
     // one that ran before wrote pages no file or mapping holds any more.
-    r.active = false;
-    --reads_active_;
-    if (src != nullptr) --src->in_flight;
+    release(r, src);
     return;
   }
   // A retiring model finishes what it started (short reads too): its bytes
@@ -353,9 +383,7 @@ void FillEngine::on_read(size_t slot, int32_t res) {
   const bool ok = r.done >= r.expected;
   if (ok && r.copy) return copy_in(slot);  // the slot stays busy until the copy landed
   const uint64_t written = r.done;
-  r.active = false;
-  --reads_active_;
-  --src->in_flight;
+  release(r, src);
   // res < 0: read error; res == 0 before the expected end: the file shrank.
   if (!ok) return listener_.unit_read_failed(src->id, unit, res < 0 ? -res : EIO);
   finish_unit(*src, unit, written);

@@ -54,6 +54,15 @@ struct FillSource {
   bool accepting = true;
   // Unloaded: the region is truncated; completions are counted, not reported.
   bool revoked = false;
+  // The uid whose reads this model's count with, where that uid may hold
+  // only a share of the read slots (FillEngine::slot_free_for); unset: the
+  // model of an admin or of the daemon itself, which may hold them all.
+  std::optional<uint32_t> capped_owner;
+  // Reads go straight to an io-wq worker (IOSQE_ASYNC). io_uring otherwise
+  // starts a read in the submitting thread, the daemon's loop, and a file
+  // system that cannot take it without blocking (FUSE, whose server may
+  // never answer) blocks the loop there, in io_uring_enter.
+  bool async_reads = false;
   uint32_t in_flight = 0;
   uint32_t populates_in_flight = 0;
   std::vector<uint8_t> populated;  // per unit, since the last (re)fill started
@@ -138,6 +147,14 @@ class FillEngine {
   void restart(FillSource& src);
 
   [[nodiscard]] bool slot_free() const { return reads_active_ < opts_.queue_depth; }
+  // A slot is free for a read of `src`: a capped owner's models hold at most
+  // half the slots between them, and all capped owners together leave a
+  // quarter to the uncapped. A read can stay in the device for ever (a
+  // FUSE server that never answers, a hung network file system), and no
+  // cancel frees its slot; so one user's such file holds only its own
+  // share, and everyone else's reads go on. read() leaves this check to
+  // the caller.
+  [[nodiscard]] bool slot_free_for(const FillSource& src) const;
   [[nodiscard]] uint32_t reads_active() const { return reads_active_; }
   // Starts the read of `unit` (a slot must be free) at the I/O priority of
   // `cls` (io_priority). Errors: the pool's claim of the unit's page
@@ -171,6 +188,8 @@ class FillEngine {
   void copy_in(size_t slot);
   void on_copied(size_t slot, int32_t res);
   void finish_unit(FillSource& src, uint32_t unit, uint64_t written);
+  // The slot's read is over (done, failed, or its model gone: src null).
+  void release(Read& r, FillSource* src);
   void on_ring();
   void on_completion(uint64_t user_data, int32_t res);
   void on_read(size_t slot, int32_t res);
@@ -184,6 +203,8 @@ class FillEngine {
   std::unique_ptr<sys::Ring> ring_;
   std::vector<Read> reads_;  // slots, size queue_depth
   uint32_t reads_active_ = 0;
+  std::map<uint32_t, uint32_t> owner_reads_;  // reads in flight per capped owner
+  uint32_t capped_reads_ = 0;                 // their sum
   std::vector<Populate> populates_;  // slots, size allocate_ahead
   std::map<ModelId, FillSource*> sources_;
   // Copy fill: one unit per read slot, mapped at the first copied read;

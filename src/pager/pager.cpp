@@ -208,6 +208,8 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   m->fill.name = spec.name;
   m->fill.gguf = std::move(spec.gguf);
   m->fill.file_size = spec.file_size;
+  m->fill.capped_owner = spec.capped_owner;
+  m->fill.async_reads = spec.async_reads;
   m->fill.unit = unit;
   m->fill.region = m->region.get();
   AIRS_TRY(engine_->add(m->fill, std::move(spec.gguf_direct)));
@@ -326,7 +328,7 @@ void Pager::pump() {
       progress = false;
       for (auto& [id, m] : models_) {
         if (!engine_->slot_free()) break;
-        if (!m->fill.accepting) continue;
+        if (!m->fill.accepting || !engine_->slot_free_for(m->fill)) continue;
         if (!m->res->streamed()) {
           pump_fitting(*m, cls, progress);
           continue;

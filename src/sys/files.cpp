@@ -196,6 +196,28 @@ Result<uint64_t> fs_type_of(int fd, const std::string& what) {
   return static_cast<uint64_t>(fs.f_type);
 }
 
+bool reads_end_by_themselves(uint64_t fs_type) {
+  switch (fs_type) {
+    case 0xEF53:      // ext2, ext3, ext4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0xF2F52010:  // f2fs
+    case 0x4d44:      // vfat (msdos)
+    case 0x2011BAB0:  // exfat
+    case 0x5346544e:  // ntfs3
+    case 0x73717368:  // squashfs
+    case 0xE0F5E1E2:  // erofs
+    case 0x01021994:  // tmpfs
+    case 0x958458f6:  // hugetlbfs
+    case 0x858458f6:  // ramfs
+    case 0x2fc12fc1:  // zfs
+    case 0xca451a4e:  // bcachefs
+      return true;
+    default:
+      return false;
+  }
+}
+
 Result<std::pair<dev_t, ino_t>> inode_of(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return make_error(errno, "fstat fd {}: {}", fd, std::strerror(errno));

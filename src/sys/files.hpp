@@ -145,6 +145,12 @@ void free_lazily(const Mapping& m);
 [[nodiscard]] Result<struct stat> stat_of(int fd, const std::string& what);
 // fstatfs(fd).f_type (HUGETLBFS_MAGIC, TMPFS_MAGIC, ...), naming `what` in the error.
 [[nodiscard]] Result<uint64_t> fs_type_of(int fd, const std::string& what);
+// A file system (fs_type_of) whose reads end by themselves: a local disk's
+// (ext4, xfs, btrfs, f2fs, vfat, exfat, squashfs, erofs, ...) or memory's
+// (tmpfs, hugetlbfs, ramfs). Not FUSE, whose server may never answer, nor a
+// network file system, nor overlayfs (whose lower layer may be either), nor
+// one this list does not know.
+[[nodiscard]] bool reads_end_by_themselves(uint64_t fs_type);
 
 using InodeSet = std::set<std::pair<dev_t, ino_t>>;
 // Replaces `path` with `data` atomically: written to `path`.tmp (mode

@@ -29,11 +29,13 @@ Ring::~Ring() {
   if (live_) io_uring_queue_exit(&ring_);
 }
 
-bool Ring::queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data, uint16_t ioprio) {
+bool Ring::queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data, uint16_t ioprio,
+                      bool async) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   if (sqe == nullptr) return false;
   io_uring_prep_read(sqe, fd, buf, len, offset);
   sqe->ioprio = ioprio;
+  if (async) sqe->flags |= IOSQE_ASYNC;
   io_uring_sqe_set_data64(sqe, user_data);
   return true;
 }

@@ -36,7 +36,11 @@ class Ring {
   // O_DIRECT read, where the device's scheduler sees it; a buffered read's
   // page-cache reads go at the process's priority. Returns false if the
   // submission queue is full.
-  bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data, uint16_t ioprio = 0);
+  // `async`: straight to one of the ring's io-wq workers (IOSQE_ASYNC),
+  // never started in the submitting thread, which a read of a file system
+  // that cannot take it without blocking (FUSE) would otherwise hold.
+  bool queue_read(int fd, void* buf, uint32_t len, uint64_t offset, uint64_t user_data, uint16_t ioprio = 0,
+                  bool async = false);
   // Queue madvise(addr, len, advice) on this process's mappings; the kernel
   // always runs it in one of the ring's io-wq workers (kernel threads of this
   // process, not ours), so MADV_POPULATE_WRITE allocates and zeroes pages

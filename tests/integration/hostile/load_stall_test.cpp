@@ -244,6 +244,8 @@ class StalledFuse {
   [[nodiscard]] int flushes_held() const { return flushes_held_; }
   [[nodiscard]] int getattrs_held() const { return getattrs_held_; }
   [[nodiscard]] int reads_answered() const { return reads_answered_; }
+  // Given the file's bytes: a READ at `offset` or later goes unanswered.
+  void stall_reads_from(uint64_t offset) { stall_reads_from_ = offset; }
 
  private:
   void reply(const fuse_in_header& in, int error, const void* body = nullptr, size_t len = 0) {
@@ -318,10 +320,10 @@ class StalledFuse {
         return reply(in, 0, &o, sizeof o);
       }
       case FUSE_READ: {
-        ++reads_held_;
-        if (!bytes_) return;  // never answered: the reader waits until the connection goes
-        std::this_thread::sleep_for(delay_);
         const auto* r = reinterpret_cast<const fuse_read_in*>(arg);
+        ++reads_held_;
+        if (!bytes_ || r->offset >= stall_reads_from_) return;  // never answered: the reader waits until the connection goes
+        std::this_thread::sleep_for(delay_);
         const uint64_t at = std::min<uint64_t>(r->offset, bytes_->size());
         const uint64_t len = std::min<uint64_t>(r->size, bytes_->size() - at);
         --reads_held_;
@@ -369,6 +371,7 @@ class StalledFuse {
   std::atomic<bool> stop_{false};
   std::atomic<int> reads_held_{0};
   std::atomic<int> reads_answered_{0};
+  std::atomic<uint64_t> stall_reads_from_{UINT64_MAX};
   std::atomic<bool> keep_attrs_{true};
   std::atomic<bool> stall_attrs_{false};
   std::atomic<int> getattrs_held_{0};
@@ -587,6 +590,61 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
             << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
   // The reads are still stuck in the FUSE server, and the daemon stops all
   // the same.
+  stop_with_a_request_stuck_in(std::move(fuse));
+}
+
+// A user's model on a file whose reads never come back once past its
+// header (a FUSE server that takes them and never answers; no cancel frees
+// such a read) holds only that user's share of the daemon's read slots,
+// half of them. An admin's model loaded meanwhile, from a FUSE file whose
+// server answers, is read whole, and the stalled model's reads stay at its
+// share. Before: the loop itself blocked in the first stalled read (io_uring
+// starts a read in the submitting thread, and FUSE blocks there, in
+// io_uring_enter); without the share, the warm-up took all 16 slots and no
+// other model was read again.
+TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlots) {
+  const uint64_t unit = huge_page_size();
+  const ModelFile a = make_model(dir_, "a.gguf", "never-read", 24 * unit, 8, 11);
+  std::string bytes;
+  {
+    std::ifstream in(a.path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_EQ(bytes.size(), a.size());
+  ASSERT_GT(a.size(), 20 * unit) << "more units than the daemon has read slots (16)";
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
+  if (fuse->why_not()) GTEST_SKIP() << "no stalled file to load: " << *fuse->why_not();
+  fuse->stall_reads_from(unit);  // the first unit (with the header) is answered, no later one
+  start("[models]\nmax_pool_bytes_per_uid = \"100%\"\n");
+  const std::string address = bus_->address();
+  const std::string file = fuse->file();
+  const std::string r = as_user(kNobody, [&] { return load_on_new_connection(address, file); });
+  ASSERT_EQ(r.rfind("ok ", 0), 0u) << r << "\n" << daemon_->log();
+  // Its warm-up reads every unit; half of the 16 slots reach the server and stay there.
+  ASSERT_TRUE(wait_until([&] { return fuse->reads_held() >= 8; }, 60000ms))
+      << "the daemon sent " << fuse->reads_held() << " reads of the stalled model\n" << daemon_->log();
+
+  // An admin's model on a FUSE file too, one whose server answers: its
+  // reads go to io-wq workers as the stalled ones do.
+  const ModelFile b = make_model(dir_, "b.gguf", "read-meanwhile", 4 * unit, 4, 12);
+  std::string b_bytes;
+  {
+    std::ifstream in(b.path, std::ios::binary);
+    b_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto answering = std::make_unique<StalledFuse>(path("fuse-b"), std::move(b_bytes), 0ms);
+  ASSERT_FALSE(answering->why_not()) << *answering->why_not();
+  BusClient admin(address);
+  std::string object;
+  const CallError load = admin.load_model(answering->file(), &object);
+  ASSERT_TRUE(load.ok()) << load.name << ": " << load.message;
+  // Open (not lazy) answers once every unit of the model is read.
+  const CallError open = admin.open_model(object, answering->file(), false, true);
+  EXPECT_TRUE(open.ok()) << open.name << ": " << open.message << "\n" << daemon_->log();
+  const nlohmann::json m = model_in(admin.status(), object);
+  EXPECT_EQ(m.value("resident_bytes", uint64_t{0}), round_up_pages(b.size())) << m.dump();
+  EXPECT_EQ(fuse->reads_held(), 8) << "the stalled model holds more than its owner's share of the read slots";
+  EXPECT_GE(answering->reads_answered(), 2);
   stop_with_a_request_stuck_in(std::move(fuse));
 }
 
