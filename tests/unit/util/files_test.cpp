@@ -197,5 +197,27 @@ TEST_F(Files, CheckReadableFileSaysWhatIsWrong) {
   EXPECT_EQ(check_readable_file(path("nope")).error().code, ENOENT);
 }
 
+// Where a fill's read may start in the submitting thread: a file in memory
+// (a memfd is tmpfs's) yes; /proc (no disk and no memory file system, as
+// FUSE and NFS are not) no; the magic numbers of FUSE and NFS no.
+TEST_F(Files, ReadsEndByThemselvesOnlyOnLocalFileSystems) {
+  const int m = ::memfd_create("airs-fs-type", MFD_CLOEXEC);
+  ASSERT_GE(m, 0);
+  const auto mem = fs_type_of(m, "memfd");
+  ::close(m);
+  ASSERT_TRUE(mem) << mem.error().message;
+  EXPECT_TRUE(reads_end_by_themselves(*mem));
+  const int p = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(p, 0);
+  const auto proc = fs_type_of(p, "/proc/self/status");
+  ::close(p);
+  ASSERT_TRUE(proc) << proc.error().message;
+  EXPECT_FALSE(reads_end_by_themselves(*proc));
+  EXPECT_FALSE(reads_end_by_themselves(0x65735546));  // FUSE
+  EXPECT_FALSE(reads_end_by_themselves(0x6969));      // NFS
+  EXPECT_FALSE(reads_end_by_themselves(0x794c7630));  // overlayfs
+  EXPECT_TRUE(reads_end_by_themselves(0xEF53));       // ext4
+}
+
 }  // namespace
 }  // namespace airs::sys
