@@ -173,7 +173,9 @@ Result<ModelEntry*> Models::load(const LoadRequest& req, const Header& header) {
   spec.record_access = order.record;
   spec.id = e->id;
   spec.budget_bytes = budget;
-  if (!req.exempt) spec.capped_owner = req.uid;
+  // Reads that may never end (a FUSE or network file) hold their slots for
+  // ever; a user's such model reads within that user's share of them.
+  if (!req.exempt && header.reads_may_hang) spec.capped_owner = req.uid;
   auto pid = pager_.load(std::move(spec));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;
@@ -231,7 +233,7 @@ Result<ModelEntry*> Models::adopt(AdoptRequest req, Header header) {
   spec.file_size = id->size;
   spec.extents = extents_of(e->meta);
   spec.id = e->id;
-  if (!e->owner_exempt) spec.capped_owner = e->owner_uid;
+  if (!e->owner_exempt && header.reads_may_hang) spec.capped_owner = e->owner_uid;
   auto pid = pager_.adopt(std::move(spec), std::move(req.region));
   if (!pid) return std::move(pid).error();
   e->pager_id = *pid;

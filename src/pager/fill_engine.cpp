@@ -95,6 +95,15 @@ Result<std::unique_ptr<FillEngine>> FillEngine::create(sys::EventLoop& loop, poo
   if (opts.queue_depth == 0) opts.queue_depth = 1;
   auto ring = sys::Ring::create(opts.queue_depth + opts.allocate_ahead);
   if (!ring) return std::move(ring).error();
+  // Room in the loop thread's io-wq for every read and populate in flight,
+  // and the KV spill's writes beside them. The reads of a file that never
+  // answers hold their workers (IOSQE_ASYNC): under the kernel's bound of 4
+  // per CPU, 12 of them (two users' shares) would take every worker of a
+  // 2-core machine, and every other read, populate and spill write that
+  // needs one would wait. (The 6.18 kernel here ran 16 such reads at once
+  // with its default bound, so no test here shows that wait.)
+  if (auto st = ring->set_bounded_workers(opts.queue_depth + opts.allocate_ahead + 16); !st)
+    spdlog::debug("pager: {} (the kernel's bound stays)", st.error().message);
   auto e = std::unique_ptr<FillEngine>(new FillEngine(loop, pool, opts, listener, std::move(ring).value()));
   FillEngine* self = e.get();
   AIRS_TRY(loop.add(self->ring_->event_fd(), EPOLLIN, [self](uint32_t) { self->on_ring(); }));

@@ -55,8 +55,10 @@ struct FillSource {
   // Unloaded: the region is truncated; completions are counted, not reported.
   bool revoked = false;
   // The uid whose reads this model's count with, where that uid may hold
-  // only a share of the read slots (FillEngine::slot_free_for); unset: the
-  // model of an admin or of the daemon itself, which may hold them all.
+  // only a share of the read slots (FillEngine::slot_free_for): a model on
+  // a file whose reads may never end (FUSE, a network file system) that a
+  // caller who is not an admin loaded. Unset: any other model, which may
+  // hold them all.
   std::optional<uint32_t> capped_owner;
   // Reads go straight to an io-wq worker (IOSQE_ASYNC). io_uring otherwise
   // starts a read in the submitting thread, the daemon's loop, and a file

@@ -89,8 +89,9 @@ struct ModelSpec {
   // (rounded down to whole units). 0, or not smaller than the region: the
   // model is loaded whole.
   uint64_t budget_bytes = 0;
-  // The uid whose share of the read slots this model's reads take (a
-  // caller who is not an admin); unset: no share, all slots.
+  // The uid whose share of the read slots this model's reads take (the
+  // file's reads may never end, and its loader is not an admin); unset: no
+  // share, all slots.
   std::optional<uint32_t> capped_owner;
   // Every read of the file goes to one of the ring's io-wq workers, never
   // started in the thread that submits it (FillSource::async_reads).

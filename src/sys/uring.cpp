@@ -23,6 +23,13 @@ Result<Ring> Ring::create(unsigned entries) {
   return r;
 }
 
+Status Ring::set_bounded_workers(unsigned n) {
+  unsigned values[2] = {n, 0};  // bounded, unbounded (0: left as it is)
+  const int rc = io_uring_register_iowq_max_workers(&ring_, values);
+  if (rc < 0) return make_error(-rc, "io_uring_register_iowq_max_workers({}): {}", n, std::strerror(-rc));
+  return {};
+}
+
 Ring::Ring(Ring&& o) noexcept : ring_(o.ring_), live_(std::exchange(o.live_, false)), efd_(std::move(o.efd_)) {}
 
 Ring::~Ring() {

@@ -29,6 +29,11 @@ class Ring {
 
   // The eventfd to watch for EPOLLIN.
   [[nodiscard]] int event_fd() const { return efd_.get(); }
+  // At most `n` io-wq workers for work on regular files, for this thread's
+  // rings (the kernel shares one set of workers among the rings a thread
+  // submits to; its own bound is 4 per CPU, or the ring's size if smaller).
+  // Errors: EINVAL before Linux 5.15, which has no such setting.
+  Status set_bounded_workers(unsigned n);
 
   // Queue a read of `len` bytes at `offset` of `fd` into `buf`; submitted by
   // the next submit(). `ioprio` (IOPRIO_PRIO_VALUE; 0: the thread's own) is

@@ -644,7 +644,8 @@ TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlot
   const nlohmann::json m = model_in(admin.status(), object);
   EXPECT_EQ(m.value("resident_bytes", uint64_t{0}), round_up_pages(b.size())) << m.dump();
   EXPECT_EQ(fuse->reads_held(), 8) << "the stalled model holds more than its owner's share of the read slots";
-  EXPECT_GE(answering->reads_answered(), 2);
+  // Its bytes came through the server: reads of at most 1 MiB each (FUSE's largest).
+  EXPECT_GE(answering->reads_answered(), static_cast<int>(b.size() >> 20));
   stop_with_a_request_stuck_in(std::move(fuse));
 }
 
