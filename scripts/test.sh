@@ -20,6 +20,9 @@
 #   want it, the compiler the rest;
 # - every build is a unity build (CMAKE_UNITY_BUILD: a directory's sources
 #   compiled as one unit, so the big headers are parsed once per directory);
+# - the tests' big headers (GoogleTest, sdbus-c++, nlohmann/json, much of
+#   the standard library) are precompiled once per build, and the tests'
+#   own code is built at -O1 (tests/CMakeLists.txt, AIRS_PCH);
 # - the VM guests' kernels and userlands are fetched beside the first build
 #   (network and disk, not the processor);
 # - after the ASan tests, two lanes run side by side: Debian 12's own kernel
