@@ -2,6 +2,7 @@
 #include "kv/allocator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -86,6 +87,11 @@ struct SessionRec {
   ArenaId arena = 0;
   Priority prio = Priority::Background;
   TimePoint last_used{};
+  // Measured accesses (rate_access): a decaying average, and until when it
+  // counts (a client that stopped reporting is no longer measured).
+  double access_rate = 0;
+  TimePoint rated_until{};
+  bool rated = false;
   uint32_t length = 0;
   uint32_t entries = 0;
   uint32_t own_free_head = kNil;
@@ -94,6 +100,12 @@ struct SessionRec {
   std::vector<BlockId> table;
   std::vector<uint32_t> owned;
 };
+
+// The session's measured access rate while it is current.
+std::optional<double> rate_of(const SessionRec& s, TimePoint now) {
+  if (!s.rated || now >= s.rated_until) return std::nullopt;
+  return s.access_rate;
+}
 
 }  // namespace
 
@@ -516,7 +528,8 @@ struct Allocator::Impl {
       for (const uint32_t slot : a.sessions) {
         const SessionRec& v = sessions[slot];
         const auto [blocks, partial] = evictable(a, v);
-        st.sessions.push_back(policy::SessionState{v.id, v.prio, blocks, partial, a.g.block_bytes, v.last_used, {}});
+        st.sessions.push_back(
+            policy::SessionState{v.id, v.prio, blocks, partial, a.g.block_bytes, v.last_used, rate_of(v, now)});
       }
       auto req = policy::Request::for_kv_allocation(s.prio, s.id, uint64_t{need - from_cache} * a.g.block_bytes);
       req.include_cached = false;  // taken above, per arena
@@ -792,6 +805,19 @@ Status Allocator::touch(SessionId sid, TimePoint now) {
   return {};
 }
 
+Status Allocator::rate_access(SessionId sid, double rate, TimePoint now, std::chrono::nanoseconds valid_for) {
+  SessionRec* s = impl_->find_session(sid);
+  if (s == nullptr) return Impl::no_session(sid);
+  if (!(rate >= 0) || !std::isfinite(rate)) return make_error(EINVAL, "KV session {}: access rate {} is not a rate", sid, rate);
+  // Half the weight on the newest measurement: a session read a moment ago
+  // and not in the last round still ranks above one never read, and one
+  // that went idle falls below the busy ones within a few rounds.
+  s->access_rate = rate_of(*s, now) ? (s->access_rate + rate) / 2 : rate;
+  s->rated = true;
+  s->rated_until = now + valid_for;
+  return {};
+}
+
 Result<uint32_t> Allocator::commit(SessionId sid, std::span<const BlockId> list, std::span<const uint64_t> hashes,
                                    TimePoint now) {
   Impl& m = *impl_;
@@ -935,7 +961,7 @@ uint64_t Allocator::committed_bytes_of_uid(uint32_t uid) const {
   return n;
 }
 
-policy::PoolState Allocator::snapshot(TimePoint /*now*/) const {
+policy::PoolState Allocator::snapshot(TimePoint now) const {
   const Impl& m = *impl_;
   policy::PoolState ps;
   for (ArenaId aid = 0; aid < m.arenas.size(); ++aid) {
@@ -953,6 +979,7 @@ policy::PoolState Allocator::snapshot(TimePoint /*now*/) const {
       st.partial_blocks = partial;
       st.block_bytes = a.g.block_bytes;
       st.last_used = s.last_used;
+      st.access_rate = rate_of(s, now);
       ps.sessions.push_back(st);
     }
     if (a.cached > 0) {
@@ -1099,6 +1126,7 @@ Result<SessionInfo> Allocator::session_info(SessionId sid) const {
   }
   info.owned_chunks = static_cast<uint32_t>(s->owned.size());
   info.last_used = s->last_used;
+  info.access_rate = rate_of(*s, TimePoint::clock::now());
   info.table = s->table;
   return info;
 }

@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -150,6 +151,7 @@ struct SessionInfo {
   uint32_t shared = 0;   // of those, with refcount ≥ 2
   uint32_t owned_chunks = 0;
   TimePoint last_used{};
+  std::optional<double> access_rate;  // rate_access's, while it is current
   std::vector<BlockId> table;
 };
 
@@ -200,6 +202,14 @@ class Allocator {
 
   // Marks the session used (the daemon calls it on client activity).
   [[nodiscard]] Status touch(SessionId session, TimePoint now);
+
+  // A measurement of how often the session's KV is read (the share of its
+  // pages touched per second, from the client's access sampling). Kept as
+  // an average that halves the old value's weight at each measurement, and
+  // counted until `now + valid_for`: eviction ranks a priority level by
+  // these rates when every session in it has one, by last use otherwise.
+  // EINVAL for a negative or non-finite rate.
+  [[nodiscard]] Status rate_access(SessionId session, double rate, TimePoint now, std::chrono::nanoseconds valid_for);
 
   // Publishes full blocks (every token slot below the session's length)
   // under the client's chained hashes, for other sessions of the arena.

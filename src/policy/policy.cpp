@@ -90,7 +90,7 @@ const char* level_label(Priority p) {
   return "KV";
 }
 
-// Coldest first. DAMON rates rank a level only when every session in it was
+// Coldest first. Measured access rates rank a level only when every session in it was
 // measured: a rate and a last-use time are different scales, and mixing them
 // would not give a consistent order.
 void sort_coldest_first(std::vector<const SessionState*>& v) {

@@ -21,7 +21,8 @@
 // references (a client's Open, or a KV session on the model), a streamed
 // model's budget below its floor. Within a KV
 // level, partially filled blocks go before full ones, and sessions are taken
-// coldest first (DAMON access rate where known, else last use).
+// coldest first (the access rate libairs measures, when every session in the
+// level has a current one; else last use).
 //
 // Who may evict whom (the Request constructors below):
 //   - A KV allocation of priority P takes cached prefix blocks, then KV of
@@ -70,8 +71,10 @@ struct SessionState {
   uint32_t partial_blocks = 0;  // of those, blocks not completely filled with tokens (0 or 1 in practice: the tail)
   uint64_t block_bytes = 0;
   Clock::time_point last_used{};
-  // Accesses per second measured by DAMON over the session's arena range, if
-  // the kernel offers DAMON; ranks idle KV within a level before last_used.
+  // How often the session's KV is read: the share of its pages a client
+  // touched per second, measured by libairs' access sampling (none while
+  // the client does not report). Ranks idle KV within a level before
+  // last_used.
   std::optional<double> access_rate;
 };
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kv/allocator.hpp"
 
+#include <cmath>
+#include <optional>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -567,6 +570,60 @@ TEST_F(KvAllocatorTest, EvictionOrderEndToEnd) {
   // A background session never evicts anyone.
   const SessionId bg2 = session(a, Priority::Background, later);
   EXPECT_EQ(alloc_.allocate(bg2, 1, later, out, notices_).error().code, ENOMEM);
+  audit();
+}
+
+// Measured access rates (libairs' KV sampling) rank a priority level
+// before last use, while they are current: two background sessions fill
+// the arena, the older one is read (rated) and the newer one is not, and an
+// interactive allocation takes the newer one's blocks. Once the rates run
+// out, last use decides again: the older one goes.
+TEST_F(KvAllocatorTest, AccessRatesRankALevelWhileTheyAreCurrent) {
+  const ArenaId a = arena(1, 1000, 2);  // 2 chunks, 4 blocks
+  const SessionId read = session(a, Priority::Background, kT0);
+  const SessionId idle = session(a, Priority::Background, kT0 + 1s);
+  const auto read_blocks = allocate(read, 2, kT0);
+  const auto idle_blocks = allocate(idle, 2, kT0 + 1s);
+  const SessionId req = session(a, Priority::Interactive, kT0 + 2s);
+
+  // A rate that is not one is refused and changes nothing.
+  EXPECT_EQ(alloc_.rate_access(read, -1.0, kT0 + 2s, 10s).error().code, EINVAL);
+  EXPECT_EQ(alloc_.rate_access(read, std::nan(""), kT0 + 2s, 10s).error().code, EINVAL);
+  EXPECT_FALSE(alloc_.session_info(read).value().access_rate.has_value());
+
+  ASSERT_TRUE(alloc_.rate_access(read, 0.8, kT0 + 2s, 10s).ok());
+  ASSERT_TRUE(alloc_.rate_access(idle, 0.0, kT0 + 2s, 10s).ok());
+  // The newest measurement weighs half: 0.8 then 0 is 0.4, above 0.
+  ASSERT_TRUE(alloc_.rate_access(read, 0.0, kT0 + 3s, 10s).ok());
+  policy::PoolState ps = alloc_.snapshot(kT0 + 3s);
+  ASSERT_EQ(ps.sessions.size(), 3u);
+  for (const auto& st : ps.sessions) {
+    if (st.id == read) {
+      EXPECT_EQ(st.access_rate, std::optional<double>(0.4));
+    } else if (st.id == idle) {
+      EXPECT_EQ(st.access_rate, std::optional<double>(0.0));
+    } else {
+      EXPECT_FALSE(st.access_rate.has_value()) << "a session nobody measured has no rate";
+    }
+  }
+
+  // Room for one block: the idle session's go, though it was used later.
+  auto got = allocate(req, 1, kT0 + 4s);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(notices_.size(), 1u);
+  EXPECT_EQ(notices_[0].session, idle);
+  EXPECT_NE(std::find(idle_blocks.begin(), idle_blocks.end(), notices_[0].blocks.at(0)), idle_blocks.end());
+
+  // Past its validity (a client that stopped reporting) a rate is gone,
+  // and last use ranks the level: now the older session goes.
+  for (const auto& st : alloc_.snapshot(kT0 + 13s).sessions) EXPECT_FALSE(st.access_rate.has_value()) << st.id;
+  got = allocate(req, 2, kT0 + 13s);
+  ASSERT_EQ(got.size(), 2u);
+  bool read_lost = false;
+  for (const auto& n : notices_)
+    if (n.session == read) read_lost = true;
+  EXPECT_TRUE(read_lost) << "without current rates, the least recently used session goes first";
+  (void)read_blocks;
   audit();
 }
 
