@@ -304,6 +304,9 @@ dbus::Dict to_dict(const SessionStatus& s) {
   d["idle_s"] = v(s.idle_s);
   d["evicted_blocks"] = v(s.evicted_blocks);
   d["restored_blocks"] = v(s.restored_blocks);
+  // Negative: not measured (no current report), ranked by last use.
+  d["access_rate"] = v(s.access_rate.value_or(-1.0));
+  d["access_reports"] = v(s.access_reports);
   return d;
 }
 

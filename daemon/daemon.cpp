@@ -354,6 +354,7 @@ void Daemon::make_kv() {
       [this](const KvSession& s, const std::vector<uint32_t>& blocks, uint64_t bytes, const std::string& reason) {
         on_kv_evicted(s, blocks, bytes, reason);
       });
+  kv_->watch_reports(*loop_);
   if (!cfg_.daemon.state_dir.empty() && cfg_.kv.spill_limit > 0) {
     // Without the tier the daemon still serves: evicted prefixes are recomputed.
     if (auto st = SpillStore::open(*loop_, cfg_.daemon.state_dir + "/kv", cfg_.kv.spill_limit))

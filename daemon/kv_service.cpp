@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "wire/kv_access.hpp"
 #include "wire/notice_page.hpp"
 #include "dbus/names.hpp"
 #include "policy/policy.hpp"
@@ -18,6 +19,16 @@ namespace airs::daemon {
 namespace {
 
 constexpr uint32_t kNoticeCapacity = 4096;
+// Reports read per wake-up of a session's channel: a client that floods it
+// costs the loop a bounded time per turn (the rest waits in the socket).
+constexpr int kReportsPerWake = 16;
+// How long a report counts: ten of the client's rounds, and at least 5 s,
+// so a sampler thread that a busy machine delays a round or two does not
+// drop out of the ranking, while one that stopped (a stopped or frozen
+// client) does.
+std::chrono::nanoseconds report_valid_for(uint32_t period_ms) {
+  return std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(uint64_t{period_ms} * 10), std::chrono::seconds(5));
+}
 
 kv::Config allocator_config(const config::KvConfig& c) {
   kv::Config k;
@@ -221,6 +232,11 @@ Result<CreatedSession> KvService::create(ModelEntry& model, const dbus::Caller& 
   if (!wake) return fail(wake.error());
   s->event_fd = std::move(wake->ours);
   if (auto i = sys::inode_of(wake->theirs.get())) s->wake_inode = *i;
+  if (loop_ != nullptr) {
+    const kv::SessionId id = s->id;
+    if (auto st = s->reports.start(*loop_, s->event_fd.get(), [this, id](uint32_t ev) { on_reports(id, ev); }); !st)
+      return fail(st.error());
+  }
 
   CreatedSession out;
   auto arena_fd = sys::dup_cloexec(arenas_.at(*aid).region->fd());
@@ -533,6 +549,52 @@ KvStatus KvService::status() const {
   return k;
 }
 
+Status ReportWatch::start(sys::EventLoop& loop, int fd, sys::EventLoop::Callback cb) {
+  stop();
+  AIRS_TRY(loop.add(fd, EPOLLIN, std::move(cb)));
+  loop_ = &loop;
+  fd_ = fd;
+  return {};
+}
+
+void ReportWatch::stop() {
+  if (loop_ != nullptr) loop_->remove(fd_);
+  loop_ = nullptr;
+  fd_ = -1;
+}
+
+// A client's KV access reports, on its session's wake channel. A report
+// rates the session (kv::Allocator::rate_access). A malformed one, or a
+// client that closed its end, ends the watch: the session stays, ranked by
+// its last use from then on (its rate runs out).
+void KvService::on_reports(kv::SessionId id, uint32_t events) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  KvSession& s = *it->second;
+  const auto now = Clock::now();
+  int n = 0;
+  for (; n < kReportsPerWake; ++n) {
+    // One byte more than a report: a longer message is seen as too long.
+    alignas(uint32_t) std::byte buf[wire::kKvAccessBytes + 1];
+    const sys::MessageRead r = sys::read_message(s.event_fd.get(), buf, sizeof buf);
+    if (r.state == sys::MessageRead::Again) break;
+    if (r.state != sys::MessageRead::Message) {
+      s.reports.stop();  // closed or failed: nothing more comes
+      return;
+    }
+    const wire::DecodedKvAccess d = wire::decode_kv_access(buf, r.bytes);
+    if (d.error != nullptr) {
+      spdlog::warn("session {} (uid {}): a malformed KV access report of {} bytes ({}): its reports are not read "
+                   "any more, and its KV is ranked by last use",
+                   s.path, s.uid, r.bytes, d.error);
+      s.reports.stop();
+      return;
+    }
+    if (alloc_.rate_access(id, d.access.rate(), now, report_valid_for(d.access.period_ms)).ok()) ++s.access_reports;
+  }
+  if (n == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) s.reports.stop();
+}
+
 std::vector<SessionStatus> KvService::sessions() const {
   std::vector<SessionStatus> out;
   const auto now = Clock::now();
@@ -551,6 +613,8 @@ std::vector<SessionStatus> KvService::sessions() const {
     d.idle_s = std::chrono::duration<double>(now - info->last_used).count();
     d.evicted_blocks = s->evicted_blocks;
     d.restored_blocks = s->restored_blocks;
+    d.access_rate = info->access_rate;
+    d.access_reports = s->access_reports;
     out.push_back(std::move(d));
   }
   return out;

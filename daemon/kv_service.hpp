@@ -27,9 +27,28 @@
 #include "wire/notice_page.hpp"
 #include "sys/fd.hpp"
 #include "sys/files.hpp"
+#include "sys/event_loop.hpp"
 #include "sys/proc_handles.hpp"
 
 namespace airs::daemon {
+
+// The loop's watch of a session's wake channel, for its client's KV access
+// reports (wire/kv_access.hpp). Ends before the fd it watches closes: a
+// KvSession declares it after event_fd.
+class ReportWatch {
+ public:
+  ReportWatch() = default;
+  ReportWatch(const ReportWatch&) = delete;
+  ReportWatch& operator=(const ReportWatch&) = delete;
+  ~ReportWatch() { stop(); }
+  [[nodiscard]] Status start(sys::EventLoop& loop, int fd, sys::EventLoop::Callback cb);
+  void stop();
+  [[nodiscard]] bool watching() const { return loop_ != nullptr; }
+
+ private:
+  sys::EventLoop* loop_ = nullptr;
+  int fd_ = -1;
+};
 
 struct KvSession {
   kv::SessionId id = 0;
@@ -45,6 +64,8 @@ struct KvSession {
   wire::NoticeWriter notices;
   sys::UniqueFd event_fd;  // our end of the wake channel (sys::wake)
   std::optional<std::pair<dev_t, ino_t>> wake_inode;  // the client's end
+  ReportWatch reports;  // of event_fd; declared after it, so it ends first
+  uint64_t access_reports = 0;  // KV access reports taken
   uint64_t evicted_blocks = 0;
   uint64_t restored_blocks = 0;  // restored from the spill tier by MatchPrefix
 };
@@ -109,6 +130,9 @@ class KvService final : public kv::ChunkOps {
   // order (Evictor::make_room with policy::Request::for_kv_allocation).
   using RoomMaker = std::function<Status(const policy::Request&, const std::string& why)>;
   void set_room_maker(RoomMaker f) { make_room_ = std::move(f); }
+  // Sessions made from here on are watched on `loop` for their clients' KV
+  // access reports (wire/kv_access.hpp), which rank idle KV in eviction.
+  void watch_reports(sys::EventLoop& loop) { loop_ = &loop; }
   // Inodes of the fds handed out: arenas, notice pages, wake sockets.
   void add_inodes(sys::InodeSet& out) const;
 
@@ -160,6 +184,7 @@ class KvService final : public kv::ChunkOps {
  private:
   struct Arena;
   void restore(kv::ArenaId id, Arena& a);
+  void on_reports(kv::SessionId id, uint32_t events);
   struct Arena {
     std::unique_ptr<pool::Region> region;
     sys::Mapping map;  // the daemon's view, for COW copies (MAP_NORESERVE: touches only committed chunks)
@@ -189,6 +214,7 @@ class KvService final : public kv::ChunkOps {
   config::KvConfig cfg_;
   EvictedFn on_evicted_;
   RoomMaker make_room_;
+  sys::EventLoop* loop_ = nullptr;  // watch_reports
   std::unique_ptr<SpillStore> spill_;
   kv::Allocator alloc_;
   std::map<kv::ArenaId, Arena> arenas_;

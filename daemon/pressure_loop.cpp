@@ -49,10 +49,11 @@ std::string probe_damon() {
   auto nr = sys::read_u64_file(std::string(kDamonAdmin) + "/nr_kdamonds");
   if (!nr)
     return "unavailable: no DAMON sysfs interface (/sys/kernel/mm/damon/admin; kernel without CONFIG_DAMON_SYSFS); "
-           "idle KV is ranked by last use";
+           "idle KV is ranked by the access rates libairs' sampling reports, and by last use where none is reported";
   if (*nr == 0)
-    return "unavailable: DAMON sysfs present but the daemon does not start kdamonds of its own yet (KV arenas are "
-           "mapped at client addresses it does not track); idle KV is ranked by last use";
+    return "unavailable: DAMON sysfs present but the daemon does not start kdamonds of its own (KV arenas are "
+           "mapped at client addresses it does not track); idle KV is ranked by the access rates libairs' sampling "
+           "reports, and by last use where none is reported";
   auto ops = sys::read_text_file(std::string(kDamonAdmin) + "/0/contexts/0/avail_operations");
   std::string o = ops ? *ops : std::string("?");
   while (!o.empty() && (o.back() == '\n' || o.back() == ' ')) o.pop_back();
@@ -61,9 +62,10 @@ std::string probe_damon() {
   if (o.find("vaddr") == std::string::npos)
     return "unavailable: the kernel offers only '" + o +
            "' DAMON operations (no CONFIG_DAMON_VADDR), so client KV mappings cannot be monitored; idle KV is ranked "
-           "by last use";
+           "by the access rates libairs' sampling reports, and by last use where none is reported";
   return "unavailable: kdamonds exist but belong to another owner, and the daemon does not track client arena "
-         "addresses yet; idle KV is ranked by last use";
+         "addresses; idle KV is ranked by the access rates libairs' sampling reports, and by last use where none is "
+         "reported";
 }
 
 

@@ -83,6 +83,10 @@ struct SessionStatus {
   double idle_s = 0;
   uint64_t evicted_blocks = 0;
   uint64_t restored_blocks = 0;
+  // The share of its KV pages read per second, from its client's access
+  // sampling (libairs); none while no current report says.
+  std::optional<double> access_rate;
+  uint64_t access_reports = 0;
 };
 
 // CreateSession's geometry.

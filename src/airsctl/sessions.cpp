@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // airsctl sessions: every KV session (owner, uid, priority, blocks, shared
-// blocks, idle time).
+// blocks, idle time, and how often its KV is read where its client
+// samples).
 #include <fmt/format.h>
 
 #include "airsctl/common.hpp"
@@ -22,15 +23,19 @@ void add_sessions(CLI::App& app, Globals& g) {
         std::puts(j.dump().c_str());
         return;
       }
-      fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>8}\n", "SESSION", "OWNER", "UID", "PRIORITY",
-                 "MODEL", "BLOCKS", "SHARED", "TOKENS", "IDLE");
+      fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>8} {:>8}\n", "SESSION", "OWNER", "UID",
+                 "PRIORITY", "MODEL", "BLOCKS", "SHARED", "TOKENS", "IDLE", "READ/S");
       for (auto& d : list) {
-        fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>7.1f}s\n",
+        // The share of its KV pages read per second (its client's sampling);
+        // "-": not measured, ranked by last use.
+        const double rate = dbus::get<double>(d, "access_rate").value_or(-1.0);
+        const std::string read = rate < 0 ? std::string("-") : fmt::format("{:.2f}", rate);
+        fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>7.1f}s {:>8}\n",
                    std::string(dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{})),
                    dbus::get<std::string>(d, "owner").value_or(""), dbus::get<uint32_t>(d, "uid").value_or(0),
                    dbus::get<std::string>(d, "priority").value_or(""), printable_name(dbus::get<std::string>(d, "model").value_or("")),
                    dbus::get<uint32_t>(d, "blocks").value_or(0), dbus::get<uint32_t>(d, "shared_blocks").value_or(0),
-                   dbus::get<uint32_t>(d, "tokens").value_or(0), dbus::get<double>(d, "idle_s").value_or(0));
+                   dbus::get<uint32_t>(d, "tokens").value_or(0), dbus::get<double>(d, "idle_s").value_or(0), read);
       }
       if (list.empty()) fmt::print("(no sessions)\n");
     } catch (const sdbus::Error& e) {

@@ -25,6 +25,7 @@
 
 #include <sdbus-c++/sdbus-c++.h>
 
+#include "client/kv_sampler.hpp"
 #include "client/lazy_map.hpp"
 #include "client/sampler.hpp"
 #include "wire/hints.hpp"
@@ -87,6 +88,10 @@ airs::Result<airs::sys::Mapping> map_whole_readonly(int fd, const std::string& w
 struct airs_client {
   std::unique_ptr<sdbus::IConnection> bus;
   std::unique_ptr<airs::dbus::ManagerCalls> manager;
+  // KV access sampling (client/kv_sampler.hpp): its thread starts with the
+  // first session; null when AIRS_KV_SAMPLE_MS is 0. Last declared, so it
+  // stops first.
+  std::unique_ptr<airs::client::KvSampler> kv_sampler;
 };
 
 struct airs_model {
@@ -155,6 +160,7 @@ struct airs_session {
   uint64_t blocks_per_chunk = 1;
   uint64_t chunk_bytes = 0;
   airs::wire::NoticeReader reader;
+  std::unique_ptr<airs::client::KvSampling> sampling;  // on client->kv_sampler while the session is
 };
 
 const char* airs_last_error(void) { return g_last_error.c_str(); }
@@ -749,6 +755,13 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
   } catch (const sdbus::Error& e) {
     return fail(e);
   }
+  if (const auto period = airs::client::kv_sample_period_from_env(); period.count() > 0 && s->chunk_bytes > 0 &&
+                                                                      s->notice_event) {
+    if (!client->kv_sampler) client->kv_sampler = std::make_unique<airs::client::KvSampler>(period);
+    s->sampling = std::make_unique<airs::client::KvSampling>(s->arena.bytes(), s->arena.size(), s->chunk_bytes,
+                                                             s->blocks_per_chunk);
+    client->kv_sampler->add(s->sampling.get(), s->notice_event.get());
+  }
   *out = s.release();
   return 0;
 }
@@ -767,6 +780,7 @@ int airs_session_allocate(airs_session* s, uint32_t n, uint32_t* blocks_out) {
     const std::vector<uint32_t> blocks = s->proxy->Allocate(n);
     if (blocks.size() != n) return fail(EIO, "Allocate returned a different number of blocks");
     std::copy(blocks.begin(), blocks.end(), blocks_out);
+    if (s->sampling) s->sampling->held(blocks);
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -777,6 +791,7 @@ int airs_session_allocate_at(airs_session* s, uint32_t index, uint32_t* block_ou
   if (s == nullptr || block_out == nullptr) return fail(EINVAL, "airs_session_allocate_at: NULL argument");
   try {
     *block_out = s->proxy->AllocateAt(index);
+    if (s->sampling) s->sampling->held({block_out, 1});
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -787,6 +802,7 @@ int airs_session_free(airs_session* s, const uint32_t* blocks, size_t n) {
   if (s == nullptr) return fail(EINVAL, "airs_session_free: NULL session");
   try {
     s->proxy->Free(std::vector<uint32_t>(blocks, blocks + n));
+    if (s->sampling && n > 0) s->sampling->dropped({blocks, n});
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -808,6 +824,7 @@ int airs_session_match_prefix(airs_session* s, const uint64_t* hashes, size_t n,
   try {
     const std::vector<uint32_t> blocks = s->proxy->MatchPrefix(std::vector<uint64_t>(hashes, hashes + n));
     std::copy(blocks.begin(), blocks.end(), blocks_out);
+    if (s->sampling) s->sampling->held(blocks);
     return static_cast<int>(blocks.size());
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -818,6 +835,7 @@ int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writab
   if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
   try {
     *writable = s->proxy->PrepareWrite(block);
+    if (s->sampling) s->sampling->held({writable, 1});
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -863,6 +881,7 @@ int airs_session_read_notices_spilled(airs_session* s, uint32_t* blocks_out, uin
   (void)airs::sys::drain_wakeups(s->notice_event.get());  // never blocks, whatever its flags
   const int64_t n = s->reader.read(blocks_out, cap, spilled_out);
   if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
+  if (s->sampling && n > 0) s->sampling->dropped({blocks_out, static_cast<size_t>(n)});
   return static_cast<int>(n);
 }
 
@@ -870,6 +889,7 @@ uint64_t airs_session_restored_blocks(const airs_session* s) { return s == nullp
 
 void airs_session_close(airs_session* s) {
   if (s == nullptr) return;
+  if (s->sampling) s->client->kv_sampler->remove(s->sampling.get());  // before the arena is unmapped
   try {
     s->proxy->Close();
   } catch (const sdbus::Error&) {

@@ -103,11 +103,7 @@ Result<WakeChannel> wake_channel() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
     return make_error(errno, "socketpair: {}", std::strerror(errno));
-  WakeChannel c{UniqueFd(sv[0]), UniqueFd(sv[1])};
-  // Nothing comes our way: the client's sends fail (EPIPE) instead of
-  // filling a queue nobody reads.
-  if (::shutdown(c.ours.get(), SHUT_RD) != 0) return make_error(errno, "shutdown: {}", std::strerror(errno));
-  return c;
+  return WakeChannel{UniqueFd(sv[0]), UniqueFd(sv[1])};
 }
 
 void wake(int ours) {

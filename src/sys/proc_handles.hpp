@@ -38,9 +38,11 @@ namespace airs::sys {
 uint64_t eventfd_drain(int efd);
 
 // A wake-up the daemon gives a client (a KV session's eviction notices): a
-// connected SOCK_SEQPACKET pair. The daemon keeps `ours`, whose receiving
-// side is shut (the client cannot queue anything to it), and hands out
-// `theirs`, which polls readable (POLLIN) while a wake-up waits. Not an
+// connected SOCK_SEQPACKET pair. The daemon keeps `ours` and hands out
+// `theirs`, which polls readable (POLLIN) while a wake-up waits. The other
+// way the client sends its KV access reports (wire/kv_access.hpp), which
+// the daemon reads from `ours` (non-blocking, a bounded number at a time;
+// what it does not read waits in a queue the socket's buffer bounds). Not an
 // eventfd: a client shares an eventfd's O_NONBLOCK flag with the daemon
 // (one open file), could clear it and saturate the counter, and the
 // daemon's next write would then block its loop for good. A socket's

@@ -337,7 +337,8 @@ TEST(BusDicts, SessionGeometryOpenInfoPressureChangeAndEvictionReport) {
   EXPECT_EQ(signatures(list[0]), (Signatures{{"session", "o"}, {"owner", "s"}, {"uid", "u"}, {"model", "s"},
                                              {"priority", "s"}, {"blocks", "u"}, {"shared_blocks", "u"},
                                              {"tokens", "u"}, {"idle_s", "d"}, {"evicted_blocks", "t"},
-                                             {"restored_blocks", "t"}}));
+                                             {"restored_blocks", "t"}, {"access_rate", "d"},
+                                             {"access_reports", "t"}}));
   EXPECT_EQ(list[0].at("priority").get<std::string>(), "interactive");
 
   SessionGeometry g;

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/kv_sampler.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "sys/fd.hpp"
+#include "sys/files.hpp"
+#include "sys/proc_handles.hpp"
+
+namespace airs::client {
+
+std::chrono::milliseconds kv_sample_period_from_env() {
+  // A round a second: a session's pages are each dropped once a second,
+  // which costs a decode loop one minor fault per page and second.
+  constexpr std::chrono::milliseconds kDefault{1000};
+  const char* v = std::getenv("AIRS_KV_SAMPLE_MS");
+  if (v == nullptr || v[0] == '\0') return kDefault;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v, &end, 10);
+  if (end == v || *end != '\0') return kDefault;
+  if (n == 0) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(
+      std::clamp<unsigned long>(n, wire::kMinKvSamplePeriodMs, wire::kMaxKvSamplePeriodMs));
+}
+
+KvSampling::KvSampling(std::byte* base, uint64_t size, uint64_t chunk_bytes, uint64_t blocks_per_chunk)
+    : base_(base), size_(size), chunk_bytes_(chunk_bytes), blocks_per_chunk_(std::max<uint64_t>(blocks_per_chunk, 1)) {}
+
+void KvSampling::held(std::span<const uint32_t> blocks) {
+  std::lock_guard lock(mu_);
+  blocks_.insert(blocks.begin(), blocks.end());
+}
+
+void KvSampling::dropped(std::span<const uint32_t> blocks) {
+  std::lock_guard lock(mu_);
+  for (const uint32_t b : blocks) blocks_.erase(b);
+}
+
+// Whether any page of `chunk` is in this process's page tables: one
+// pagemap entry (8 bytes) per base page, bit 63 set when present.
+Result<bool> KvSampling::mapped(int pagemap_fd, uint64_t chunk) const {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(base_ + chunk * chunk_bytes_) / page;
+  const uint64_t pages = std::min(chunk_bytes_, size_ - chunk * chunk_bytes_) / page;
+  uint64_t entries[512];
+  for (uint64_t done = 0; done < pages;) {
+    const uint64_t n = std::min<uint64_t>(pages - done, std::size(entries));
+    const ssize_t got = ::pread(pagemap_fd, entries, n * sizeof(uint64_t), static_cast<off_t>((first + done) * 8));
+    if (got != static_cast<ssize_t>(n * sizeof(uint64_t)))
+      return make_error(got < 0 ? errno : EIO, "reading /proc/self/pagemap: {}",
+                        got < 0 ? std::strerror(errno) : "a short read");
+    for (uint64_t i = 0; i < n; ++i)
+      if ((entries[i] >> 63) != 0) return true;
+    done += n;
+  }
+  return false;
+}
+
+Result<std::optional<wire::KvAccess>> KvSampling::round(int pagemap_fd, std::chrono::milliseconds period) {
+  std::lock_guard lock(mu_);
+  std::optional<wire::KvAccess> report;
+  if (!dropped_.empty()) {
+    wire::KvAccess a;
+    a.period_ms = static_cast<uint32_t>(period.count());
+    a.pages = static_cast<uint32_t>(std::min<size_t>(dropped_.size(), UINT32_MAX));
+    for (const uint64_t c : dropped_) {
+      auto m = mapped(pagemap_fd, c);
+      if (!m) return std::move(m).error();
+      if (*m) ++a.touched;
+    }
+    report = a;
+  }
+  dropped_.clear();
+  for (const uint32_t b : blocks_) {
+    const uint64_t c = b / blocks_per_chunk_;
+    if ((c + 1) * chunk_bytes_ > size_) continue;  // not a block of this arena
+    if (!dropped_.empty() && dropped_.back() == c) continue;  // blocks_ is sorted: a chunk's blocks are together
+    // The system call itself: libairs-preload.so interposes madvise().
+    if (::syscall(SYS_madvise, base_ + c * chunk_bytes_, chunk_bytes_, MADV_DONTNEED) != 0)
+      return make_error(errno, "madvise(MADV_DONTNEED) of a KV chunk: {}", std::strerror(errno));
+    dropped_.push_back(c);
+  }
+  return report;
+}
+
+KvSampler::~KvSampler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void KvSampler::add(KvSampling* s, int report_fd) {
+  std::lock_guard lock(mu_);
+  sessions_.push_back(Entry{s, report_fd});
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { run(); });
+    pthread_setname_np(thread_.native_handle(), "airs-kv-sample");
+  }
+}
+
+void KvSampler::remove(KvSampling* s) {
+  std::lock_guard lock(mu_);  // a round holds it: none runs on `s` after this
+  std::erase_if(sessions_, [s](const Entry& e) { return e.sampling == s; });
+}
+
+void KvSampler::run() {
+  auto pm = sys::open_file("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (cv_.wait_for(lock, period_, [this] { return stop_; })) return;
+    if (!pm) continue;  // no pagemap (no /proc): nothing can be measured
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      auto r = it->sampling->round(pm->get(), period_);
+      if (!r) {
+        it = sessions_.erase(it);  // this session is not sampled any more
+        continue;
+      }
+      if (*r) {
+        std::byte buf[wire::kKvAccessBytes];
+        const size_t len = wire::encode_kv_access(**r, buf);
+        (void)sys::send_message(it->report_fd, buf, len);  // a full or closed channel drops the report
+      }
+      ++it;
+    }
+  }
+}
+
+}  // namespace airs::client
