@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/kv_service.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -563,10 +565,22 @@ void ReportWatch::stop() {
   fd_ = -1;
 }
 
+// No more reports from this session's client: what it queued is dropped
+// (fds passed along are closed by the kernel), and its later sends fail
+// (EPIPE), so nothing it sends stays held in the daemon's socket.
+void KvService::refuse_reports(KvSession& s) {
+  s.reports.stop();
+  for (int n = 0; n < 1 << 16; ++n) {
+    std::byte buf[64];
+    if (sys::read_message(s.event_fd.get(), buf, sizeof buf).state != sys::MessageRead::Message) break;
+  }
+  (void)::shutdown(s.event_fd.get(), SHUT_RD);
+}
+
 // A client's KV access reports, on its session's wake channel. A report
-// rates the session (kv::Allocator::rate_access). A malformed one, or a
-// client that closed its end, ends the watch: the session stays, ranked by
-// its last use from then on (its rate runs out).
+// rates the session (kv::Allocator::rate_access). A malformed one ends the
+// reports (refuse_reports), a client that closed its end the watch: the
+// session stays, ranked by its last use from then on (its rate runs out).
 void KvService::on_reports(kv::SessionId id, uint32_t events) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
@@ -587,10 +601,10 @@ void KvService::on_reports(kv::SessionId id, uint32_t events) {
       spdlog::warn("session {} (uid {}): a malformed KV access report of {} bytes ({}): its reports are not read "
                    "any more, and its KV is ranked by last use",
                    s.path, s.uid, r.bytes, d.error);
-      s.reports.stop();
+      refuse_reports(s);
       return;
     }
-    if (alloc_.rate_access(id, d.access.rate(), now, report_valid_for(d.access.period_ms)).ok()) ++s.access_reports;
+    if (alloc_.rate_access(id, d.access.share(), now, report_valid_for(d.access.period_ms)).ok()) ++s.access_reports;
   }
   if (n == 0 && (events & (EPOLLHUP | EPOLLERR)) != 0) s.reports.stop();
 }

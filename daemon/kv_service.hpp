@@ -43,7 +43,6 @@ class ReportWatch {
   ~ReportWatch() { stop(); }
   [[nodiscard]] Status start(sys::EventLoop& loop, int fd, sys::EventLoop::Callback cb);
   void stop();
-  [[nodiscard]] bool watching() const { return loop_ != nullptr; }
 
  private:
   sys::EventLoop* loop_ = nullptr;
@@ -185,6 +184,7 @@ class KvService final : public kv::ChunkOps {
   struct Arena;
   void restore(kv::ArenaId id, Arena& a);
   void on_reports(kv::SessionId id, uint32_t events);
+  static void refuse_reports(KvSession& s);
   struct Arena {
     std::unique_ptr<pool::Region> region;
     sys::Mapping map;  // the daemon's view, for COW copies (MAP_NORESERVE: touches only committed chunks)

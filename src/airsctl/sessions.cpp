@@ -24,12 +24,12 @@ void add_sessions(CLI::App& app, Globals& g) {
         return;
       }
       fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>8} {:>8}\n", "SESSION", "OWNER", "UID",
-                 "PRIORITY", "MODEL", "BLOCKS", "SHARED", "TOKENS", "IDLE", "READ/S");
+                 "PRIORITY", "MODEL", "BLOCKS", "SHARED", "TOKENS", "IDLE", "READ");
       for (auto& d : list) {
-        // The share of its KV pages read per second (its client's sampling);
-        // "-": not measured, ranked by last use.
+        // The share of its KV its client reads per sampling round, averaged
+        // over the last seconds; "-": not measured, ranked by last use.
         const double rate = dbus::get<double>(d, "access_rate").value_or(-1.0);
-        const std::string read = rate < 0 ? std::string("-") : fmt::format("{:.2f}", rate);
+        const std::string read = rate < 0 ? std::string("-") : fmt::format("{:.0f}%", rate * 100);
         fmt::print("{:<28} {:<8} {:>6} {:<12} {:<16} {:>7} {:>7} {:>7} {:>7.1f}s {:>8}\n",
                    std::string(dbus::get<sdbus::ObjectPath>(d, "session").value_or(sdbus::ObjectPath{})),
                    dbus::get<std::string>(d, "owner").value_or(""), dbus::get<uint32_t>(d, "uid").value_or(0),

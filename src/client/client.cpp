@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -88,9 +89,10 @@ airs::Result<airs::sys::Mapping> map_whole_readonly(int fd, const std::string& w
 struct airs_client {
   std::unique_ptr<sdbus::IConnection> bus;
   std::unique_ptr<airs::dbus::ManagerCalls> manager;
-  // KV access sampling (client/kv_sampler.hpp): its thread starts with the
-  // first session; null when AIRS_KV_SAMPLE_MS is 0. Last declared, so it
-  // stops first.
+  // KV access sampling (client/kv_sampler.hpp): the period, read from
+  // AIRS_KV_SAMPLE_MS at the first session, and the thread, started with
+  // it (none when the period is 0). Last declared, so it stops first.
+  std::optional<std::chrono::milliseconds> kv_sample_period;
   std::unique_ptr<airs::client::KvSampler> kv_sampler;
 };
 
@@ -755,12 +757,12 @@ int airs_session_create(airs_client* client, airs_model* model, airs_priority pr
   } catch (const sdbus::Error& e) {
     return fail(e);
   }
-  if (const auto period = airs::client::kv_sample_period_from_env(); period.count() > 0 && s->chunk_bytes > 0 &&
-                                                                      s->notice_event) {
-    if (!client->kv_sampler) client->kv_sampler = std::make_unique<airs::client::KvSampler>(period);
+  if (!client->kv_sample_period) client->kv_sample_period = airs::client::kv_sample_period_from_env();
+  if (client->kv_sample_period->count() > 0 && s->chunk_bytes > 0 && s->notice_event) {
+    if (!client->kv_sampler) client->kv_sampler = std::make_unique<airs::client::KvSampler>(*client->kv_sample_period);
     s->sampling = std::make_unique<airs::client::KvSampling>(s->arena.bytes(), s->arena.size(), s->chunk_bytes,
                                                              s->blocks_per_chunk);
-    client->kv_sampler->add(s->sampling.get(), s->notice_event.get());
+    if (!client->kv_sampler->add(s->sampling.get(), s->notice_event.get())) s->sampling.reset();
   }
   *out = s.release();
   return 0;
@@ -835,7 +837,11 @@ int airs_session_prepare_write(airs_session* s, uint32_t block, uint32_t* writab
   if (s == nullptr || writable == nullptr) return fail(EINVAL, "airs_session_prepare_write: NULL argument");
   try {
     *writable = s->proxy->PrepareWrite(block);
-    if (s->sampling) s->sampling->held({writable, 1});
+    if (s->sampling && *writable != block) {
+      // A copy: the session holds it instead of the shared block.
+      s->sampling->held({writable, 1});
+      s->sampling->dropped({&block, 1});
+    }
     return 0;
   } catch (const sdbus::Error& e) {
     return fail(e);
@@ -880,7 +886,10 @@ int airs_session_read_notices_spilled(airs_session* s, uint32_t* blocks_out, uin
   if (s == nullptr) return fail(EINVAL, "airs_session_read_notices: NULL session");
   (void)airs::sys::drain_wakeups(s->notice_event.get());  // never blocks, whatever its flags
   const int64_t n = s->reader.read(blocks_out, cap, spilled_out);
-  if (n < 0) return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
+  if (n < 0) {
+    if (s->sampling) s->sampling->dropped_all();
+    return fail(EOVERFLOW, "more blocks were evicted than the notice ring holds: treat every block as lost");
+  }
   if (s->sampling && n > 0) s->sampling->dropped({blocks_out, static_cast<size_t>(n)});
   return static_cast<int>(n);
 }

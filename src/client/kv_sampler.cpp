@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
+#include <utility>
 
 #include "sys/fd.hpp"
 #include "sys/files.hpp"
@@ -19,21 +22,26 @@
 namespace airs::client {
 
 std::chrono::milliseconds kv_sample_period_from_env() {
-  // A round a second: a session's pages are each dropped once a second,
-  // which costs a decode loop one minor fault per page and second.
+  // A round a second: a chunk is dropped at most once a second, which costs
+  // a decode loop a minor fault per page of at most 8 chunks a second.
   constexpr std::chrono::milliseconds kDefault{1000};
   const char* v = std::getenv("AIRS_KV_SAMPLE_MS");
-  if (v == nullptr || v[0] == '\0') return kDefault;
+  if (v == nullptr || v[0] < '0' || v[0] > '9') return kDefault;
   char* end = nullptr;
   const unsigned long n = std::strtoul(v, &end, 10);
-  if (end == v || *end != '\0') return kDefault;
+  if (*end != '\0') return kDefault;
   if (n == 0) return std::chrono::milliseconds(0);
   return std::chrono::milliseconds(
       std::clamp<unsigned long>(n, wire::kMinKvSamplePeriodMs, wire::kMaxKvSamplePeriodMs));
 }
 
-KvSampling::KvSampling(std::byte* base, uint64_t size, uint64_t chunk_bytes, uint64_t blocks_per_chunk)
-    : base_(base), size_(size), chunk_bytes_(chunk_bytes), blocks_per_chunk_(std::max<uint64_t>(blocks_per_chunk, 1)) {}
+KvSampling::KvSampling(std::byte* base, uint64_t size, uint64_t chunk_bytes, uint64_t blocks_per_chunk,
+                       size_t chunks_per_round)
+    : base_(base),
+      size_(size),
+      chunk_bytes_(chunk_bytes),
+      blocks_per_chunk_(std::max<uint64_t>(blocks_per_chunk, 1)),
+      per_round_(std::max<size_t>(chunks_per_round, 1)) {}
 
 void KvSampling::held(std::span<const uint32_t> blocks) {
   std::lock_guard lock(mu_);
@@ -45,12 +53,17 @@ void KvSampling::dropped(std::span<const uint32_t> blocks) {
   for (const uint32_t b : blocks) blocks_.erase(b);
 }
 
+void KvSampling::dropped_all() {
+  std::lock_guard lock(mu_);
+  blocks_.clear();
+}
+
 // Whether any page of `chunk` is in this process's page tables: one
 // pagemap entry (8 bytes) per base page, bit 63 set when present.
 Result<bool> KvSampling::mapped(int pagemap_fd, uint64_t chunk) const {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const auto first = reinterpret_cast<uintptr_t>(base_ + chunk * chunk_bytes_) / page;
-  const uint64_t pages = std::min(chunk_bytes_, size_ - chunk * chunk_bytes_) / page;
+  const uint64_t pages = chunk_bytes_ / page;
   uint64_t entries[512];
   for (uint64_t done = 0; done < pages;) {
     const uint64_t n = std::min<uint64_t>(pages - done, std::size(entries));
@@ -65,30 +78,60 @@ Result<bool> KvSampling::mapped(int pagemap_fd, uint64_t chunk) const {
   return false;
 }
 
+// Drops `chunks` (sorted) from the mapping, one call per run of adjacent
+// ones: each call costs the process a TLB flush.
+Status KvSampling::drop(const std::vector<uint64_t>& chunks) const {
+  for (size_t i = 0; i < chunks.size();) {
+    size_t j = i + 1;
+    while (j < chunks.size() && chunks[j] == chunks[j - 1] + 1) ++j;
+    // The system call itself: libairs-preload.so interposes madvise().
+    if (::syscall(SYS_madvise, base_ + chunks[i] * chunk_bytes_, (j - i) * chunk_bytes_, MADV_DONTNEED) != 0)
+      return make_error(errno, "madvise(MADV_DONTNEED) of the KV arena: {}", std::strerror(errno));
+    i = j;
+  }
+  return {};
+}
+
 Result<std::optional<wire::KvAccess>> KvSampling::round(int pagemap_fd, std::chrono::milliseconds period) {
-  std::lock_guard lock(mu_);
+  // The chunks that hold the session's blocks now (sorted, as blocks_ is),
+  // taken under the lock; the work below runs without it, so the caller's
+  // calls never wait for page tables.
+  std::vector<uint64_t> held;
+  {
+    std::lock_guard lock(mu_);
+    for (const uint32_t b : blocks_) {
+      const uint64_t c = b / blocks_per_chunk_;
+      if ((c + 1) * chunk_bytes_ > size_) continue;  // not a block of this arena
+      if (held.empty() || held.back() != c) held.push_back(c);
+    }
+  }
+  // This round's chunks: the next per_round_ from where the last stopped.
+  std::vector<uint64_t> take;
+  auto from = std::lower_bound(held.begin(), held.end(), next_chunk_);
+  for (size_t i = 0; i < held.size() && take.size() < per_round_; ++i) {
+    if (from == held.end()) from = held.begin();
+    take.push_back(*from++);
+  }
+  std::sort(take.begin(), take.end());
+  if (!take.empty()) next_chunk_ = (from == held.end() ? held.front() : *from);
+
+  // What the report counts: the chunks the last round dropped, or, after a
+  // round that dropped none, this round's before they are dropped.
+  const std::vector<uint64_t>& counted = dropped_.empty() ? take : dropped_;
   std::optional<wire::KvAccess> report;
-  if (!dropped_.empty()) {
+  if (!counted.empty()) {
     wire::KvAccess a;
     a.period_ms = static_cast<uint32_t>(period.count());
-    a.pages = static_cast<uint32_t>(std::min<size_t>(dropped_.size(), UINT32_MAX));
-    for (const uint64_t c : dropped_) {
+    a.chunks = static_cast<uint32_t>(std::min<size_t>(counted.size(), UINT32_MAX));
+    for (const uint64_t c : counted) {
       auto m = mapped(pagemap_fd, c);
       if (!m) return std::move(m).error();
       if (*m) ++a.touched;
     }
     report = a;
   }
-  dropped_.clear();
-  for (const uint32_t b : blocks_) {
-    const uint64_t c = b / blocks_per_chunk_;
-    if ((c + 1) * chunk_bytes_ > size_) continue;  // not a block of this arena
-    if (!dropped_.empty() && dropped_.back() == c) continue;  // blocks_ is sorted: a chunk's blocks are together
-    // The system call itself: libairs-preload.so interposes madvise().
-    if (::syscall(SYS_madvise, base_ + c * chunk_bytes_, chunk_bytes_, MADV_DONTNEED) != 0)
-      return make_error(errno, "madvise(MADV_DONTNEED) of a KV chunk: {}", std::strerror(errno));
-    dropped_.push_back(c);
-  }
+  AIRS_TRY(drop(take));
+  dropped_ = std::move(take);
   return report;
 }
 
@@ -101,13 +144,18 @@ KvSampler::~KvSampler() {
   if (thread_.joinable()) thread_.join();
 }
 
-void KvSampler::add(KvSampling* s, int report_fd) {
+bool KvSampler::add(KvSampling* s, int report_fd) {
   std::lock_guard lock(mu_);
-  sessions_.push_back(Entry{s, report_fd});
   if (!thread_.joinable()) {
-    thread_ = std::thread([this] { run(); });
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error&) {
+      return false;  // no thread (a pids limit, say): no sampling
+    }
     pthread_setname_np(thread_.native_handle(), "airs-kv-sample");
   }
+  sessions_.push_back(Entry{s, report_fd});
+  return true;
 }
 
 void KvSampler::remove(KvSampling* s) {
@@ -124,7 +172,10 @@ void KvSampler::run() {
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       auto r = it->sampling->round(pm->get(), period_);
       if (!r) {
-        it = sessions_.erase(it);  // this session is not sampled any more
+        // Not sampled any more: the daemon ranks its KV by last use.
+        if (!std::exchange(warned_, true))
+          std::fprintf(stderr, "airs: KV access sampling of a session stopped: %s\n", r.error().message.c_str());
+        it = sessions_.erase(it);
         continue;
       }
       if (*r) {

@@ -87,9 +87,11 @@ struct SessionRec {
   ArenaId arena = 0;
   Priority prio = Priority::Background;
   TimePoint last_used{};
-  // Measured accesses (rate_access): a decaying average, and until when it
-  // counts (a client that stopped reporting is no longer measured).
+  // Measured accesses (rate_access): an average that decays with time, when
+  // it was last measured, and until when it counts (a client that stopped
+  // reporting is no longer measured).
   double access_rate = 0;
+  TimePoint rated_at{};
   TimePoint rated_until{};
   bool rated = false;
   uint32_t length = 0;
@@ -100,6 +102,9 @@ struct SessionRec {
   std::vector<BlockId> table;
   std::vector<uint32_t> owned;
 };
+
+// What a measurement of the past weighs, halved after each of these.
+constexpr std::chrono::duration<double> kAccessHalfLife = std::chrono::seconds(2);
 
 // The session's measured access rate while it is current.
 std::optional<double> rate_of(const SessionRec& s, TimePoint now) {
@@ -805,15 +810,23 @@ Status Allocator::touch(SessionId sid, TimePoint now) {
   return {};
 }
 
-Status Allocator::rate_access(SessionId sid, double rate, TimePoint now, std::chrono::nanoseconds valid_for) {
+Status Allocator::rate_access(SessionId sid, double share, TimePoint now, std::chrono::nanoseconds valid_for) {
   SessionRec* s = impl_->find_session(sid);
   if (s == nullptr) return Impl::no_session(sid);
-  if (!(rate >= 0) || !std::isfinite(rate)) return make_error(EINVAL, "KV session {}: access rate {} is not a rate", sid, rate);
-  // Half the weight on the newest measurement: a session read a moment ago
-  // and not in the last round still ranks above one never read, and one
-  // that went idle falls below the busy ones within a few rounds.
-  s->access_rate = rate_of(*s, now) ? (s->access_rate + rate) / 2 : rate;
+  if (!(share >= 0 && share <= 1))
+    return make_error(EINVAL, "KV session {}: a share of {} of its KV read is not a share", sid, share);
+  // An average over time, whatever the client's period: what was measured
+  // before weighs half after every kAccessHalfLife, so a session read a
+  // moment ago ranks above one read a minute ago, and two clients that
+  // sample at different periods are ranked alike.
+  if (!rate_of(*s, now)) {
+    s->access_rate = share;
+  } else if (now > s->rated_at) {
+    const double w = std::exp2(-std::chrono::duration<double>(now - s->rated_at) / kAccessHalfLife);
+    s->access_rate = w * s->access_rate + (1 - w) * share;
+  }
   s->rated = true;
+  s->rated_at = std::max(s->rated_at, now);
   s->rated_until = now + valid_for;
   return {};
 }

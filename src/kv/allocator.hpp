@@ -203,13 +203,13 @@ class Allocator {
   // Marks the session used (the daemon calls it on client activity).
   [[nodiscard]] Status touch(SessionId session, TimePoint now);
 
-  // A measurement of how often the session's KV is read (the share of its
-  // pages touched per second, from the client's access sampling). Kept as
-  // an average that halves the old value's weight at each measurement, and
-  // counted until `now + valid_for`: eviction ranks a priority level by
-  // these rates when every session in it has one, by last use otherwise.
-  // EINVAL for a negative or non-finite rate.
-  [[nodiscard]] Status rate_access(SessionId session, double rate, TimePoint now, std::chrono::nanoseconds valid_for);
+  // A measurement of how much of the session's KV its client read: the
+  // share of the sampled chunks touched within one round of the client's
+  // access sampling (0..1). Kept as an average over time (what was measured
+  // before weighs half every 2 s), counted until `now + valid_for`: eviction
+  // ranks a priority level by these rates when every session in it has a
+  // current one, by last use otherwise. EINVAL for a share outside 0..1.
+  [[nodiscard]] Status rate_access(SessionId session, double share, TimePoint now, std::chrono::nanoseconds valid_for);
 
   // Publishes full blocks (every token slot below the session's length)
   // under the client's chained hashes, for other sessions of the arena.

@@ -71,10 +71,10 @@ struct SessionState {
   uint32_t partial_blocks = 0;  // of those, blocks not completely filled with tokens (0 or 1 in practice: the tail)
   uint64_t block_bytes = 0;
   Clock::time_point last_used{};
-  // How often the session's KV is read: the share of its pages a client
-  // touched per second, measured by libairs' access sampling (none while
-  // the client does not report). Ranks idle KV within a level before
-  // last_used.
+  // How much of the session's KV its client reads: the share of it touched
+  // per round of libairs' access sampling, averaged over the last seconds
+  // (0..1; none while the client does not report). Ranks idle KV within a
+  // level before last_used, when every session in the level has one.
   std::optional<double> access_rate;
 };
 

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +15,10 @@
 #include <chrono>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,6 +30,7 @@
 #include "daemon_fixture.hpp"
 #include "harness.hpp"
 #include "kv_pattern.hpp"
+#include "wire/kv_access.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -566,6 +570,33 @@ TEST_F(KvEviction, AClientThatBlocksAndFillsItsNoticeFdCannotStallTheDaemon) {
   EXPECT_FALSE(readable(fd)) << "reading the notices (on a blocking fd) did not quiet it";
   // And it goes on serving everyone.
   EXPECT_EQ(dbus_->status()["kv"]["sessions"].get<uint64_t>(), 4u) << dbus_->status().dump();
+
+  // Its end of the channel is shut for it now: what it sends next fails,
+  // so nothing it sends is held in the daemon's socket.
+  const uint64_t more = 1;
+  EXPECT_EQ(::send(fd, &more, sizeof more, MSG_NOSIGNAL | MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EPIPE) << std::strerror(errno);
+
+  // A raw client that floods its session's channel with reports and hangs
+  // up: the daemon reads a bounded number per turn, then sees the hang-up
+  // and stops watching. Its loop is idle afterwards: over a second with
+  // only our status calls, an idle loop wakes a few times per call, one
+  // that spins on the closed socket thousands of times.
+  BusClient::Session raw;
+  ASSERT_TRUE(dbus_->create_session(model_obj_, "background", &raw).ok());
+  std::byte report[airs::wire::kKvAccessBytes];
+  (void)airs::wire::encode_kv_access({1000, 1, 1}, report);
+  while (::send(raw.event_fd, report, sizeof report, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof report)) {
+  }
+  EXPECT_EQ(errno, EAGAIN) << std::strerror(errno);
+  for (int* f : {&raw.event_fd, &raw.notice_fd, &raw.arena_fd}) {
+    if (*f >= 0) ::close(*f);
+    *f = -1;
+  }
+  const uint64_t w0 = dbus_->status()["loop_wakeups"].get<uint64_t>();
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(dbus_->status()["loop_wakeups"].get<uint64_t>() - w0, 500u) << "the daemon's loop spins";
+  EXPECT_TRUE(dbus_->close_session(raw.path).ok());
 }
 
 // Within a priority, idle KV goes first by how often it is read, where the
@@ -576,10 +607,15 @@ TEST_F(KvEviction, AClientThatBlocksAndFillsItsNoticeFdCannotStallTheDaemon) {
 TEST_F(KvEviction, WithinAPriorityTheSessionItsClientDoesNotReadGoesFirst) {
   // Rounds of 50 ms (the default is a second). The sampler reads it when
   // this process's first session is made.
+  const char* was = std::getenv("AIRS_KV_SAMPLE_MS");
+  struct Restore {
+    std::optional<std::string> value;
+    ~Restore() {
+      if (value) ::setenv("AIRS_KV_SAMPLE_MS", value->c_str(), 1);
+      else ::unsetenv("AIRS_KV_SAMPLE_MS");
+    }
+  } restore{was != nullptr ? std::optional<std::string>(was) : std::nullopt};
   ASSERT_EQ(::setenv("AIRS_KV_SAMPLE_MS", "50", 1), 0);
-  struct Unset {
-    ~Unset() { ::unsetenv("AIRS_KV_SAMPLE_MS"); }
-  } unset;
   if (!start(32, "idle_threshold = \"1h\"\n") || !open_lib()) return;
   airs_session* read = session(AIRS_PRIORITY_BACKGROUND);
   airs_session* idle = session(AIRS_PRIORITY_BACKGROUND);

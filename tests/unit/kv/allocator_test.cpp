@@ -586,20 +586,23 @@ TEST_F(KvAllocatorTest, AccessRatesRankALevelWhileTheyAreCurrent) {
   const auto idle_blocks = allocate(idle, 2, kT0 + 1s);
   const SessionId req = session(a, Priority::Interactive, kT0 + 2s);
 
-  // A rate that is not one is refused and changes nothing.
-  EXPECT_EQ(alloc_.rate_access(read, -1.0, kT0 + 2s, 10s).error().code, EINVAL);
+  // A share that is not one is refused and changes nothing.
+  EXPECT_EQ(alloc_.rate_access(read, -0.1, kT0 + 2s, 10s).error().code, EINVAL);
+  EXPECT_EQ(alloc_.rate_access(read, 1.5, kT0 + 2s, 10s).error().code, EINVAL);
   EXPECT_EQ(alloc_.rate_access(read, std::nan(""), kT0 + 2s, 10s).error().code, EINVAL);
   EXPECT_FALSE(alloc_.session_info(read).value().access_rate.has_value());
 
   ASSERT_TRUE(alloc_.rate_access(read, 0.8, kT0 + 2s, 10s).ok());
   ASSERT_TRUE(alloc_.rate_access(idle, 0.0, kT0 + 2s, 10s).ok());
-  // The newest measurement weighs half: 0.8 then 0 is 0.4, above 0.
+  // An average over time: after 1 s, what was measured before weighs
+  // 2^-0.5 (half every 2 s), so 0.8 and then 0 is about 0.57, above 0.
   ASSERT_TRUE(alloc_.rate_access(read, 0.0, kT0 + 3s, 10s).ok());
   policy::PoolState ps = alloc_.snapshot(kT0 + 3s);
   ASSERT_EQ(ps.sessions.size(), 3u);
   for (const auto& st : ps.sessions) {
     if (st.id == read) {
-      EXPECT_EQ(st.access_rate, std::optional<double>(0.4));
+      ASSERT_TRUE(st.access_rate.has_value());
+      EXPECT_DOUBLE_EQ(*st.access_rate, 0.8 * std::exp2(-0.5));
     } else if (st.id == idle) {
       EXPECT_EQ(st.access_rate, std::optional<double>(0.0));
     } else {

@@ -4,6 +4,7 @@
 #include "client/kv_sampler.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -68,9 +69,13 @@ TEST_F(KvSamplingTest, ARoundCountsTheChunksTouchedSinceTheLastOneAndKeepsEveryB
   s.held(held);
   for (uint64_t c = 0; c < kChunks; ++c) ASSERT_TRUE(present(c)) << c;
 
+  // The first round counts the chunks it takes (all written since they
+  // were mapped), then drops them.
   auto r = s.round(pagemap_.get(), 50ms);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_FALSE(r->has_value()) << "the first round has nothing dropped to count";
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->chunks, 3U);
+  EXPECT_EQ((*r)->touched, 3U);
   EXPECT_FALSE(present(0));
   EXPECT_FALSE(present(1));
   EXPECT_FALSE(present(2));
@@ -83,10 +88,10 @@ TEST_F(KvSamplingTest, ARoundCountsTheChunksTouchedSinceTheLastOneAndKeepsEveryB
   r = s.round(pagemap_.get(), 50ms);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_TRUE(r->has_value());
-  EXPECT_EQ((*r)->pages, 3U);
+  EXPECT_EQ((*r)->chunks, 3U);
   EXPECT_EQ((*r)->touched, 1U);
   EXPECT_EQ((*r)->period_ms, 50U);
-  EXPECT_DOUBLE_EQ((*r)->rate(), 1.0 / 3.0 * 20.0);
+  EXPECT_DOUBLE_EQ((*r)->share(), 1.0 / 3.0);
 
   // Dropped pages keep their bytes: reading all of them touches all three.
   EXPECT_TRUE(bytes_intact()) << "a dropped page lost its bytes";
@@ -94,7 +99,7 @@ TEST_F(KvSamplingTest, ARoundCountsTheChunksTouchedSinceTheLastOneAndKeepsEveryB
   r = s.round(pagemap_.get(), 50ms);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_TRUE(r->has_value());
-  EXPECT_EQ((*r)->pages, 3U);
+  EXPECT_EQ((*r)->chunks, 3U);
   EXPECT_EQ((*r)->touched, 3U);
   EXPECT_TRUE(present(1)) << "a chunk the session no longer holds was dropped";
 
@@ -102,9 +107,38 @@ TEST_F(KvSamplingTest, ARoundCountsTheChunksTouchedSinceTheLastOneAndKeepsEveryB
   r = s.round(pagemap_.get(), 50ms);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_TRUE(r->has_value());
-  EXPECT_EQ((*r)->pages, 2U);
+  EXPECT_EQ((*r)->chunks, 2U);
   EXPECT_EQ((*r)->touched, 0U);
   EXPECT_TRUE(bytes_intact());
+
+  // A session whose blocks are all gone reports nothing.
+  s.dropped_all();
+  r = s.round(pagemap_.get(), 50ms);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->has_value()) << "the last round's chunks are still counted";
+  r = s.round(pagemap_.get(), 50ms);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->has_value());
+}
+
+// A round takes a bounded number of chunks, round robin over those the
+// session holds, so a big KV costs a bounded number of faults per round.
+TEST_F(KvSamplingTest, ARoundTakesAtMostItsShareOfChunksRoundRobin) {
+  KvSampling s(map_.bytes(), map_.size(), chunk_, kBlocksPerChunk, 2);
+  s.held(std::vector<uint32_t>{0, 4, 8, 12});  // one block in each of the 4 chunks
+  std::vector<std::vector<bool>> seen;
+  for (int i = 0; i < 3; ++i) {
+    bytes_intact();  // touch every chunk
+    auto r = s.round(pagemap_.get(), 50ms);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_TRUE(r->has_value());
+    EXPECT_EQ((*r)->chunks, 2U);
+    EXPECT_EQ((*r)->touched, 2U);
+    seen.push_back({present(0), present(1), present(2), present(3)});
+  }
+  EXPECT_EQ(seen[0], (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(seen[1], (std::vector<bool>{true, true, false, false}));
+  EXPECT_EQ(seen[2], (std::vector<bool>{false, false, true, true}));
 }
 
 // The sampler's thread sends one report per round on the session's
@@ -115,18 +149,18 @@ TEST_F(KvSamplingTest, TheSamplerSendsAReportPerRoundUntilTheSessionIsRemoved) {
   ASSERT_TRUE(ch.ok()) << ch.error().message;
   KvSampling s(map_.bytes(), map_.size(), chunk_, kBlocksPerChunk);
   s.held(std::vector<uint32_t>{0});
+  std::byte buf[wire::kKvAccessBytes + 1];
   {
     KvSampler sampler(10ms);
-    sampler.add(&s, ch->first.get());
-    // Two reports: the second round's is the first one (the first round
-    // only drops). Blocking reads: the thread sends them.
-    std::byte buf[wire::kKvAccessBytes + 1];
+    ASSERT_TRUE(sampler.add(&s, ch->first.get()));
     for (int i = 0; i < 2; ++i) {
-      const ssize_t n = ::recv(ch->second.get(), buf, sizeof buf, 0);
-      ASSERT_EQ(n, static_cast<ssize_t>(wire::kKvAccessBytes));
-      const auto d = wire::decode_kv_access(buf, static_cast<size_t>(n));
+      pollfd p{ch->second.get(), POLLIN, 0};
+      ASSERT_EQ(::poll(&p, 1, 60'000), 1) << "no report in 60 s";
+      const auto m = sys::read_message(ch->second.get(), buf, sizeof buf);
+      ASSERT_EQ(m.state, sys::MessageRead::Message);
+      const auto d = wire::decode_kv_access(buf, m.bytes);
       ASSERT_EQ(d.error, nullptr) << d.error;
-      EXPECT_EQ(d.access.pages, 1U);
+      EXPECT_EQ(d.access.chunks, 1U);
       EXPECT_EQ(d.access.period_ms, 10U);
     }
     sampler.remove(&s);
@@ -134,7 +168,6 @@ TEST_F(KvSamplingTest, TheSamplerSendsAReportPerRoundUntilTheSessionIsRemoved) {
     while (sys::read_message(ch->second.get(), buf, sizeof buf).state == sys::MessageRead::Message) {
     }
   }  // the thread has ended: no round can be under way
-  std::byte buf[wire::kKvAccessBytes + 1];
   EXPECT_EQ(sys::read_message(ch->second.get(), buf, sizeof buf).state, sys::MessageRead::Again);
   EXPECT_TRUE(bytes_intact());
 }
@@ -145,13 +178,13 @@ TEST(KvAccessWire, AReportRoundTripsAndAMalformedOneIsNamed) {
   ASSERT_EQ(n, wire::kKvAccessBytes);
   auto d = wire::decode_kv_access(buf, n);
   ASSERT_EQ(d.error, nullptr);
-  EXPECT_DOUBLE_EQ(d.access.rate(), 0.25);
+  EXPECT_DOUBLE_EQ(d.access.share(), 0.25);
   EXPECT_NE(wire::decode_kv_access(buf, n + 1).error, nullptr);
   EXPECT_NE(wire::decode_kv_access(buf, n - 1).error, nullptr);
-  for (const wire::KvAccess bad : {wire::KvAccess{9, 8, 2}, wire::KvAccess{600'001, 8, 2}, wire::KvAccess{1000, 0, 0},
+  for (const wire::KvAccess bad : {wire::KvAccess{9, 8, 2}, wire::KvAccess{10'001, 8, 2}, wire::KvAccess{1000, 0, 0},
                                    wire::KvAccess{1000, 2, 3}}) {
     (void)wire::encode_kv_access(bad, buf);
-    EXPECT_NE(wire::decode_kv_access(buf, n).error, nullptr) << bad.period_ms << " " << bad.pages << " " << bad.touched;
+    EXPECT_NE(wire::decode_kv_access(buf, n).error, nullptr) << bad.period_ms << " " << bad.chunks << " " << bad.touched;
   }
   (void)wire::encode_kv_access({1000, 8, 2}, buf);
   buf[0] = std::byte{0};
@@ -168,7 +201,9 @@ TEST(KvAccessWire, ThePeriodComesFromTheEnvironmentWithinTheDaemonsRange) {
   ::setenv("AIRS_KV_SAMPLE_MS", "1", 1);
   EXPECT_EQ(kv_sample_period_from_env(), 10ms);
   ::setenv("AIRS_KV_SAMPLE_MS", "99999999", 1);
-  EXPECT_EQ(kv_sample_period_from_env(), 600'000ms);
+  EXPECT_EQ(kv_sample_period_from_env(), 10'000ms);
+  ::setenv("AIRS_KV_SAMPLE_MS", "-1", 1);
+  EXPECT_EQ(kv_sample_period_from_env(), 1000ms);
   ::setenv("AIRS_KV_SAMPLE_MS", "fast", 1);
   EXPECT_EQ(kv_sample_period_from_env(), 1000ms);
   if (was) ::setenv("AIRS_KV_SAMPLE_MS", saved.c_str(), 1);
