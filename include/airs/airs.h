@@ -200,7 +200,10 @@ int airs_session_set_length(airs_session *s, uint32_t tokens);
  * use airs_session_set_length where a refusal must be seen. Returns 0 once
  * queued for sending, or a negative errno. */
 int airs_session_post_length(airs_session *s, uint32_t tokens);
-/* Where block `block` lives in this process (NULL for a bad id). */
+/* Where block `block` lives in this process (NULL for a bad id). Touch the
+ * session's blocks through this pointer only: the library measures how
+ * much of the session's KV is read through its own mapping, and the daemon
+ * evicts the KV read least first (libairs(3), AIRS_KV_SAMPLE_MS). */
 void *airs_session_block_ptr(airs_session *s, uint32_t block);
 /* A file descriptor to poll(2) for POLLIN: readable when blocks of this
  * session were evicted; then call airs_session_read_notices, which makes it

@@ -2,7 +2,7 @@
 // airsctl's contract with scripts and people, against a real airs-memd on a
 // private bus: one exit-code scheme (usage errors 2, nothing on stdout,
 // the reason on stderr), a "schema" member in every --json document,
-// `sessions` listing a live session, `status --watch` refreshing, and the
+// `sessions` listing a live session (and how often its KV is read), `status --watch` refreshing, and the
 // progress bar of `load` as a terminal shows it (a pty under script(1)).
 #include <gtest/gtest.h>
 
@@ -12,9 +12,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -172,7 +176,12 @@ TEST(Airsctl, EveryJsonDocumentHasSchema1AndSessionsListsALiveSession) {
   airs_session* s = nullptr;
   ASSERT_EQ(airs_connect(bus.address().c_str(), &c), 0) << airs_last_error();
   ASSERT_EQ(airs_model_open(c, model.path().c_str(), nullptr, &m), 0) << airs_last_error();
-  ASSERT_EQ(airs_session_create(c, m, AIRS_PRIORITY_BACKGROUND, &s), 0) << airs_last_error();
+  // KV access sampling in rounds of 20 ms (a second by default), read when
+  // the client makes its first session.
+  ASSERT_EQ(::setenv("AIRS_KV_SAMPLE_MS", "20", 1), 0);
+  const int created = airs_session_create(c, m, AIRS_PRIORITY_BACKGROUND, &s);
+  ::unsetenv("AIRS_KV_SAMPLE_MS");
+  ASSERT_EQ(created, 0) << airs_last_error();
   uint32_t blocks[2];
   ASSERT_EQ(airs_session_allocate(s, 2, blocks), 0) << airs_last_error();
 
@@ -188,6 +197,34 @@ TEST(Airsctl, EveryJsonDocumentHasSchema1AndSessionsListsALiveSession) {
   EXPECT_NE(human.out.find("SESSION"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find(one["session"].get<std::string>()), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("background"), std::string::npos) << human.out;
+
+  // How often its KV is read: this process writes its blocks until a
+  // report of the sampling says they were touched; then the rate is in the
+  // JSON, and READ shows a share where it showed "-" (not measured).
+  EXPECT_NE(human.out.find("READ"), std::string::npos) << human.out;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);;) {
+    for (const uint32_t b : blocks) static_cast<volatile uint8_t*>(airs_session_block_ptr(s, b))[0] = 1;
+    auto now = json_of({"sessions"});
+    ASSERT_EQ(now["sessions"].size(), 1U) << now.dump();
+    if (now["sessions"][0].value("access_rate", -1.0) > 0) {
+      EXPECT_GT(now["sessions"][0].value("access_reports", uint64_t{0}), 0U) << now.dump();
+      break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no KV access report in 60 s: " << now.dump();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto rated = ctl({"sessions"});
+  ASSERT_EQ(rated.exit_code, 0) << rated.err;
+  {
+    std::istringstream lines(rated.out);
+    std::string line, last;
+    while (std::getline(lines, line))
+      if (line.find(one["session"].get<std::string>()) != std::string::npos) last = line.substr(line.rfind(' ') + 1);
+    char* end = nullptr;
+    const double shown = std::strtod(last.c_str(), &end);
+    EXPECT_TRUE(!last.empty() && end != last.c_str() && std::string(end) == "%" && shown >= 0 && shown <= 100)
+        << "READ is not a share: '" << last << "'\n" << rated.out;
+  }
 
   auto rd = json_of({"read", model.path(), model.tensor()});
   EXPECT_EQ(rd["tensor"], model.tensor());
