@@ -307,6 +307,7 @@ dbus::Dict to_dict(const SessionStatus& s) {
   // Negative: not measured (no current report), ranked by last use.
   d["access_rate"] = v(s.access_rate.value_or(-1.0));
   d["access_reports"] = v(s.access_reports);
+  d["access_reports_refused"] = v(s.access_reports_refused);
   return d;
 }
 

@@ -570,6 +570,7 @@ void ReportWatch::stop() {
 // (EPIPE), so nothing it sends stays held in the daemon's socket.
 void KvService::refuse_reports(KvSession& s) {
   s.reports.stop();
+  s.reports_refused = true;
   for (int n = 0; n < 1 << 16; ++n) {
     std::byte buf[64];
     if (sys::read_message(s.event_fd.get(), buf, sizeof buf).state != sys::MessageRead::Message) break;
@@ -629,6 +630,7 @@ std::vector<SessionStatus> KvService::sessions() const {
     d.restored_blocks = s->restored_blocks;
     d.access_rate = info->access_rate;
     d.access_reports = s->access_reports;
+    d.access_reports_refused = s->reports_refused;
     out.push_back(std::move(d));
   }
   return out;

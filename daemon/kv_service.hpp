@@ -65,6 +65,7 @@ struct KvSession {
   std::optional<std::pair<dev_t, ino_t>> wake_inode;  // the client's end
   ReportWatch reports;  // of event_fd; declared after it, so it ends first
   uint64_t access_reports = 0;  // KV access reports taken
+  bool reports_refused = false;  // after a malformed one (refuse_reports)
   uint64_t evicted_blocks = 0;
   uint64_t restored_blocks = 0;  // restored from the spill tier by MatchPrefix
 };

@@ -87,6 +87,7 @@ struct SessionStatus {
   // sampling (libairs); none while no current report says.
   std::optional<double> access_rate;
   uint64_t access_reports = 0;
+  bool access_reports_refused = false;  // it sent a malformed one: no more are read
 };
 
 // CreateSession's geometry.

@@ -338,7 +338,7 @@ TEST(BusDicts, SessionGeometryOpenInfoPressureChangeAndEvictionReport) {
                                              {"priority", "s"}, {"blocks", "u"}, {"shared_blocks", "u"},
                                              {"tokens", "u"}, {"idle_s", "d"}, {"evicted_blocks", "t"},
                                              {"restored_blocks", "t"}, {"access_rate", "d"},
-                                             {"access_reports", "t"}}));
+                                             {"access_reports", "t"}, {"access_reports_refused", "b"}}));
   EXPECT_EQ(list[0].at("priority").get<std::string>(), "interactive");
 
   SessionGeometry g;

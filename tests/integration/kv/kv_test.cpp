@@ -571,6 +571,22 @@ TEST_F(KvEviction, AClientThatBlocksAndFillsItsNoticeFdCannotStallTheDaemon) {
   // And it goes on serving everyone.
   EXPECT_EQ(dbus_->status()["kv"]["sessions"].get<uint64_t>(), 4u) << dbus_->status().dump();
 
+  // The daemon refuses that session's reports once its loop has read the
+  // write (on its own turn, which may come after the calls above are
+  // answered: the bus and the channel are two descriptors). Status says
+  // so, for that session alone.
+  for (const auto deadline = std::chrono::steady_clock::now() + 60s;;) {
+    int refused = 0, others = 0;
+    for (const auto& d : dbus_->list_sessions()) {
+      if (!d.value("access_reports_refused", false)) continue;
+      if (d.value("priority", "") == "background") ++refused;
+      else ++others;
+    }
+    EXPECT_EQ(others, 0) << "another session's reports were refused";
+    if (refused == 1) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the malformed report was never refused";
+    std::this_thread::sleep_for(10ms);
+  }
   // Its end of the channel is shut for it now: what it sends next fails,
   // so nothing it sends is held in the daemon's socket.
   const uint64_t more = 1;
