@@ -160,6 +160,21 @@ as_user() {  # as_user USER CMD...: in the container as USER (with its groups)
   ct setpriv --reuid="$u" --regid="$(ct id -g "$u")" --init-groups -- env -i PATH=/usr/bin:/bin HOME=/ "$@"
 }
 svc() { ct systemctl show -P "$1" airs-memd.service; }
+# journal_has SECONDS PATTERN [journalctl match...]: waits (bounded) until the
+# journal holds a line matching the extended regex PATTERN. journald stores a
+# unit's lines asynchronously, so a line may land after the state that caused
+# it is visible. The journal is read whole and then searched: piping it into
+# `grep -q` under pipefail fails when grep exits before journalctl is done.
+journal_has() {
+  local n=$(( $1 * 10 )) pat=$2 j; shift 2
+  (($# > 0)) || set -- -u airs-memd.service
+  for _ in $(seq "$n"); do
+    j=$(ct journalctl --no-pager -o cat "$@" 2>/dev/null || true)
+    grep -qiE -- "$pat" <<<"$j" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 
 state=""
 for _ in $(seq 300); do
@@ -396,11 +411,7 @@ if ct systemctl restart airs-memd.service; then
       fail "dbus restarted: MainPID $pid -> $(svc MainPID), NRestarts $restarts -> $(svc NRestarts), $(svc ActiveState)"
     fi
     reconnected=0
-    for _ in $(seq 150); do
-      ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null | grep -q 'serving org.aios.Airs1 on system as .* again' \
-        && { reconnected=1; break; }
-      sleep 0.1
-    done
+    journal_has 15 'serving org.aios.Airs1 on system as .* again' "_SYSTEMD_INVOCATION_ID=$inv" && reconnected=1
     journal_inv=$(ct journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" 2>/dev/null || true)
     # The daemon's own measure: from the loss to the name owned again.
     offline=$(grep -o 'again, after [0-9]* ms without the bus ([0-9]* attempt(s))' <<<"$journal_inv" | head -1 || true)
@@ -639,9 +650,10 @@ kept_id=""
 if as_user airs-member airsctl load --name e2e /var/tmp/e2e.gguf >/dev/null 2>&1; then
   for _ in $(seq 100); do
     m=$(model_json); kept_id=$(field content_id "$m")
-    [[ -n $kept_id ]] && ct journalctl -u airs-memd --no-pager -o cat 2>/dev/null | grep -q "region kept by the service manager" && break
-    kept_id=""; sleep 0.1
+    [[ -n $kept_id ]] && break
+    sleep 0.1
   done
+  [[ -n $kept_id ]] && ! journal_has 10 "region kept by the service manager" && kept_id=""
 fi
 [[ -n $kept_id ]] && pass "a resident model's region is kept in the fd store (content id $kept_id)" \
   || fail "the loaded model was never kept: $(ct journalctl -u airs-memd --no-pager -o cat | tail -5)"
@@ -673,11 +685,12 @@ t_k=$(date +%s.%N)
 ct systemctl kill -s KILL airs-memd.service
 if wait_restarted "$pid" 15; then
   if ((owned_kept)); then
-    if ct journalctl -u airs-memd --no-pager -o cat 2>/dev/null | grep -q "dropped, not served: the file's bytes changed" &&
-       out=$(as_user airs-member airs-demo --bus system "$owned" 2>&1); then
+    if ! journal_has 10 "dropped, not served: the file's bytes changed"; then
+      fail "the changed owner-writable model: the journal never said its region was dropped: $(ct journalctl -u airs-memd --no-pager -o cat | grep -i kept | tail -3)"
+    elif out=$(as_user airs-member airs-demo --bus system "$owned" 2>&1); then
       pass "the changed owner-writable model was not adopted; its owner reads the file's new bytes (airs-demo)"
     else
-      fail "the changed owner-writable model: ${out:-} $(ct journalctl -u airs-memd --no-pager -o cat | grep -i kept | tail -3)"
+      fail "the changed owner-writable model was dropped, but its owner's airs-demo failed: $out"
     fi
   fi
   m=$(model_json)
@@ -716,10 +729,7 @@ if wait_restarted "$pid" 45; then
   # journald stores PID 1's message asynchronously: it may land after the
   # restart was seen, so wait for it (bounded).
   wd_logged=0
-  for _ in $(seq 50); do
-    ct journalctl -u airs-memd.service --no-pager -o cat 2>/dev/null | grep -qi 'watchdog timeout' && { wd_logged=1; break; }
-    sleep 0.2
-  done
+  journal_has 10 'watchdog timeout' && wd_logged=1
   if ((wd_logged)); then
     pass "hung daemon (SIGSTOP): watchdog timeout, restarted in ${w_s}s"
   else
