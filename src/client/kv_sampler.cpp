@@ -17,6 +17,7 @@
 
 #include "sys/fd.hpp"
 #include "sys/files.hpp"
+#include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 
 namespace airs::client {
@@ -61,16 +62,15 @@ void KvSampling::dropped_all() {
 // Whether any page of `chunk` is in this process's page tables: one
 // pagemap entry (8 bytes) per base page, bit 63 set when present.
 Result<bool> KvSampling::mapped(int pagemap_fd, uint64_t chunk) const {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t page = sys::base_page_size();
   const auto first = reinterpret_cast<uintptr_t>(base_ + chunk * chunk_bytes_) / page;
   const uint64_t pages = chunk_bytes_ / page;
   uint64_t entries[512];
   for (uint64_t done = 0; done < pages;) {
     const uint64_t n = std::min<uint64_t>(pages - done, std::size(entries));
-    const ssize_t got = ::pread(pagemap_fd, entries, n * sizeof(uint64_t), static_cast<off_t>((first + done) * 8));
-    if (got != static_cast<ssize_t>(n * sizeof(uint64_t)))
-      return make_error(got < 0 ? errno : EIO, "reading /proc/self/pagemap: {}",
-                        got < 0 ? std::strerror(errno) : "a short read");
+    auto got = sys::read_at(pagemap_fd, entries, n * sizeof(uint64_t), (first + done) * 8);
+    if (!got) return make_error(got.error().code, "reading /proc/self/pagemap: {}", got.error().message);
+    if (*got != n * sizeof(uint64_t)) return make_error(EIO, "reading /proc/self/pagemap: a short read");
     for (uint64_t i = 0; i < n; ++i)
       if ((entries[i] >> 63) != 0) return true;
     done += n;
