@@ -44,23 +44,23 @@ model=$work/bench-$size-$types.gguf
 model_bytes=$(stat -c %s "$model")
 pool_bytes=$(( (model_bytes / 1048576 + 128) * 1048576 ))
 
-pids=()
+# The private bus and the wait for the daemon, as the other benches have them.
+. "$here/../llama/memd_lib.sh"
+. "$here/../support/stream_lib.sh"
+memd_pid=""
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -n $memd_pid ]] && kill "$memd_pid" 2>/dev/null || true
   [[ -f $work/dbus.pid ]] && kill "$(cat "$work/dbus.pid")" 2>/dev/null || true
 }
 trap cleanup EXIT
-dbus-daemon --config-file="$src/tests/support/test-bus.conf" --print-address=3 --print-pid=4 --fork \
-  3>"$work/bus.addr" 4>"$work/dbus.pid" 2>/dev/null
-bus=$(head -1 "$work/bus.addr")
+bus_start
 # A state directory of its own (no spill tier shared with other daemons)
 # and a pressure loop that stays out of the measurements.
 rm -rf "$work/state"
 printf '[daemon]\nstate_dir = "%s"\n[pool]\nprofile = "custom"\nsize = "%d"\n[kv]\nmax_arena_bytes = 67108864\nspill_limit = 0\n[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n' "$work/state" "$pool_bytes" >"$work/memd.conf"
 "$memd" --config "$work/memd.conf" --bus "$bus" >"$work/memd.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 200); do grep -q "serving org.aios.Airs1" "$work/memd.log" && break; sleep 0.05; done
-grep -q "serving org.aios.Airs1" "$work/memd.log" || { echo "bench_kv_sampling: airs-memd did not start:" >&2; cat "$work/memd.log" >&2; exit 1; }
+memd_pid=$!
+wait_memd_up "$work/memd.log" "$memd_pid" bench_kv_sampling
 
 w=(the quick brown fox jumps over a lazy dog and runs far away into deep forest)
 prompt=""
