@@ -37,12 +37,6 @@
 #include "util/units.hpp"
 
 namespace airs::daemon {
-namespace {
-// How long a call waits for pages on their way back before it is refused
-// (a stalled disk): well inside the 25 s default timeout of D-Bus clients.
-constexpr auto kDrainWaitLimit = std::chrono::seconds(5);
-}  // namespace
-
 Daemon::Daemon(Options options)
     : cfg_(std::move(options.config)),
       bus_address_(std::move(options.bus_override)),
@@ -281,7 +275,7 @@ Status Daemon::make_pool(std::unique_ptr<pool::PoolBackend> backend, uint64_t ke
 // helpers, the pager, the model table, KV, the evictor over both, and the
 // pressure loop that drives the evictor.
 Status Daemon::start_services(probe::Mode mode) {
-  auto waits = DrainWaits::create(*loop_, kDrainWaitLimit);
+  auto waits = DrainWaits::create(*loop_, cfg_.models.drain_wait);
   if (!waits) return std::move(waits).error();
   drain_waits_ = std::move(waits).value();
   auto reader =

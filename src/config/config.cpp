@@ -352,6 +352,10 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_duration("header_timeout", c.models.header_timeout));
     if (c.models.header_timeout.count() == 0)
       return make_error(EINVAL, "{}: [models] header_timeout: must be at least 1s (a header read gets that long)", origin);
+    AIRS_TRY(s.get_duration("drain_wait", c.models.drain_wait));
+    if (c.models.drain_wait.count() == 0)
+      return make_error(EINVAL, "{}: [models] drain_wait: must be at least 1s (a load waits that long for its pages)",
+                        origin);
     AIRS_TRY(s.get("preload", c.models.preload));
     AIRS_TRY(s.finish());
   }
@@ -601,11 +605,11 @@ std::string to_toml(const Config& c) {
   out += fmt::format(
       "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\ndirect_io = \"{}\"\n"
       "warmup_rate = {}\npinned = {}\nmax_models_per_uid = {}\nmax_pool_bytes_per_uid = {}\nkeep_alive = {}\n"
-      "header_timeout = {}\npreload = {}\n\n",
+      "header_timeout = {}\ndrain_wait = {}\npreload = {}\n\n",
       to_string(c.models.mode), c.models.prefetch_window, c.models.queue_depth, c.models.allocate_ahead,
       to_string(c.models.direct_io), c.models.warmup_rate, strs(c.models.pinned), c.models.max_models_per_uid,
       share(c.models.max_pool_bytes_per_uid), secs(c.models.keep_alive), secs(c.models.header_timeout),
-      strs(c.models.preload));
+      secs(c.models.drain_wait), strs(c.models.preload));
   out += fmt::format(
       "[kv]\ntokens_per_block = {}\nkv_type = \"{}\"\nidle_threshold = \"{}s\"\nmax_sessions_per_uid = {}\n"
       "max_blocks_per_uid = {}\nmax_pool_bytes_per_uid = {}\nmax_fds_per_uid = {}\nmax_arena_bytes = {}\n"

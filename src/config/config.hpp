@@ -102,6 +102,7 @@ struct ModelsConfig {
   PoolShare max_pool_bytes_per_uid{0, 50}; // pool bytes of the models a non-admin uid loaded
   std::chrono::seconds keep_alive{0};      // unload an unreferenced model idle this long; 0 = never
   std::chrono::seconds header_timeout{30}; // a GGUF header read still running this long is answered as stalled
+  std::chrono::seconds drain_wait{5};      // a load waits this long for pages whose reads are still in flight
   std::vector<std::string> preload;        // absolute GGUF paths loaded at start
 };
 

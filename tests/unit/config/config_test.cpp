@@ -274,6 +274,7 @@ TEST(Config, NewKeysParseWithDefaults) {
   EXPECT_EQ(d.models.max_models_per_uid, 8u);
   EXPECT_EQ(d.models.max_pool_bytes_per_uid, (config::PoolShare{0, 50}));
   EXPECT_EQ(d.models.keep_alive, 0s);
+  EXPECT_EQ(d.models.drain_wait, 5s);
   EXPECT_TRUE(d.models.preload.empty());
   auto c = config::parse(R"(
 [daemon]
@@ -283,6 +284,7 @@ state_dir = ""
 max_models_per_uid = 0
 max_pool_bytes_per_uid = "1G"
 keep_alive = "10m"
+drain_wait = "2m"
 preload = ["/srv/models/phi-2.gguf"]
 )",
                          "x.conf");
@@ -292,6 +294,7 @@ preload = ["/srv/models/phi-2.gguf"]
   EXPECT_EQ(c->models.max_models_per_uid, 0u);
   EXPECT_EQ(c->models.max_pool_bytes_per_uid, (config::PoolShare{kGiB, 0}));
   EXPECT_EQ(c->models.keep_alive, 600s);
+  EXPECT_EQ(c->models.drain_wait, 120s);
   EXPECT_EQ(c->models.preload, std::vector<std::string>{"/srv/models/phi-2.gguf"});
   EXPECT_TRUE(config::validate(*c));
   auto zero = config::parse("[models]\nkeep_alive = \"0\"\n", "x.conf");
@@ -324,6 +327,7 @@ TEST(Config, NewKeysRejectBadValues) {
            {"[models]\nmax_pool_bytes_per_uid = \"lots\"\n", "'lots' is not a size"},
            {"[models]\nmax_models_per_uid = -1\n", "[models] max_models_per_uid: -1 is out of range"},
            {"[models]\nkeep_alive = \"soon\"\n", "[models] keep_alive: 'soon' is not a duration"},
+           {"[models]\ndrain_wait = \"0\"\n", "[models] drain_wait: must be at least 1s"},
            {"[models]\npreload = \"/a.gguf\"\n", "[models] preload: expected an array of strings"},
        }) {
     auto c = config::parse(text, "x.conf");
@@ -419,6 +423,7 @@ TEST(Config, EffectiveConfigRoundTrips) {
   c.models.preload = {"/srv/a \"quoted\" \\ name.gguf"};
   c.models.max_pool_bytes_per_uid = {3 * kGiB, 0};
   c.models.keep_alive = std::chrono::seconds(90);
+  c.models.drain_wait = std::chrono::seconds(40);
   c.pool.backend = config::Backend::Shmem;
   c.pool.numa_policy = config::NumaPolicy::Interleave;
   c.models.mode = config::ModeChoice::Cooperative;
@@ -436,6 +441,7 @@ TEST(Config, EffectiveConfigRoundTrips) {
   EXPECT_EQ(again->models.preload, c.models.preload);
   EXPECT_EQ(again->models.max_pool_bytes_per_uid, c.models.max_pool_bytes_per_uid);
   EXPECT_EQ(again->models.keep_alive, 90s);
+  EXPECT_EQ(again->models.drain_wait, 40s);
   EXPECT_EQ(again->pool.backend, config::Backend::Shmem);
   EXPECT_EQ(again->models.mode, config::ModeChoice::Cooperative);
 }

@@ -327,14 +327,15 @@ nlohmann::json BusClient::list_sessions() {
   return j;
 }
 
-CallError BusClient::load_model(const std::string& path, std::string* object) {
+CallError BusClient::load_model(const std::string& path, std::string* object, std::chrono::seconds timeout) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {"open", path + ": " + std::strerror(errno)};
   sdbus::UnixFd ufd(fd, sdbus::adopt_fd);
   return guarded([&] {
     auto p = sdbus::createProxy(*bus_, kBus, kManager);
     sdbus::ObjectPath o;
-    p->callMethod("LoadModel").onInterface(kManagerIf).withArguments(ufd, dbus::Dict{}).storeResultsTo(o);
+    p->callMethod("LoadModel").onInterface(kManagerIf).withTimeout(timeout).withArguments(ufd, dbus::Dict{})
+        .storeResultsTo(o);
     if (object != nullptr) *object = o;
   });
 }

@@ -127,7 +127,10 @@ class BusClient {
   nlohmann::json status();
   nlohmann::json list_sessions();
   // LoadModel(fd of `path`); the object path in *object on success.
-  CallError load_model(const std::string& path, std::string* object = nullptr);
+  // `timeout`: how long the call may wait for its reply (sd-bus's default
+  // is 25 s).
+  CallError load_model(const std::string& path, std::string* object = nullptr,
+                       std::chrono::seconds timeout = std::chrono::seconds(25));
   CallError unload(const std::string& object, bool force);
   // Manager.Evict({model: object}): what an admin's `airsctl evict --model` does.
   CallError evict_model(const std::string& object);
