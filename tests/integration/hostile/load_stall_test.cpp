@@ -3,10 +3,11 @@
 // the daemon's event loop: a header of a million tensors (the last one past
 // the end of the file) from two connections at once, and a file on a FUSE
 // mount whose READ is never answered (a real FUSE server on /dev/fuse, here,
-// speaking the kernel's protocol). Every GetStatus meanwhile answers within
-// a second, each load gets its own error naming the defect or the stall, a
-// uid gets no more than its bound of header reads, and the daemon exits
-// cleanly with a read still stuck. Also: FIFOs planted in the state
+// speaking the kernel's protocol). GetStatus is answered while the server
+// holds the daemon's request (an event, not a time: a loop stuck in that
+// request could answer nothing), each load gets its own error naming the
+// defect or the stall, a uid gets no more than its bound of header reads,
+// and the daemon exits cleanly with a read still stuck. Also: FIFOs planted in the state
 // directory where the daemon reads do not hang it.
 #include <fcntl.h>
 #include <grp.h>
@@ -14,6 +15,7 @@
 #include <poll.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -69,15 +71,15 @@ void put_u64(std::string& b, uint64_t v) { b.append(reinterpret_cast<const char*
 
 // n tensors of 8 F32 each, packed at offsets i * 32; the data section holds
 // all but the last (a sparse tail), so the parser reads the whole table
-// before it finds the defect.
-void write_many_tensors(const std::string& path, uint64_t n) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+// before it finds the defect. The file's bytes, the tail's zeros included;
+// *table_end: where the table ends (the parser must read the byte before).
+std::string many_tensors(uint64_t n, uint64_t* table_end = nullptr) {
   std::string b;
+  b.reserve(n * 80);
   put_u32(b, airs::gguf::kMagic);
   put_u32(b, 3);
   put_u64(b, n);
   put_u64(b, 0);
-  uint64_t pos = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const std::string name = fmt::format("blk.{}.a_tensor_name_long_enough_to_fill", i);
     put_u64(b, name.size());
@@ -86,30 +88,31 @@ void write_many_tensors(const std::string& path, uint64_t n) {
     put_u64(b, 8);
     put_u32(b, 0);  // F32
     put_u64(b, i * 32);
-    if (b.size() > (8u << 20)) {
-      out.write(b.data(), static_cast<std::streamsize>(b.size()));
-      pos += b.size();
-      b.clear();
-    }
   }
-  pos += b.size();
-  const uint64_t data_offset = (pos + 31) / 32 * 32;
-  b.append(data_offset - pos, '\0');
-  out.write(b.data(), static_cast<std::streamsize>(b.size()));
-  out.close();
-  fs::resize_file(path, data_offset + (n - 1) * 32);
+  if (table_end != nullptr) *table_end = b.size();
+  const uint64_t data_offset = (b.size() + 31) / 32 * 32;
+  b.resize(data_offset + (n - 1) * 32, '\0');
+  return b;
 }
 
 // ---- GetStatus every 100 ms on a connection of its own ----
 
+// `during`: a state the test holds the daemon in (a request of a FUSE
+// server held unanswered). An answer counts in answered_during() when
+// `during` was true both when its call went out and when it came back: the
+// loop answered while that state lasted, which a loop stuck in the held
+// request never could. How long an answer took is only printed: a loaded
+// machine (a sanitizer, a guest under TCG) makes any bound on it a race.
 class StatusWatcher {
  public:
-  explicit StatusWatcher(const std::string& address) : thread_([this, address] { run(address); }) {}
+  explicit StatusWatcher(const std::string& address, std::function<bool()> during = {})
+      : during_(std::move(during)), thread_([this, address] { run(address); }) {}
   ~StatusWatcher() { stop(); }
   void stop() {
     done_ = true;
     if (thread_.joinable()) thread_.join();
   }
+  [[nodiscard]] int answered_during() const { return answered_during_; }
   // After stop().
   [[nodiscard]] std::chrono::milliseconds slowest() const { return slowest_; }
   [[nodiscard]] int answered() const { return answered_; }
@@ -121,10 +124,12 @@ class StatusWatcher {
     auto p = sdbus::createProxy(*c, "org.aios.Airs1", "/org/aios/Airs1");
     while (!done_) {
       const auto t0 = Clock::now();
+      const bool held_before = during_ && during_();
       try {
         Dict st;
-        p->callMethod("GetStatus").onInterface(kManagerIf).withTimeout(5s).storeResultsTo(st);
+        p->callMethod("GetStatus").onInterface(kManagerIf).withTimeout(60s).storeResultsTo(st);
         ++answered_;
+        if (held_before && during_()) ++answered_during_;
       } catch (const sdbus::Error& e) {
         failure_ = e.getName() + ": " + e.getMessage();
       }
@@ -132,7 +137,9 @@ class StatusWatcher {
       std::this_thread::sleep_for(100ms);
     }
   }
+  std::function<bool()> during_;
   std::atomic<bool> done_{false};
+  std::atomic<int> answered_during_{0};
   std::chrono::milliseconds slowest_{0};
   int answered_ = 0;
   std::string failure_;
@@ -172,6 +179,28 @@ std::string finish(Child c) {
 }
 
 
+// The names of `pid`'s threads.
+std::string thread_names(pid_t pid) {
+  std::string out;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(dir, ec)) {
+    std::ifstream in(t.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    out += name + "\n";
+  }
+  return out;
+}
+
+// How many threads of process `pid` have the name `name`.
+int threads_named(pid_t pid, const std::string& name) {
+  std::stringstream names(thread_names(pid));
+  int n = 0;
+  for (std::string l; std::getline(names, l);) n += l == name ? 1 : 0;
+  return n;
+}
+
 // LoadModel of `path` on a new connection: "ok <object>" or "<error name>: <message>".
 std::string load_on_new_connection(const std::string& address, const std::string& path,
                                    std::chrono::seconds timeout = 60s) {
@@ -210,6 +239,11 @@ class StalledFuse {
       why_not_ = std::string("opening /dev/fuse: ") + std::strerror(errno);
       return;
     }
+    wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) {
+      why_not_ = std::string("eventfd: ") + std::strerror(errno);
+      return;
+    }
     fs::create_directories(dir_);
     ::chmod(dir_.c_str(), 0755);
     const std::string opts = fmt::format("fd={},rootmode=40000,user_id=0,group_id=0,allow_other", fd_);
@@ -225,6 +259,7 @@ class StalledFuse {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     if (fd_ >= 0) ::close(fd_);
+    if (wake_ >= 0) ::close(wake_);
   }
   [[nodiscard]] const std::optional<std::string>& why_not() const { return why_not_; }
   [[nodiscard]] std::string file() const { return dir_ + "/stalled.gguf"; }
@@ -246,6 +281,15 @@ class StalledFuse {
   [[nodiscard]] int reads_answered() const { return reads_answered_; }
   // Given the file's bytes: a READ at `offset` or later goes unanswered.
   void stall_reads_from(uint64_t offset) { stall_reads_from_ = offset; }
+  // Given the file's bytes: a READ that reaches byte `offset` waits until
+  // answer_waiting_reads(), which answers each in full (and every later
+  // READ at once).
+  void hold_reads_reaching(uint64_t offset) { hold_reaching_ = offset; }
+  [[nodiscard]] int reads_waiting() const { return reads_waiting_; }
+  void answer_waiting_reads() {
+    answer_waiting_ = true;
+    (void)!::eventfd_write(wake_, 1);
+  }
 
  private:
   void reply(const fuse_in_header& in, int error, const void* body = nullptr, size_t len = 0) {
@@ -321,14 +365,16 @@ class StalledFuse {
       }
       case FUSE_READ: {
         const auto* r = reinterpret_cast<const fuse_read_in*>(arg);
+        if (bytes_ && !answer_waiting_ && r->offset + r->size > hold_reaching_) {
+          waiting_.push_back({in, r->offset, r->size});
+          ++reads_waiting_;
+          return;  // answered by answer_waiting_reads()
+        }
         ++reads_held_;
         if (!bytes_ || r->offset >= stall_reads_from_) return;  // never answered: the reader waits until the connection goes
         std::this_thread::sleep_for(delay_);
-        const uint64_t at = std::min<uint64_t>(r->offset, bytes_->size());
-        const uint64_t len = std::min<uint64_t>(r->size, bytes_->size() - at);
         --reads_held_;
-        ++reads_answered_;
-        return reply(in, 0, bytes_->data() + at, len);
+        return answer_read(in, r->offset, r->size);
       }
       case FUSE_FLUSH:
         if (const pid_t of = flush_stalled_for_; of != 0 && process_of(static_cast<pid_t>(in.pid)) == of) {
@@ -348,11 +394,27 @@ class StalledFuse {
         return reply(in, ENOSYS);
     }
   }
+  void answer_read(const fuse_in_header& in, uint64_t offset, uint32_t size) {
+    const uint64_t at = std::min<uint64_t>(offset, bytes_->size());
+    const uint64_t len = std::min<uint64_t>(size, bytes_->size() - at);
+    ++reads_answered_;
+    reply(in, 0, bytes_->data() + at, len);
+  }
   void serve() {
     std::vector<char> buf(FUSE_MIN_READ_BUFFER + (1u << 20));
     while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
+      if (answer_waiting_ && !waiting_.empty()) {
+        for (const auto& w : waiting_) answer_read(w.in, w.offset, w.size);
+        waiting_.clear();
+        reads_waiting_ = 0;
+      }
+      pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+      if (::poll(p, 2, 100) <= 0) continue;
+      if (p[1].revents & POLLIN) {
+        eventfd_t v;
+        (void)!::eventfd_read(wake_, &v);
+      }
+      if (!(p[0].revents & (POLLIN | POLLERR | POLLHUP))) continue;
       const ssize_t n = ::read(fd_, buf.data(), buf.size());
       if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == ENOENT)) continue;
       if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return;  // unmounted (ENODEV)
@@ -361,11 +423,21 @@ class StalledFuse {
     }
   }
 
+  struct Waiting {
+    fuse_in_header in;
+    uint64_t offset;
+    uint32_t size;
+  };
   std::string dir_;
   uint64_t size_;
   std::optional<std::string> bytes_;
   std::chrono::milliseconds delay_;
   int fd_ = -1;
+  int wake_ = -1;
+  std::vector<Waiting> waiting_;  // the serving thread's
+  std::atomic<uint64_t> hold_reaching_{UINT64_MAX};
+  std::atomic<bool> answer_waiting_{false};
+  std::atomic<int> reads_waiting_{0};
   bool mounted_ = false;
   std::optional<std::string> why_not_;
   std::atomic<bool> stop_{false};
@@ -421,19 +493,47 @@ class LoadStall : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesGetStatusFast) {
-  start("");
-  const std::string huge = path("huge.gguf");
-  write_many_tensors(huge, uint64_t{1} << 20);
-  StatusWatcher watcher(bus_->address());
+// A header of a million tensors (the last one past the end of the file),
+// loaded from two connections at once through a FUSE file whose server
+// holds each load's read of the table's last bytes: both parses have then
+// gone through a million tensors and wait in that read, and GetStatus is
+// answered meanwhile, which a loop that parsed or read a header could not
+// be. Answered, each load gets its own error naming the tensor.
+TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesTheLoopServing) {
+  uint64_t table_end = 0;
+  std::string bytes = many_tensors(uint64_t{1} << 20, &table_end);
+  auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
+  if (fuse->why_not()) GTEST_SKIP() << "no file system to hold the header's reads: " << *fuse->why_not();
+  fuse->hold_reads_reaching(table_end - 1);
+  // Only the held read counts as a stall (parsing does not), and the test
+  // holds it as long as it takes.
+  start("[models]\nheader_timeout = \"3600s\"\n");
+  if (HasFatalFailure()) return;
+  StalledFuse* f = fuse.get();
+  StatusWatcher watcher(bus_->address(), [f] { return f->reads_waiting() == 2; });
   std::string r1, r2;
   const auto t0 = Clock::now();
-  std::thread a([&] { r1 = load_on_new_connection(bus_->address(), huge); });
-  std::thread b([&] { r2 = load_on_new_connection(bus_->address(), huge); });
+  std::thread a([&] { r1 = load_on_new_connection(bus_->address(), fuse->file(), 3600s); });
+  std::thread b([&] { r2 = load_on_new_connection(bus_->address(), fuse->file(), 3600s); });
+  struct Join {
+    StalledFuse& fuse;
+    std::thread &a, &b;
+    ~Join() {
+      fuse.answer_waiting_reads();
+      for (auto* t : {&a, &b})
+        if (t->joinable()) t->join();
+    }
+  } join{*fuse, a, b};
+  EXPECT_TRUE(wait_until([&] { return fuse->reads_waiting() == 2; }, 600000ms))
+      << "the two loads never reached the table's end: " << fuse->reads_waiting() << " reads wait\n"
+      << daemon_->log();
+  const auto parsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  EXPECT_TRUE(wait_until([&] { return watcher.answered_during() > 0; }, 120000ms))
+      << "no GetStatus was answered while both header reads waited";
+  fuse->answer_waiting_reads();
   a.join();
   b.join();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
-  std::this_thread::sleep_for(300ms);
   watcher.stop();
   for (const auto& r : {r1, r2}) {
     EXPECT_EQ(r.rfind("org.aios.Airs1.Error.BadModel: ", 0), 0u) << r;
@@ -441,11 +541,10 @@ TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesGetStatusFast) {
     EXPECT_NE(r.find("extends past the end of the file"), std::string::npos) << r;
   }
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
-  EXPECT_GT(watcher.answered(), 0);
-  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the header parses (" << took.count()
-                                        << " ms for both loads)";
-  std::cout << "two loads of a 1M-tensor header: " << took.count() << " ms; slowest GetStatus meanwhile: "
-            << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
+  std::cout << "two loads of a 1M-tensor header: both at the table's end after " << parsed.count()
+            << " ms, answered after " << took.count() << " ms; " << watcher.answered_during()
+            << " GetStatus answered while both waited there (slowest GetStatus: " << watcher.slowest().count()
+            << " ms, " << watcher.answered() << " answered)\n";
 }
 
 // The stall limit counts the time a read of the file is in flight, not the
@@ -453,13 +552,7 @@ TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesGetStatusFast) {
 // the limit is read to the end however long that takes, and its load gets
 // the header's own verdict, never the stall.
 TEST_F(LoadStall, ASlowFileWhoseReadsReturnIsReadToTheEnd) {
-  const std::string local = path("many.gguf");
-  write_many_tensors(local, 20000);
-  std::string bytes;
-  {
-    std::ifstream in(local, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = many_tensors(20000);
   // The parser reads 64 KiB at a time: the header alone is this many reads.
   ASSERT_GE(bytes.size(), 20u * 64 * 1024) << "the header is too short to need many reads";
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 150ms);
@@ -538,7 +631,8 @@ TEST_F(LoadStall, OpenWithAFuseFileWhoseAttributesNeverComeIsAnsweredAtOnce) {
   EXPECT_NE(e.message.find("not this model's GGUF file"), std::string::npos) << e.message;
   EXPECT_EQ(fuse->getattrs_held(), 0) << "Open asked the caller's file system for the file's attributes";
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
-  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited while the daemon checked the FUSE file";
+  std::cout << "Open with a FUSE file whose attributes never come: slowest GetStatus meanwhile "
+            << watcher.slowest().count() << " ms\n";
   ::close(proof);
   fuse.reset();
 }
@@ -547,25 +641,30 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), 4u << 20);
   if (fuse->why_not()) GTEST_SKIP() << "no stalled file to load: " << *fuse->why_not();
   start("[models]\nheader_timeout = \"3s\"\n");
-  StatusWatcher watcher(bus_->address());
+  StalledFuse* f = fuse.get();
+  StatusWatcher watcher(bus_->address(), [f] { return f->reads_held() >= 1; });
   const auto t0 = Clock::now();
   const std::string r = load_on_new_connection(bus_->address(), fuse->file());
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   EXPECT_EQ(r.rfind("org.aios.Airs1.Error.Failed: ", 0), 0u) << r;
   EXPECT_NE(r.find("has not returned within 3000 ms"), std::string::npos) << r;
   EXPECT_NE(r.find("stalled"), std::string::npos) << r;
-  EXPECT_GE(took, 2900ms);
-  EXPECT_LT(took, 10s);
+  EXPECT_GE(took, 2900ms) << "answered as stalled before its limit";
   EXPECT_GE(fuse->reads_held(), 1) << "the daemon never read the FUSE file";
 
   // Another uid: two stalled reads at once are its bound; a third is
   // refused at once, naming the bound, and the two get the stall.
   const std::string address = bus_->address();
   const std::string file = fuse->file();
+  const pid_t daemon = daemon_->pid();
   auto out = as_user(kNobody, [&] {
     Child x = spawn([&] { return load_on_new_connection(address, file); });
     Child y = spawn([&] { return load_on_new_connection(address, file); });
-    std::this_thread::sleep_for(1s);
+    // Both counted: the daemon runs a header thread for each (and still
+    // one for the load above, stuck in its read).
+    const auto until = Clock::now() + 60s;
+    while (threads_named(daemon, "airs-header") < 3 && Clock::now() < until) std::this_thread::sleep_for(10ms);
+    if (threads_named(daemon, "airs-header") < 3) return std::string("the two loads never reached the daemon");
     const auto t = Clock::now();
     std::string s3 = load_on_new_connection(address, file);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -573,7 +672,6 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
     const std::string s2 = finish(y);
     return fmt::format("{}\n{}\n{} ({} ms)", s1, s2, s3, ms);
   });
-  watcher.stop();
   const auto lines = [&] {
     std::vector<std::string> v;
     std::stringstream ss(out);
@@ -584,10 +682,14 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
   for (size_t i = 0; i < 2; ++i) EXPECT_NE(lines[i].find("has not returned within 3000 ms"), std::string::npos) << out;
   EXPECT_EQ(lines[2].rfind("org.aios.Airs1.Error.QuotaExceeded: ", 0), 0u) << out;
   EXPECT_NE(lines[2].find("uid 65534 has 2 GGUF headers being read already"), std::string::npos) << out;
+  // The read stays held: the loop answers GetStatus all the same.
+  EXPECT_TRUE(wait_until([&] { return watcher.answered_during() > 0; }, 120000ms))
+      << "no GetStatus was answered while a header read was held";
+  watcher.stop();
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
-  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the stalled read";
   std::cout << "stalled load answered after " << took.count() << " ms; slowest GetStatus meanwhile: "
-            << watcher.slowest().count() << " ms (" << watcher.answered() << " answered)\n";
+            << watcher.slowest().count() << " ms (" << watcher.answered() << " answered, "
+            << watcher.answered_during() << " while a read was held)\n";
   // The reads are still stuck in the FUSE server, and the daemon stops all
   // the same.
   stop_with_a_request_stuck_in(std::move(fuse));
@@ -688,7 +790,8 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
   ASSERT_EQ(::stat(a.c_str(), &sa), 0);
   ASSERT_EQ(::mkfifo(identity_entry(state, sa).c_str(), 0600), 0);
   StatusWatcher watcher(bus_->address());
-  std::string r = load_on_new_connection(bus_->address(), a, 10s);
+  // A FIFO opened on the loop would hold it until a writer came: never.
+  std::string r = load_on_new_connection(bus_->address(), a, 120s);
   EXPECT_EQ(r.rfind("ok ", 0), 0u) << r << "\n" << daemon_->log();
 
   // Model b's id is in the cache, and a FIFO is where its access order is.
@@ -701,11 +804,11 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
   ASSERT_TRUE(id) << id.error().message;
   std::ofstream(identity_entry(state, sb)) << id->hex() << "\n";
   ASSERT_EQ(::mkfifo((state + "/order/" + id->hex()).c_str(), 0600), 0);
-  r = load_on_new_connection(bus_->address(), b, 10s);
+  r = load_on_new_connection(bus_->address(), b, 120s);
   EXPECT_EQ(r.rfind("ok ", 0), 0u) << r << "\n" << daemon_->log();
   watcher.stop();
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
-  EXPECT_LT(watcher.slowest(), 1000ms);
+  EXPECT_GT(watcher.answered(), 0);
   const std::string log = daemon_->log();
   EXPECT_NE(log.find("recorded access order not used (" + state + "/order/" + id->hex() + ": not a regular file)"),
             std::string::npos)
@@ -728,16 +831,20 @@ TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse)
   fuse->stall_opens_after(1);  // the caller's open
   start("[models]\nheader_timeout = \"2s\"\n");
   if (HasFatalFailure()) return;
-  StatusWatcher watcher(bus_->address());
+  StalledFuse* f = fuse.get();
+  StatusWatcher watcher(bus_->address(), [f] { return f->opens_held() >= 1; });
   const std::string r = load_on_new_connection(bus_->address(), fuse->file());
+  // The OPEN stays held: the loop answers GetStatus all the same.
+  EXPECT_TRUE(wait_until([&] { return watcher.answered_during() > 0; }, 120000ms))
+      << "no GetStatus was answered while the OPEN was held";
   watcher.stop();
   EXPECT_EQ(r.rfind("org.aios.Airs1.Error.Failed: ", 0), 0u) << r;
   EXPECT_NE(r.find("a read or open of the file has not returned within 2000 ms"), std::string::npos) << r;
   EXPECT_EQ(fuse->opens_held(), 1) << "the daemon did not reopen the file";
   EXPECT_GT(fuse->reads_answered(), 0) << "the daemon never read the header";
   EXPECT_TRUE(watcher.failure().empty()) << watcher.failure();
-  EXPECT_GT(watcher.answered(), 0);
-  EXPECT_LT(watcher.slowest(), 1000ms) << "GetStatus waited for the stalled OPEN";
+  std::cout << "a second OPEN held: slowest GetStatus meanwhile " << watcher.slowest().count() << " ms ("
+            << watcher.answered_during() << " answered while it was held)\n";
   stop_with_a_request_stuck_in(std::move(fuse));
 }
 
@@ -769,20 +876,6 @@ bool eventually(const std::function<bool()>& pred) {
     std::this_thread::sleep_for(20ms);
   }
   return true;
-}
-
-// The names of `pid`'s threads.
-std::string thread_names(pid_t pid) {
-  std::string out;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  std::error_code ec;
-  for (const auto& t : fs::directory_iterator(dir, ec)) {
-    std::ifstream in(t.path() / "comm");
-    std::string name;
-    std::getline(in, name);
-    out += name + "\n";
-  }
-  return out;
 }
 
 }  // namespace
