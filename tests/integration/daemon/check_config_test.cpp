@@ -47,11 +47,11 @@ TEST_F(CheckConfig, ADirectoryIsAnErrorNamingIt) {
   EXPECT_NE(r.err.find(dir_.string() + " is a directory, not a regular file"), std::string::npos) << r.err;
 }
 
+// Reading /dev/zero as a config file would never end: an answer at all,
+// naming the device, is the check.
 TEST_F(CheckConfig, ADeviceIsAnErrorNotAHang) {
-  const auto t0 = std::chrono::steady_clock::now();
   auto r = check("/dev/zero");
   EXPECT_EQ(r.exit_code, 2) << "signal " << r.signal;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_NE(r.err.find("/dev/zero is a character device"), std::string::npos) << r.err;
 }
 
