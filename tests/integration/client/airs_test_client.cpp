@@ -65,6 +65,7 @@
 #include "airs/airs.h"
 #include "gguf/file_io.hpp"
 #include "gguf/gguf.hpp"
+#include "support/same_bytes.hpp"
 
 // This client ends from its SIGBUS handler (_exit(7)) while libairs's watcher
 // thread, done once the model was resident, is not joined yet: TSan would
@@ -332,7 +333,7 @@ int verify_range(const Client& c, const Range& r, std::vector<unsigned char>& wa
     }
   }
   const auto* got = const_cast<const unsigned char*>(c.data) + r.offset;
-  if (std::memcmp(got, want.data(), r.nbytes) != 0) {
+  if (!airs::test::same_bytes(got, want.data(), r.nbytes)) {
     uint64_t first = 0;
     while (first < r.nbytes && got[first] == want[first]) ++first;
     uint64_t zeros = 0;

@@ -33,6 +33,7 @@
 #include "sys/hugetlbfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "wire.hpp"
+#include "support/same_bytes.hpp"
 
 using airs::client::FallbackServer;
 using airs::client::LazyBacking;
@@ -49,7 +50,8 @@ uint64_t g_unit = 0;
 // Compare one unit of the mapping with the source (tail past EOF: zeros,
 // unless `past_eof` is false: then only the file's bytes are read).
 bool verify_unit(const std::byte* base, uint64_t u, bool past_eof = true) {
-  std::vector<std::byte> want(g_unit, std::byte{0});
+  thread_local std::vector<std::byte> want;
+  want.assign(g_unit, std::byte{0});
   const uint64_t off = u * g_unit;
   const uint64_t n = off < g_file_size ? std::min(g_unit, g_file_size - off) : 0;
   uint64_t done = 0;
@@ -62,7 +64,7 @@ bool verify_unit(const std::byte* base, uint64_t u, bool past_eof = true) {
     done += static_cast<uint64_t>(r);
   }
   const uint64_t len = past_eof ? g_unit : n;
-  if (std::memcmp(base + off, want.data(), len) != 0) {
+  if (!airs::test::same_bytes(base + off, want.data(), len)) {
     for (uint64_t i = 0; i < len; ++i)
       if (base[off + i] != want[i]) {
         std::fprintf(stderr, "client %d: unit %lu differs at byte %lu: got %02x want %02x\n", getpid(),
@@ -571,7 +573,7 @@ int run_ranges(const LazyClient& c, const std::string& list) {
     if (hi > g_file_size || lo > hi) return 19;
     std::vector<std::byte> want(hi - lo);
     if (::pread(g_src, want.data(), want.size(), static_cast<off_t>(lo)) != static_cast<ssize_t>(want.size())) return 19;
-    if (std::memcmp(c.base + lo, want.data(), want.size()) != 0) {
+    if (!airs::test::same_bytes(c.base + lo, want.data(), want.size())) {
       std::fprintf(stderr, "client %d: bytes [%lu, %lu) differ from the file\n", getpid(), static_cast<unsigned long>(lo),
                    static_cast<unsigned long>(hi));
       return 3;

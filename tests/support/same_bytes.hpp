@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// The test clients' byte check: whether n bytes of a model's mapping are
+// the file's. Under TSan it is not instrumented: a client compares every
+// byte of models of tens of MiB, and through TSan's shadow memory (its
+// page faults, on every range compared) that was nearly all of a test's
+// time there. Nothing it reads is written by a thread of ours: the pages
+// are filled by the kernel (a read, a CONTINUE), which TSan does not see
+// either way, and the expected bytes are the client's own buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace airs::test {
+
+#if defined(__SANITIZE_THREAD__)
+__attribute__((no_sanitize("thread")))
+#endif
+inline bool same_bytes(const void* got, const void* want, uint64_t n) {
+  const auto* a = static_cast<const unsigned char*>(got);
+  const auto* b = static_cast<const unsigned char*>(want);
+  for (uint64_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace airs::test
