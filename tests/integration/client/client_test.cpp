@@ -206,6 +206,9 @@ class ClientIntegration : public ::testing::Test {
     return o ? field(*o, "object") : std::string();
   }
 
+  void with_a_held_drain(const std::string& drain_wait,
+                         const std::function<void(const ModelFile&)>& during);
+
   // Makes `warm` resident and unloads it (every daemon path below runs once
   // unthrottled), then loads `held` with its reads held in the device
   // (4 KiB/s, hold_reads) and unloads it: its pages are on their way back to
@@ -1075,74 +1078,68 @@ TEST_F(ClientIntegration, ALoadWaitingForDrainingPagesLetsTheDaemonServeOthers) 
   EXPECT_EQ(cb.wait().exit_code, 0) << cb.transcript();
 }
 
-// A LoadModel waiting for draining pages whose caller leaves the bus is
-// dropped, holding nothing: once the reads land the pool is whole again and
-// no model was loaded for it. Its wait (drain_wait) is longer than the test,
-// so it is the caller's leaving that ends it.
-TEST_F(ClientIntegration, AWaitingLoadIsDroppedWithItsCallerHoldingNothing) {
+// A daemon with `drain_wait`, in a pool b fits in only with a's pages, and
+// a's reads held in the disk with those pages on their way back (unpaced
+// hold_a_drain): runs `during(b)`, checks that the waiting calls held no
+// page, then lets the reads land and checks that the pool is whole again
+// and that no model was loaded for them.
+void ClientIntegration::with_a_held_drain(const std::string& drain_wait,
+                                          const std::function<void(const ModelFile&)>& during) {
   auto w = make_model(dir_, "w.gguf", "warm", 13 * kMiB);
   auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB, 12);
   auto b = make_model(dir_, "b.gguf", "next", 27 * kMiB, 16, 2);
   const uint64_t A = round_up_pages(a.size()), B = round_up_pages(b.size());
   const uint64_t pool = B;
   if (A >= B) return skip("in pages of " + std::to_string(huge_page_size()) + " bytes b is no larger than a");
-  if (!start(pool / kMiB, "[models]\ndrain_wait = \"600s\"\n", uint64_t{1} << 40)) return;
+  if (!start(pool / kMiB, "[models]\ndrain_wait = \"" + drain_wait + "\"\n", uint64_t{1} << 40)) return;
   uint64_t free_held = 0;
   if (!hold_a_drain(w, a, false, &free_held)) return;
   ASSERT_EQ(free_held, pool - A);
-  struct Release {
-    BlkioThrottle& throttle;
-    ~Release() { (void)throttle.set_rate(0); }
-  } release{*throttle_};
   {
-    // A client process whose LoadModel waits, killed meanwhile.
-    Child gone(client(b));
-    ASSERT_TRUE(wait_until([&] { return a_call_waits(); }, 30000ms)) << daemon_->log();
-    gone.kill(SIGKILL);
-    (void)gone.wait();
+    struct Release {
+      BlkioThrottle& throttle;
+      ~Release() { (void)throttle.set_rate(0); }
+    } release{*throttle_};
+    during(b);
   }
-  ASSERT_TRUE(wait_until([&] { return daemon_->log().find("dropped: it left the bus") != std::string::npos; },
-                         30000ms))
-      << daemon_->log();
+  if (HasFatalFailure()) return;
   auto st = dbus_->status();
   EXPECT_TRUE(st["models"].empty()) << st.dump(1);
-  EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "a dropped call holds pages";
-  EXPECT_EQ(daemon_->log().find("still held by reads in flight after"), std::string::npos)
-      << "the call was refused for its wait, not dropped with its caller\n" << daemon_->log();
-  ASSERT_TRUE(throttle_->set_rate(0));
-  ASSERT_TRUE(wait_until([&] { return dbus_->status()["pool"]["free_bytes"].get<uint64_t>() == pool; }, 30000ms))
-      << dbus_->status().dump(1);
-  EXPECT_TRUE(dbus_->status()["models"].empty()) << "a model was loaded for a caller that left";
-}
-
-// One that waits longer than drain_wait is refused naming why, holding
-// nothing: once the reads land the pool is whole again and no model was
-// loaded for it.
-TEST_F(ClientIntegration, AWaitingLoadIsRefusedAfterItsLimitHoldingNothing) {
-  auto w = make_model(dir_, "w.gguf", "warm", 13 * kMiB);
-  auto a = make_model(dir_, "a.gguf", "held", 20 * kMiB, 12);
-  auto b = make_model(dir_, "b.gguf", "next", 27 * kMiB, 16, 2);
-  const uint64_t A = round_up_pages(a.size()), B = round_up_pages(b.size());
-  const uint64_t pool = B;
-  if (A >= B) return skip("in pages of " + std::to_string(huge_page_size()) + " bytes b is no larger than a");
-  if (!start(pool / kMiB, "[models]\ndrain_wait = \"1s\"\n", uint64_t{1} << 40)) return;
-  uint64_t free_held = 0;
-  if (!hold_a_drain(w, a, false, &free_held)) return;
-  ASSERT_EQ(free_held, pool - A);
-  struct Release {
-    BlkioThrottle& throttle;
-    ~Release() { (void)throttle.set_rate(0); }
-  } release{*throttle_};
-  auto e = dbus_->load_model(b.path);
-  EXPECT_EQ(e.name, "org.aios.Airs1.Error.PoolExhausted") << e.message;
-  EXPECT_NE(e.message.find("reads were still in flight after 1000 ms"), std::string::npos) << e.message;
-  auto st = dbus_->status();
-  EXPECT_TRUE(st["models"].empty()) << st.dump(1);
-  EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "a refused call holds pages";
+  EXPECT_EQ(st["pool"]["free_bytes"].get<uint64_t>(), pool - A) << "a waiting call holds pages";
   ASSERT_TRUE(throttle_->set_rate(0));
   ASSERT_TRUE(wait_until([&] { return dbus_->status()["pool"]["free_bytes"].get<uint64_t>() == pool; }, 30000ms))
       << dbus_->status().dump(1);
   EXPECT_TRUE(dbus_->status()["models"].empty()) << "a model was loaded for a call nobody waits for";
+}
+
+// A LoadModel waiting for draining pages whose caller leaves the bus is
+// dropped, holding nothing. Its wait (drain_wait) is longer than the test,
+// so it is the caller's leaving that ends it.
+TEST_F(ClientIntegration, AWaitingLoadIsDroppedWithItsCallerHoldingNothing) {
+  with_a_held_drain("600s", [&](const ModelFile& b) {
+    {
+      // A client process whose LoadModel waits, killed meanwhile.
+      Child gone(client(b));
+      ASSERT_TRUE(wait_until([&] { return a_call_waits(); }, 30000ms)) << daemon_->log();
+      gone.kill(SIGKILL);
+      (void)gone.wait();
+    }
+    ASSERT_TRUE(wait_until([&] { return daemon_->log().find("dropped: it left the bus") != std::string::npos; },
+                           30000ms))
+        << daemon_->log();
+    EXPECT_EQ(daemon_->log().find("still held by reads in flight after"), std::string::npos)
+        << "the call was refused for its wait, not dropped with its caller\n" << daemon_->log();
+  });
+}
+
+// One that waits longer than drain_wait is refused naming why, holding
+// nothing.
+TEST_F(ClientIntegration, AWaitingLoadIsRefusedAfterItsLimitHoldingNothing) {
+  with_a_held_drain("1s", [&](const ModelFile& b) {
+    auto e = dbus_->load_model(b.path);
+    EXPECT_EQ(e.name, "org.aios.Airs1.Error.PoolExhausted") << e.message;
+    EXPECT_NE(e.message.find("reads were still in flight after 1000 ms"), std::string::npos) << e.message;
+  });
 }
 
 // ---- 8. pool too small ----
