@@ -1095,13 +1095,13 @@ void ClientIntegration::with_a_held_drain(const std::string& drain_wait,
   uint64_t free_held = 0;
   if (!hold_a_drain(w, a, false, &free_held)) return;
   ASSERT_EQ(free_held, pool - A);
-  {
-    struct Release {
-      BlkioThrottle& throttle;
-      ~Release() { (void)throttle.set_rate(0); }
-    } release{*throttle_};
-    during(b);
-  }
+  // However this ends, the held reads go; not before the checks below,
+  // which need them held.
+  struct Release {
+    BlkioThrottle& throttle;
+    ~Release() { (void)throttle.set_rate(0); }
+  } release{*throttle_};
+  during(b);
   if (HasFatalFailure()) return;
   auto st = dbus_->status();
   EXPECT_TRUE(st["models"].empty()) << st.dump(1);
