@@ -204,11 +204,16 @@ class Section {
   // Durations: a string with a unit ("150ms", "2s", "5m", "300us") or an
   // integer number of the natural unit of the key.
   template <typename Dur>
+  // At most a year: every duration here ends up added to a clock's time in
+  // nanoseconds, where a larger one overflows (a limit that fires at once,
+  // or never).
   Status get_duration(std::string_view key, Dur& out) {
+    constexpr std::chrono::hours kLongest{24 * 365};
     auto n = node(key);
     if (!n) return {};
     if (auto i = n->value<int64_t>()) {
       if (*i < 0) return bad(key, "a duration cannot be negative");
+      if (Dur(*i) > kLongest) return bad(key, fmt::format("{} is longer than a year", *i));
       out = Dur(*i);
       return {};
     }
@@ -216,6 +221,7 @@ class Section {
     if (!s) return bad(key, "expected a duration such as \"2s\" or \"150ms\"");
     auto d = parse_duration(*s);
     if (!d) return bad(key, fmt::format("'{}' is not a duration (use us, ms, s, m, h)", *s));
+    if (*d > kLongest) return bad(key, fmt::format("'{}' is longer than a year", *s));
     out = std::chrono::duration_cast<Dur>(*d);
     if (std::chrono::duration_cast<std::chrono::microseconds>(out) != *d)
       return bad(key, fmt::format("'{}' is finer than this key's unit", *s));

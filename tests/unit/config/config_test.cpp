@@ -328,6 +328,8 @@ TEST(Config, NewKeysRejectBadValues) {
            {"[models]\nmax_models_per_uid = -1\n", "[models] max_models_per_uid: -1 is out of range"},
            {"[models]\nkeep_alive = \"soon\"\n", "[models] keep_alive: 'soon' is not a duration"},
            {"[models]\ndrain_wait = \"0\"\n", "[models] drain_wait: must be at least 1s"},
+           {"[models]\ndrain_wait = 9223372036854775807\n", "[models] drain_wait: 9223372036854775807 is longer than a year"},
+           {"[models]\nkeep_alive = \"8761h\"\n", "[models] keep_alive: '8761h' is longer than a year"},
            {"[models]\npreload = \"/a.gguf\"\n", "[models] preload: expected an array of strings"},
        }) {
     auto c = config::parse(text, "x.conf");
