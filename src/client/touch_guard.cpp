@@ -138,8 +138,11 @@ bool daemon_gone(const Slot& s) {
 
 // Maps the GGUF file over the whole range in one call (idempotent: two
 // threads of one process, or a forked child, may each do it, same bytes).
+// syscall() reads each argument as a long: the offset, the seventh argument
+// on x86-64, is on the stack, where an int 0 may leave the upper half
+// of its slot unwritten (Clang does), and the kernel saw a huge offset.
 void take_over(Slot& s) {
-  const long p = ::syscall(SYS_mmap, s.base, s.size, PROT_READ, MAP_SHARED | MAP_FIXED, s.gguf_fd, 0);
+  const long p = ::syscall(SYS_mmap, s.base, s.size, long{PROT_READ}, long{MAP_SHARED | MAP_FIXED}, long{s.gguf_fd}, 0L);
   if (p == -1 || static_cast<uintptr_t>(p) != s.base)
     die_sigbus("airs-memd died before the model was resident and the GGUF file cannot be mapped in its place");
   s.taken.store(true, std::memory_order_release);
@@ -229,7 +232,7 @@ void serve(Slot& s, uintptr_t addr) {
       return;
     }
     const timespec ts{0, TouchGuard::kSliceNs};
-    (void)::syscall(SYS_futex, s.status.generation_word(), FUTEX_WAIT, gen, &ts, nullptr, 0);
+    (void)::syscall(SYS_futex, s.status.generation_word(), long{FUTEX_WAIT}, long{gen}, &ts, nullptr, 0L);
   }
 }
 

@@ -125,7 +125,7 @@ const RealFns& real() {
 
 // Raw syscalls for the (theoretical) case that RTLD_NEXT finds nothing.
 void* sys_mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  return reinterpret_cast<void*>(::syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  return reinterpret_cast<void*>(::syscall(SYS_mmap, addr, len, long{prot}, long{flags}, long{fd}, long{off}));
 }
 
 void* call_real_mmap(bool is64, void* addr, size_t len, int prot, int flags, int fd, off_t off) {

@@ -248,7 +248,7 @@ Result<UniqueFd> reopen(int fd, int flags) {
 }
 
 void futex_wake_all(const uint32_t* word) {
-  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, word, long{FUTEX_WAKE}, long{INT_MAX}, nullptr, nullptr, 0L);
 }
 
 bool futex_wait(const uint32_t* word, uint32_t expected, int64_t timeout_ns) {
@@ -259,7 +259,7 @@ bool futex_wait(const uint32_t* word, uint32_t expected, int64_t timeout_ns) {
     ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
     tsp = &ts;
   }
-  const long rc = ::syscall(SYS_futex, word, FUTEX_WAIT, expected, tsp, nullptr, 0);
+  const long rc = ::syscall(SYS_futex, word, long{FUTEX_WAIT}, long{expected}, tsp, nullptr, 0L);
   return !(rc != 0 && errno == ETIMEDOUT);
 }
 
