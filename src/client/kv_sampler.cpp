@@ -25,12 +25,12 @@ namespace airs::client {
 std::chrono::milliseconds kv_sample_period_from_env() {
   // A round a second: a chunk is dropped at most once a second, which costs
   // a decode loop a minor fault per page of at most 8 chunks a second.
-  constexpr std::chrono::milliseconds kDefault{1000};
+  constexpr std::chrono::milliseconds kDefaultPeriod{1000};
   const char* v = std::getenv("AIRS_KV_SAMPLE_MS");
-  if (v == nullptr || v[0] < '0' || v[0] > '9') return kDefault;
+  if (v == nullptr || v[0] < '0' || v[0] > '9') return kDefaultPeriod;
   char* end = nullptr;
   const unsigned long n = std::strtoul(v, &end, 10);
-  if (*end != '\0') return kDefault;
+  if (*end != '\0') return kDefaultPeriod;
   if (n == 0) return std::chrono::milliseconds(0);
   return std::chrono::milliseconds(
       std::clamp<unsigned long>(n, wire::kMinKvSamplePeriodMs, wire::kMaxKvSamplePeriodMs));

@@ -3,6 +3,7 @@
 
 #include "infer/kernels_common.hpp"
 #include "infer/kernels_neon.hpp"
+#include "util/sanitizers.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,13 +13,14 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
 // Hot loops get an AVX2/FMA clone next to the baseline build; the dynamic
 // loader picks one per CPU (GNU ifunc). Elsewhere they are plain functions.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(AIRS_ASAN) && \
+    !defined(AIRS_TSAN)
 #define AIRS_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define AIRS_HOT
@@ -366,7 +368,9 @@ AIRS_AVX2 void dot4_q4_0_avx2(const std::byte* w, size_t stride, const std::byte
 // GCC 12 reports the _mm512_undefined_* inside its own intrinsics as
 // (maybe-)uninitialized, a false positive.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define AIRS_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
@@ -562,12 +566,18 @@ AIRS_VNNI void dotn_q4_k_vnni(const std::byte* w, size_t stride, const std::byte
 
 #pragma GCC diagnostic pop
 
+// F16C from cpuid (leaf 1, ECX): Clang 14's __builtin_cpu_supports does not
+// know the name.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
 const bool kHasVnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c") &&
+                      __builtin_cpu_supports("avx512vbmi") && cpu_has_f16c() &&
                       __builtin_cpu_supports("fma");
 const bool kHasAvx2 =
-    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 #else
 constexpr bool kHasAvx2 = false;
 constexpr bool kHasVnni = false;

@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "util/sanitizers.hpp"
+
 namespace airs::wire {
 
 [[nodiscard]] constexpr uint64_t opened_bytes(uint32_t units) { return (uint64_t{units} + 63) / 64 * 8; }
@@ -35,7 +37,7 @@ class OpenedBits {
   void set(uint32_t u) { __atomic_fetch_or(&words_[u / 64], uint64_t{1} << (u % 64), __ATOMIC_SEQ_CST); }
   void clear(uint32_t u) { __atomic_fetch_and(&words_[u / 64], ~(uint64_t{1} << (u % 64)), __ATOMIC_SEQ_CST); }
   // Either side, between its write and its read.
-#if defined(__SANITIZE_THREAD__)
+#if defined(AIRS_TSAN)
   // GCC refuses a fence under -fsanitize=thread (TSan does not model
   // fences); a seq_cst read-modify-write is a full barrier on the targets
   // we build, and TSan sees it.

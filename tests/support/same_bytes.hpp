@@ -11,9 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "util/sanitizers.hpp"
+
 namespace airs::test {
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(AIRS_TSAN)
 __attribute__((no_sanitize("thread")))
 #endif
 inline bool same_bytes(const void* got, const void* want, uint64_t n) {

@@ -32,6 +32,7 @@
 #include "gguf/writer.hpp"
 #include "harness.hpp"
 #include "sys/fd.hpp"
+#include "util/sanitizers.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;
@@ -808,7 +809,7 @@ TEST_F(ClientIntegration, ForkedChildGetsSigsegvNeverZeros) {
 // Built without sanitizers only: a sanitizer build's client cannot
 // mlockall(MCL_CURRENT) (its shadow memory is terabytes of reserved address
 // space), so there it could only skip; the plain build runs it.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(AIRS_ASAN) && !defined(AIRS_TSAN)
 // Huge-page bytes process `pid` maps (smaps_rollup), in KiB.
 uint64_t hugetlb_kb(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");

@@ -37,9 +37,10 @@
 
 using namespace airs::test;
 namespace fs = std::filesystem;
-using Dict = std::map<std::string, sdbus::Variant>;
 
 namespace {
+
+using Dict = std::map<std::string, sdbus::Variant>;
 
 constexpr const char* kManager = "org.aios.Airs1.Manager";
 constexpr const char* kSession = "org.aios.Airs1.Session";
@@ -74,7 +75,7 @@ class LoopWatcher {
     if (r >= 0) r = sd_bus_start(bus);
     do {
       const auto t0 = std::chrono::steady_clock::now();
-      sd_bus_error err = SD_BUS_ERROR_NULL;
+      sd_bus_error err{};  // SD_BUS_ERROR_NULL, which C++ has no compound literal for
       sd_bus_message* reply = nullptr;
       if (r >= 0 && sd_bus_call_method(bus, "org.aios.Airs1", "/org/aios/Airs1", kManager, "GetStatus", &err, &reply,
                                        "") >= 0) {

@@ -43,6 +43,7 @@
 
 #include "daemon_fixture.hpp"
 #include "hostile_common.hpp"
+#include "util/sanitizers.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/gguf.hpp"
@@ -503,7 +504,7 @@ TEST_F(LoadStall, AMillionTensorHeaderFromTwoConnectionsLeavesTheLoopServing) {
   // Under TSan, which looks for races between the header threads and the
   // loop (the same whatever the header's length), 64 Ki tensors: there a
   // million cost a minute on the CI's longest lane.
-#if defined(__SANITIZE_THREAD__)
+#if defined(AIRS_TSAN)
   constexpr uint64_t n = uint64_t{1} << 16;
 #else
   constexpr uint64_t n = uint64_t{1} << 20;

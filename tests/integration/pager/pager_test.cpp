@@ -35,6 +35,7 @@
 
 #include "pager/pager.hpp"
 #include "pool/hugetlbfs_backend.hpp"
+#include "util/sanitizers.hpp"
 #include "pool/shmem_backend.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
@@ -66,7 +67,7 @@ std::string g_nr_path;
 
 constexpr uint64_t kPoolPages = 48;
 // ASan and TSan intercept mlock/munlock and make them no-ops: VmLck stays 0.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(AIRS_ASAN) || defined(AIRS_TSAN)
 constexpr bool kMlockWorks = false;
 #else
 constexpr bool kMlockWorks = true;
@@ -1175,7 +1176,7 @@ TEST_P(MoeStreamTest, AHintReadsTheExpertsSlicesBeforeAnyTouch) {
   const uint64_t uses0 = stats(d, id).stream.expert_uses;
   HintSocket h = hint_socket(d, id);
   ASSERT_TRUE(h.hint(0, {3}));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; })) << "the hint was not taken";
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 1; })) << "the hint was not taken";
   settle(d, id);
   const uint64_t fresh = expect_only_expert_read(d, f, id, before, 3);
   const auto s1 = stats(d, id);
@@ -1198,7 +1199,7 @@ TEST_P(MoeStreamTest, APredictionReadsTheExpertAheadAndCountsNoUse) {
   const uint64_t uses0 = stats(d, id).stream.expert_uses;
   HintSocket h = hint_socket(d, id);
   ASSERT_TRUE(h.hint(0, {4}, true));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; })) << "the prediction was not taken";
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 1; })) << "the prediction was not taken";
   settle(d, id);
   const uint64_t fresh = expect_only_expert_read(d, f, id, before, 4);
   const auto s1 = stats(d, id);
@@ -1210,7 +1211,7 @@ TEST_P(MoeStreamTest, APredictionReadsTheExpertAheadAndCountsNoUse) {
   // The hint that follows the guess: a use, and no read.
   const auto reads_before = d.pager->read_order(id).size();
   ASSERT_TRUE(h.hint(0, {4}));
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 2; }));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 2; }));
   settle(d, id);
   EXPECT_EQ(stats(d, id).stream.expert_uses, uses0 + 1);
   EXPECT_EQ(d.pager->read_order(id).size(), reads_before) << "the hinted expert was read again";
@@ -1249,7 +1250,7 @@ TEST_P(MoeStreamTest, HostileHintsAreIgnoredAndReadNothing) {
   EXPECT_TRUE(h.hint(0, {kMoeExperts}, true)) << "a prediction is checked as a hint is";
   EXPECT_TRUE(h.hint(1, {0}, true));
   bad += 8;
-  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.refused == bad; })) << stats(d, id).hints.refused;
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.refused == bad; })) << stats(d, id).hints.refused;
   settle(d, id);
   EXPECT_EQ(stats(d, id).hints.taken, 0U);
   EXPECT_EQ(ready_units(d, id), before) << "a refused hint read something";
@@ -1262,7 +1263,7 @@ TEST_P(MoeStreamTest, HostileHintsAreIgnoredAndReadNothing) {
     (i % 2 == 0 ? good : bad) += 1;
   }
   ASSERT_GT(good, 50U) << "the socket took too few to flood";
-  ASSERT_TRUE(run_until(d, [&] {
+  ASSERT_TRUE(run_until(d, [&, id = id] {
     const auto s = stats(d, id);
     return s.hints.taken == good && s.hints.refused == bad;
   }, 60s)) << "the flood was not all read";

@@ -19,6 +19,7 @@
 
 #include "pool/pool.hpp"
 #include "pool/shmem_backend.hpp"
+#include "util/sanitizers.hpp"
 #include "sys/hugetlbfs.hpp"
 #include "sys/own_devices.hpp"
 #include "sys/procfs.hpp"
@@ -28,7 +29,7 @@
 namespace airs {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(AIRS_ASAN) || defined(AIRS_TSAN)
 #define AIRS_SANITIZED_BUILD 1
 constexpr bool kMlockWorks = false;  // ASan and TSan make mlock/munlock no-ops
 #else

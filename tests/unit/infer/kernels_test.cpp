@@ -11,6 +11,8 @@
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
+#elif defined(__x86_64__)
+#include <cpuid.h>
 #endif
 
 #include <gtest/gtest.h>
@@ -359,13 +361,21 @@ using namespace airs::infer;
 
 // The family this CPU should run, decided here independently of the
 // library: on AArch64 from the kernel's hwcaps, on x86 from cpuid.
+#if defined(__x86_64__)
+// F16C from cpuid (leaf 1, ECX): Clang 14's __builtin_cpu_supports does not
+// know the name.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
 KernelPath expected_family() {
 #if defined(__aarch64__)
   const unsigned long hw = getauxval(AT_HWCAP);
   if ((hw & HWCAP_ASIMD) == 0) return KernelPath::kPortable;
   return (hw & HWCAP_ASIMDDP) != 0 ? KernelPath::kNeonDotprod : KernelPath::kNeon;
 #elif defined(__x86_64__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   const bool vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
                     __builtin_cpu_supports("avx512vbmi");

@@ -15,7 +15,7 @@ import sys
 # (include/airs), `dbus_gen` the proxies/adaptors generated from the XML.
 ALLOWED = {
     "util": set(),
-    "wire": set(),                                      # the layouts daemon and clients share (pages, request words)
+    "wire": {"util"},                                   # the layouts daemon and clients share (pages, request words)
     "sys": {"util"},                                    # the only layer that makes syscalls
     "probe": {"util", "sys"},
     "gguf": {"util"},                                   # pure: parse and write GGUF (file_io: the byte source)
