@@ -26,9 +26,14 @@
 // stays taken until the closer closes it, so it is not reused before.
 //
 // Defined in the executable, this close() comes before libc's for the
-// libraries too (they call it through their PLT); the next one (libc's, or
-// a sanitizer's interceptor: GCC links the sanitizer runtimes as shared
-// libraries) does the closing.
+// libraries too (they call it through their PLT); the next one does the
+// closing: a sanitizer's interceptor where there is one, else libc's. GCC
+// links the sanitizer runtimes as shared libraries, so the next close() is
+// the interceptor; Clang links them into the executable, where this close()
+// replaces the interceptor's (a weak alias) and the next one is libc's, so
+// the interceptor is called by its own name. TSan must see every close: it
+// follows each descriptor number, and a reuse it has not seen closed is a
+// race to it.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -54,12 +59,16 @@
 
 #include "sys/own_devices.hpp"
 
+// The sanitizers' close interceptor, where a sanitizer runtime is linked.
+extern "C" int __interceptor_close(int fd) __attribute__((weak));
+
 namespace {
 
 using CloseFn = int (*)(int);
 
 CloseFn next_close() {
-  static CloseFn fn = reinterpret_cast<CloseFn>(::dlsym(RTLD_NEXT, "close"));
+  static CloseFn fn = __interceptor_close != nullptr ? &__interceptor_close
+                                                     : reinterpret_cast<CloseFn>(::dlsym(RTLD_NEXT, "close"));
   return fn;
 }
 
