@@ -43,13 +43,13 @@
 
 #include "daemon_fixture.hpp"
 #include "hostile_common.hpp"
-#include "util/sanitizers.hpp"
 #include "gguf/content_id.hpp"
 #include "gguf/file_io.hpp"
 #include "gguf/gguf.hpp"
 #include "gguf/writer.hpp"
 #include "harness.hpp"
 #include "test_model.hpp"
+#include "util/sanitizers.hpp"
 
 using namespace airs::test;
 using namespace std::chrono_literals;

@@ -35,7 +35,6 @@
 
 #include "pager/pager.hpp"
 #include "pool/hugetlbfs_backend.hpp"
-#include "util/sanitizers.hpp"
 #include "pool/shmem_backend.hpp"
 #include "pool/pool.hpp"
 #include "sys/event_loop.hpp"
@@ -43,6 +42,7 @@
 #include "sys/procfs.hpp"
 #include "sys/proc_handles.hpp"
 #include "sys/uffd.hpp"
+#include "util/sanitizers.hpp"
 #include "blkio_throttle.hpp"
 #include "proc_threads.hpp"
 #include "wire.hpp"

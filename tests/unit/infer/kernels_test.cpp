@@ -359,8 +359,6 @@ namespace {
 
 using namespace airs::infer;
 
-// The family this CPU should run, decided here independently of the
-// library: on AArch64 from the kernel's hwcaps, on x86 from cpuid.
 #if defined(__x86_64__)
 // F16C from cpuid (leaf 1, ECX): Clang 14's __builtin_cpu_supports does not
 // know the name.
@@ -369,6 +367,9 @@ bool cpu_has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
 }
 #endif
+
+// The family this CPU should run, decided here independently of the
+// library: on AArch64 from the kernel's hwcaps, on x86 from cpuid.
 KernelPath expected_family() {
 #if defined(__aarch64__)
   const unsigned long hw = getauxval(AT_HWCAP);
