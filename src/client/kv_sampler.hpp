@@ -3,8 +3,10 @@
 // KV access sampling: how often a session's KV is read, for the daemon's
 // eviction order (idle KV goes first within a priority). The kernel's
 // DAMON could say, but Debian 12's 6.1 and stock Raspberry Pi OS have
-// none, so libairs measures it on every kernel, as it does for the units
-// of a streamed model (client/sampler.hpp).
+// none, and where a kernel has it the daemon, without CAP_SYS_PTRACE, may
+// not read where another user's process maps its KV
+// (docs/kernel-facts.md, DAMON). So libairs measures it on every kernel,
+// as it does for the units of a streamed model (client/sampler.hpp).
 //
 // Each session maps the arena on its own, and only that session's blocks
 // are read through that mapping. A round drops chunks that hold the
