@@ -260,7 +260,7 @@ if built build-arm64; then
 fi
 : >arm64-debs.done
 wait "$lane_amd64" || true
-echo "==> lane amd64 (6.1 VM, TSan), its output:"
+echo "==> lane amd64 (6.1 VM, TSan, arm64 .deb VM, fuzz), its output:"
 cat lane-amd64.log
 while IFS=$'\t' read -r lane what secs; do lane_step "$lane" "$what" "$secs"; done < <(cat lane-amd64.steps 2>/dev/null)
 wait "$beside" || true

@@ -135,11 +135,11 @@ case $arch in
   # with ERMS the guest kernel zeroes pages (clear_page_erms) and copies to
   # and from user memory that way, as glibc does large copies and fills.
   # Without it they take `rep movsq`/`stosq` and vector loops, 8 bytes or
-  # more a step:
-  # measured here, a 6.1 guest read a cached file at 2.4 GB/s against 0.41,
-  # booted in 7.9 s against 14.8, and ran five integration tests in 13.6 s
-  # against 22.5. The mechanisms the tests reach (userfaultfd, hugetlbfs,
-  # shmem, io_uring) do not depend on which string routine the kernel has.
+  # more a step. Measured here, a 6.1 guest read a cached file at 2.4 GB/s
+  # against 0.41, booted in 7.9 s against 14.8, and ran five integration
+  # tests in 13.6 s against 22.5 (docs/vm-tests.md). The mechanisms the
+  # tests reach (userfaultfd, hugetlbfs, shmem, io_uring) do not depend on
+  # which string routine the kernel has.
   amd64) qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86 console=ttyS0 qemu_user=qemu-x86_64 tcg_cpu=${AIRS_VM_TCG_CPU:-max,-erms,-fsrm} ;;
   # pauth-impdef: pointer authentication with QEMU's own cheap hash instead
   # of QARMA5, which TCG computes at every signed return (the guest kernel
