@@ -85,7 +85,8 @@ plain=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr
 # 892 s with GCC at -O0, about 510 s with Clang at -O0 and 800 s at -O1.
 # At -O0 the engine's arithmetic under ASan is slow (its 11 slowest tests:
 # 155 s, against 42 s at -O1), so ASan builds at -O1, the level its authors
-# advise; TSan, whose slow tests are its own, at -O0.
+# advise; TSan at -O0, but for the engine (src/infer/CMakeLists.txt: -O1
+# in any sanitizer's Debug build).
 san=(-DCMAKE_BUILD_TYPE=Debug -DAIRS_BUILD_BENCH=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 asan=("${san[@]}" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1" -DAIRS_SANITIZE=address,undefined)
 tsan=("${san[@]}" -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DAIRS_SANITIZE=thread)
@@ -211,9 +212,10 @@ rm -f lane-amd64.steps arm64-debs.done
     step "waiting for the TSan build"
     # TSan maps shadow memory at fixed ranges; kernels with 32 bits of mmap
     # randomisation break that, so run without ASLR (setarch -R).
-    # The engine's forward passes under TSan cost minutes each: its thread
-    # pool runs under TSan in InferSequence, InferMoe and five daemon-backed
-    # InferIntegration tests, and a streamed MoE model in full mode. The
+    # The engine (built at -O1 here, src/infer: at -O0 its forward passes
+    # took minutes under TSan) runs its thread pool under TSan in
+    # InferSequence, InferMoe and five daemon-backed InferIntegration tests,
+    # and a streamed MoE model in full mode. The
     # other two modes of that model differ in the pager only, which the
     # StreamedClients and MoeStreamTest suites run under TSan; the four
     # left out test the daemon's choices (hostile hints, pressure order,

@@ -65,6 +65,17 @@ using Dict = std::map<std::string, sdbus::Variant>;
 const char* kManagerIf = "org.aios.Airs1.Manager";
 constexpr uid_t kNobody = 65534;
 
+// A file's bytes in one read: a model of tens of MiB a character at a time
+// costs seconds in the TSan build (its tests are compiled at -O0).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0)), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  return bytes;
+}
+
 // ---- a GGUF header of `n` tensors, the last one past the end of the file ----
 
 void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
@@ -716,11 +727,7 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
 TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlots) {
   const uint64_t unit = huge_page_size();
   const ModelFile a = make_model(dir_, "a.gguf", "never-read", 24 * unit, 8, 11);
-  std::string bytes;
-  {
-    std::ifstream in(a.path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string bytes = file_bytes(a.path);
   ASSERT_EQ(bytes.size(), a.size());
   ASSERT_GT(a.size(), 20 * unit) << "more units than the daemon has read slots (16)";
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
@@ -738,11 +745,7 @@ TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlot
   // An admin's model on a FUSE file too, one whose server answers: its
   // reads go to io-wq workers as the stalled ones do.
   const ModelFile b = make_model(dir_, "b.gguf", "read-meanwhile", 4 * unit, 4, 12);
-  std::string b_bytes;
-  {
-    std::ifstream in(b.path, std::ios::binary);
-    b_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string b_bytes = file_bytes(b.path);
   auto answering = std::make_unique<StalledFuse>(path("fuse-b"), std::move(b_bytes), 0ms);
   ASSERT_FALSE(answering->why_not()) << *answering->why_not();
   BusClient admin(address);
@@ -830,11 +833,7 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
 // naming the stall, and GetStatus is answered all the while.
 TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse) {
   const std::string local = write_model(path("open.gguf"), "open-stall", 3);
-  std::string bytes;
-  {
-    std::ifstream in(local, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = file_bytes(local);
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
   if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
   fuse->stall_opens_after(1);  // the caller's open
