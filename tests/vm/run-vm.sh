@@ -7,6 +7,9 @@
 #             --build BUILD_DIR [--label L] [--regex R] [--exclude R] [--name NAME]
 #             [--mem MiB] [--smp N] [--hugepages N] [--timeout SEC]
 #             [--ctest-timeout SEC] [--ctest-jobs N] [--hugepagesz SIZE]
+#             [--per-test]       each test in a process of its own, as ctest
+#                                runs it (default: the selection's gtest
+#                                tests one process per binary, tests/vm/batch.py)
 #             [--accel auto|kvm|tcg]   (or AIRS_VM_ACCEL; auto = kvm when native)
 #             (AIRS_VM_TCG_CPU: the -cpu of a TCG guest, default below)
 #             [--userland host|own]  (default: host for this machine's
@@ -78,7 +81,7 @@
 set -euo pipefail
 
 arch=amd64 suite="" kernel_pkg="" build="" label="" regex="" exclude="" tcg_exclude="" name="" userland="" pre_job="" host_setup="" fixture_exclude_setup="" init=chroot job_cmd="" require=""
-mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs=""
+mem_mib=6144 smp=2 accel_opt=${AIRS_VM_ACCEL:-auto} accel_forced=no hugepages="" hugepagesz="" vm_timeout=1800 ctest_timeout=600 ctest_jobs="" per_test=""
 while (($#)); do
   case $1 in
     --arch) arch=$2; shift 2 ;;
@@ -105,6 +108,7 @@ while (($#)); do
     --timeout) vm_timeout=$2; shift 2 ;;
     --ctest-timeout) ctest_timeout=$2; shift 2 ;;
     --ctest-jobs) ctest_jobs=$2; shift 2 ;;
+    --per-test) per_test=yes; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-vm.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -433,6 +437,13 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   [[ -z $regex ]] || selector+=(-R "$regex")
   [[ -z $ex ]] || selector+=(-E "$ex")
   [[ -z $fixture_exclude_setup ]] || selector+=(-FS "$fixture_exclude_setup")
+  # The selection, read back from ctest here and grouped one process per
+  # test binary (tests/vm/batch.py): under TCG a process costs a second
+  # or more before its first test.
+  if [[ -z $job_cmd && -z $per_test ]]; then
+    "$(dirname "$0")/batch.py" plan "$build" "$results" "$ctest_timeout" "$ctest_jobs" "${selector[@]}" ||
+      { echo "FAIL: $name: no test selection to run in $build"; return 1; }
+  fi
   {
     echo "#!/bin/sh"
     if [[ $init == systemd ]]; then
@@ -452,6 +463,8 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
     [[ -z $pre_job ]] || echo "$pre_job"
     if [[ -n $job_cmd ]]; then
       echo "( $job_cmd ) > $results/$log 2>&1"
+    elif [[ -z $per_test ]]; then
+      echo "sh $results/batch.sh > $results/$log 2>&1"
     else
       printf 'ctest --test-dir %q --output-on-failure --timeout %q -j%q --output-junit %q' "$build" "$ctest_timeout" \
         "$ctest_jobs" "$results/junit.xml"
@@ -468,7 +481,7 @@ write_job() {  # the ctest run for the accelerator in use ($accel_opt)
   } > "$results/job.sh"
   chmod 755 "$results/job.sh"
 }
-write_job
+write_job || exit 1
 
 # Huge pages: by default half the guest's memory in pages of the default
 # (or the given) huge page size; 2 MiB unless --hugepagesz says otherwise.
@@ -527,7 +540,7 @@ if [[ $accel_opt == kvm && ${AIRS_VM_ACCEL:-auto} == auto && $accel_forced == no
     kill "$qpid"; wait "$qpid"
     rm -f "$results/console.log"
     accel=(-accel tcg,thread=multi -cpu "$tcg_cpu"); accel_opt=tcg-fallback
-    write_job
+    write_job || exit 1
     boot "${accel[@]}"
   fi
 fi
@@ -539,15 +552,27 @@ total=$(took "$t")
 if [[ -f $results/$log ]]; then cat "$results/$log"; fi
 [[ ! -f $results/timing ]] || while read -r k v; do echo "vm-timing: $name $k $v s"; done < "$results/timing"
 echo "vm-timing: $name boot+tests+poweroff $total s"
+batched() { [[ -z $job_cmd && -z $per_test ]]; }
+# The batch's output, test by test, into junit.xml (a guest that did not
+# finish names the test it was in, and the ones it never reached).
+if batched; then
+  set +e
+  "$(dirname "$0")/batch.py" junit "$results"
+  batch_rc=$?
+  set -e
+fi
 if [[ ! -s $results/rc ]]; then
   if ((qrc == 124 || qrc == 137)); then echo "FAIL: $name: the VM did not finish within ${vm_timeout} s"; fi
+  if batched && [[ -n ${AIRS_RESULTS_DIR:-} && -s $results/junit.xml ]]; then cp "$results/junit.xml" "$AIRS_RESULTS_DIR/vm-$name.xml"; fi
   echo "FAIL: $name: no result from the guest (qemu exit $qrc); last console lines ($results/console.log):"
   tail -40 "$results/console.log" 2>/dev/null || true
   cat "$results/qemu.log" 2>/dev/null || true
   exit 1
 fi
 rc=$(cat "$results/rc")
-if [[ -z $job_cmd && $rc == 0 ]]; then
+if batched; then
+  rc=$batch_rc
+elif [[ -z $job_cmd && $rc == 0 ]]; then
   # A ctest that found nothing to run exits 0: that is no result.
   ran=$(sed -nE 's/.*tests passed, [0-9]+ tests? failed out of ([0-9]+).*/\1/p' "$results/$log" | tail -1)
   if [[ -z $ran || $ran == 0 ]] || grep -q 'No tests were found' "$results/$log"; then
