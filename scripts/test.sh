@@ -148,8 +148,8 @@ stage "plain tests, packages, systemd, llama.cpp (ASan, then arm64 builds beside
 # next stage's, with the fuzzer), the arm64 cross build (the arm64 lane's
 # tests and guests run it), and the TSan build of the tests of code that
 # has threads (tsan_tests in tests/CMakeLists.txt, not the single-threaded
-# pure cores a third time). Each starts as soon as the one before ends, so whatever
-# processor a test stage leaves idle goes to the next build.
+# pure cores a third time). Each starts as soon as the one before ends, so
+# whatever processor a test stage leaves idle goes to the next build.
 rm -f build-asan.rc build-arm64.rc build-tsan.rc
 (
   set +e  # a failed build is recorded in its .rc; the ones after it still run
