@@ -48,6 +48,7 @@
 #include "gguf/gguf.hpp"
 #include "gguf/writer.hpp"
 #include "harness.hpp"
+#include "sys/procfs.hpp"
 #include "test_model.hpp"
 #include "util/sanitizers.hpp"
 
@@ -64,17 +65,6 @@ using Clock = std::chrono::steady_clock;
 using Dict = std::map<std::string, sdbus::Variant>;
 const char* kManagerIf = "org.aios.Airs1.Manager";
 constexpr uid_t kNobody = 65534;
-
-// A file's bytes in one read: a model of tens of MiB a character at a time
-// costs seconds in the TSan build (its tests are compiled at -O0).
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0)), '\0');
-  in.seekg(0);
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  EXPECT_TRUE(in.good()) << "cannot read " << path;
-  return bytes;
-}
 
 // ---- a GGUF header of `n` tensors, the last one past the end of the file ----
 
@@ -727,7 +717,11 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
 TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlots) {
   const uint64_t unit = huge_page_size();
   const ModelFile a = make_model(dir_, "a.gguf", "never-read", 24 * unit, 8, 11);
-  std::string bytes = file_bytes(a.path);
+  // Whole reads: a model of tens of MiB a character at a time costs
+  // seconds in the TSan build (its tests are compiled at -O0).
+  auto read = airs::sys::read_text_file(a.path, 256u << 20);
+  ASSERT_TRUE(read) << read.error().message;
+  std::string bytes = std::move(read).value();
   ASSERT_EQ(bytes.size(), a.size());
   ASSERT_GT(a.size(), 20 * unit) << "more units than the daemon has read slots (16)";
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
@@ -745,7 +739,9 @@ TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlot
   // An admin's model on a FUSE file too, one whose server answers: its
   // reads go to io-wq workers as the stalled ones do.
   const ModelFile b = make_model(dir_, "b.gguf", "read-meanwhile", 4 * unit, 4, 12);
-  std::string b_bytes = file_bytes(b.path);
+  auto b_read = airs::sys::read_text_file(b.path, 256u << 20);
+  ASSERT_TRUE(b_read) << b_read.error().message;
+  std::string b_bytes = std::move(b_read).value();
   auto answering = std::make_unique<StalledFuse>(path("fuse-b"), std::move(b_bytes), 0ms);
   ASSERT_FALSE(answering->why_not()) << *answering->why_not();
   BusClient admin(address);
@@ -833,7 +829,9 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
 // naming the stall, and GetStatus is answered all the while.
 TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse) {
   const std::string local = write_model(path("open.gguf"), "open-stall", 3);
-  std::string bytes = file_bytes(local);
+  auto read = airs::sys::read_text_file(local, 256u << 20);
+  ASSERT_TRUE(read) << read.error().message;
+  std::string bytes = std::move(read).value();
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
   if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
   fuse->stall_opens_after(1);  // the caller's open
