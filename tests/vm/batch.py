@@ -97,11 +97,11 @@ def plan(build, results, timeout, jobs, selection):
     lines = ["#!/bin/sh", "# The guest's tests, one process per test binary (tests/vm/batch.py).",
              f"cd {shlex.quote(str(res))} || exit 1"]
 
-    def run_line(i, g):
+    def run_line(g):
         cmd = list(g["cmd"])
         if g["tests"][0]["gtest"] is not None:
             cmd.append(FILTER + ":".join(t["gtest"] for t in g["tests"]))
-        log = res / "batch" / f"g{i}"
+        log = res / "batch" / f"g{g['id']}"
         return (f"(cd {shlex.quote(g['wd'])} && exec timeout -k 10 {g['timeout']} "
                 f"{' '.join(shlex.quote(c) for c in cmd)}) > {shlex.quote(str(log))}.log 2>&1; "
                 f"echo $? > {shlex.quote(str(log))}.rc; echo \"==> {g['exe']} ({len(g['tests'])} tests) ended, "
@@ -110,14 +110,11 @@ def plan(build, results, timeout, jobs, selection):
     for i, g in enumerate(groups):
         g["id"] = i
     parallel = [g for g in groups if not g["serial"]]
-    lanes = [parallel[k::jobs] for k in range(jobs)] if parallel else []
-    for lane in lanes:
+    for lane in (parallel[k::jobs] for k in range(jobs)):
         if lane:
-            lines.append("(")
-            lines += ["  " + run_line(g["id"], g) for g in lane]
-            lines.append(") &")
+            lines += ["("] + ["  " + run_line(g) for g in lane] + [") &"]
     lines.append("wait")
-    lines += [run_line(g["id"], g) for g in groups if g["serial"]]
+    lines += [run_line(g) for g in groups if g["serial"]]
     (res / "batch.sh").write_text("\n".join(lines) + "\n")
     (res / "batch.sh").chmod(0o755)
     (res / "batch.json").write_text(json.dumps(groups, indent=1))
