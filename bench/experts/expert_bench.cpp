@@ -25,7 +25,9 @@
 // in a cooperative one). bench_hints.sh measures the two end to end.
 // Printed per decode token (prefill passes are replayed, not counted): the
 // experts' hit rate (uses whose units were all in), MiB read, and that
-// over MIN's. One run; ratios side by side.
+// over MIN's. With --uniform, also the floor: the fewest reads any online
+// policy can expect on such routing (online_floor), against MIN's. One
+// run; ratios side by side.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -35,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -203,6 +206,37 @@ Count belady(const std::vector<Use>& uses, const pager::ExpertLayout& l, uint32_
   return r;
 }
 
+// The fewest units any online policy can read per decode token, in
+// expectation, when every layer picks `used` of its `n` experts uniformly
+// at random and independently of the past (the --uniform trace): a unit u
+// that k experts of its layer hold is needed at its layer's step with
+// probability q(u) = 1 - C(n - k, used) / C(n, used). A policy's choices
+// cannot depend on the pick they precede, so a unit it holds at that step
+// saves q(u) reads, and one that stays from one token to the next holds a
+// unit of the cache for it. Reading a unit in between to have it at the
+// step costs a read to save q(u) <= 1, never less than missing it. So the
+// expected reads are at least the sum of q(u) over every expert unit less
+// its `capacity` largest terms (the transient room a miss needs is not even
+// charged). MIN is below it by what knowing the next picks is worth.
+double online_floor(const pager::ExpertLayout& l, uint32_t units, uint32_t n, uint32_t used, uint32_t capacity) {
+  std::vector<uint32_t> holders(units, 0);
+  for (uint32_t k = 0; k < l.key_count(); ++k)
+    for (uint32_t u : l.units_of(k))
+      if (l.expert_unit(u)) ++holders[u];
+  std::vector<double> q;
+  for (uint32_t u = 0; u < units; ++u) {
+    if (!l.expert_unit(u)) continue;
+    double none = 1.0;  // C(n - k, used) / C(n, used): no pick holds u
+    for (uint32_t i = 0; i < used; ++i)
+      none *= holders[u] + i >= n ? 0.0 : static_cast<double>(n - holders[u] - i) / static_cast<double>(n - i);
+    q.push_back(1.0 - none);
+  }
+  std::sort(q.begin(), q.end(), std::greater<>());
+  double floor = 0;
+  for (size_t i = std::min<size_t>(capacity, q.size()); i < q.size(); ++i) floor += q[i];
+  return floor;
+}
+
 [[noreturn]] void usage() {
   std::fputs("usage: expert_bench --model M.gguf [--trace T.txt | --uniform TOKENS] [--unit BYTES] [--ratio R]... "
              "[--budget BYTES]... [--seed S]\n",
@@ -305,6 +339,11 @@ int main(int argc, char** argv) {
       }
     std::printf("  %-9s %-8s %8.3f %12.2f %8.2f\n", "MIN", "offline",
                 static_cast<double>(min.hits) / static_cast<double>(min.uses), min_mib, 1.0);
+    if (uniform != 0) {
+      const double floor_mib =
+          online_floor(layout, units, n_expert, static_cast<uint32_t>(used), cache) * mib;
+      std::printf("  %-9s %-8s %8s %12.2f %8.2f\n", "floor", "online", "-", floor_mib, floor_mib / min_mib);
+    }
   }
   return 0;
 }

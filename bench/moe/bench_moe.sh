@@ -217,15 +217,17 @@ first_diff() {
 }
 
 # What expert_bench says of TRACE (or --uniform TOKENS) at BUDGET bytes:
-# "MIN_MiB MIN_hit LFU_MiB LFU_hit" per decode token.
+# "MIN_MiB MIN_hit LFU_MiB LFU_hit FLOOR_MiB" per decode token (the floor:
+# the fewest reads any online policy can expect, uniform routing only).
 replay() {  # model budget trace|uniform:N
   local from=(--trace "$3")
   [[ $3 == uniform:* ]] && from=(--uniform "${3#uniform:}")
   "$xbench" --model "$1" "${from[@]}" --budget "$2" | awk '
     $1 == "MIN" {min_mib = $4; min_hit = $3}
     $1 == "lfu" && $2 == "misses" {lfu_mib = $4; lfu_hit = $3}
-    /below the floor/ {print "- - - -"; exit}
-    END {if (min_mib != "") print min_mib, min_hit, lfu_mib, lfu_hit}'
+    $1 == "floor" && $2 == "online" {floor_mib = $4}
+    /below the floor/ {print "- - - - -"; exit}
+    END {if (min_mib != "") print min_mib, min_hit, lfu_mib, lfu_hit, (floor_mib == "" ? "-" : floor_mib)}'
 }
 
 # Concentration of the decode routing: "SHARE UNIFORM": the share of the
@@ -295,10 +297,11 @@ report() {
     b=${budget[$cfg.$sp.$k]:-}
     [[ -z $b || $seen == *" $b "* ]] && continue
     seen+="$b "
-    read -r mn mh ln lh <<<"${minrep[$cfg.$b]}"
-    read -r umn umh uln ulh <<<"${unirep[$cfg.$b]}"
+    read -r mn mh ln lh _ <<<"${minrep[$cfg.$b]}"
+    read -r umn umh uln ulh ufl <<<"${unirep[$cfg.$b]}"
     echo "budget $(mib "$b") MiB: this trace: MIN $mn MiB/token (expert hit rate $mh), the daemon's LFU replayed $ln" \
-      "MiB/token (hit $lh); synthetic uniform routing: MIN $umn (hit $umh), LFU $uln (hit $ulh)"
+      "MiB/token (hit $lh); synthetic uniform routing: MIN $umn (hit $umh), LFU $uln (hit $ulh)," \
+      "no online policy below $ufl"
   done
   target=3
   awk -v x="$x" 'BEGIN{exit !(x > 3.1)}' && target=6
