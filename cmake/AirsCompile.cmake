@@ -30,7 +30,7 @@ function(airs_target name)
 endfunction()
 
 # airs_hot(NAME): code whose tests are bound by its own arithmetic (the
-# engine's kernels, the GGUF parser and writer) builds at -O1 in a
+# engine's kernels, the GGUF parser and writer, the fuzzer) builds at -O1 in a
 # sanitizer's Debug build, the level the sanitizers' authors advise; the
 # rest of such a build stays at -O0, which compiles in about half the time
 # (the heaviest daemon unit under ASan+UBSan: 22 s at -O0, 50 s at -O1) and

@@ -84,10 +84,10 @@ plain=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr
 # The sanitizer builds use Clang, and the product stays GCC's (the
 # optimised build, the packages, arm64), so both compilers keep the code
 # honest. Both build at -O0 but for the code whose tests are bound by its
-# own arithmetic, the engine and the GGUF parser and writer, which build at
-# -O1 (airs_hot in cmake/AirsCompile.cmake). Measured on 2 cores, quiet:
-# the ASan+UBSan build (with the fuzzer) took 16.0 minutes of processor
-# time all at -O1 and 9.7 so; its tests 6.5 and 7.8 minutes (408 and 460 s).
+# own arithmetic (the engine, the GGUF parser and writer, the fuzzer),
+# which builds at -O1 (airs_hot in cmake/AirsCompile.cmake). Measured on 2
+# cores, quiet, the ASan+UBSan build with the fuzzer: 16.0 processor-minutes
+# all at -O1, 9.7 this way; its tests 6.5 and 7.8 (408 s and 460 s).
 san=(-DCMAKE_BUILD_TYPE=Debug -DAIRS_BUILD_BENCH=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 # The fuzzer (libFuzzer on the GGUF reader, with ASan and UBSan) is built in
 # the ASan tree: the libraries it links are built there already, where a
