@@ -66,6 +66,15 @@ using Dict = std::map<std::string, sdbus::Variant>;
 const char* kManagerIf = "org.aios.Airs1.Manager";
 constexpr uid_t kNobody = 65534;
 
+// A model's bytes, for a FUSE server to serve: one whole read (a model of
+// tens of MiB a character at a time costs seconds in the TSan build, whose
+// tests are compiled at -O0). Empty, and the test failed, if it cannot be.
+std::string model_bytes(const std::string& path) {
+  auto read = airs::sys::read_text_file(path, 256u << 20);
+  if (!read) ADD_FAILURE() << read.error().message;
+  return read ? std::move(read).value() : std::string();
+}
+
 // ---- a GGUF header of `n` tensors, the last one past the end of the file ----
 
 void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
@@ -717,11 +726,7 @@ TEST_F(LoadStall, AStalledFuseReadFailsItsLoadAndNothingElse) {
 TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlots) {
   const uint64_t unit = huge_page_size();
   const ModelFile a = make_model(dir_, "a.gguf", "never-read", 24 * unit, 8, 11);
-  // Whole reads: a model of tens of MiB a character at a time costs
-  // seconds in the TSan build (its tests are compiled at -O0).
-  auto read = airs::sys::read_text_file(a.path, 256u << 20);
-  ASSERT_TRUE(read) << read.error().message;
-  std::string bytes = std::move(read).value();
+  std::string bytes = model_bytes(a.path);
   ASSERT_EQ(bytes.size(), a.size());
   ASSERT_GT(a.size(), 20 * unit) << "more units than the daemon has read slots (16)";
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
@@ -739,9 +744,8 @@ TEST_F(LoadStall, AFileWhoseReadsNeverReturnHoldsOnlyItsOwnersShareOfTheReadSlot
   // An admin's model on a FUSE file too, one whose server answers: its
   // reads go to io-wq workers as the stalled ones do.
   const ModelFile b = make_model(dir_, "b.gguf", "read-meanwhile", 4 * unit, 4, 12);
-  auto b_read = airs::sys::read_text_file(b.path, 256u << 20);
-  ASSERT_TRUE(b_read) << b_read.error().message;
-  std::string b_bytes = std::move(b_read).value();
+  std::string b_bytes = model_bytes(b.path);
+  ASSERT_EQ(b_bytes.size(), b.size());
   auto answering = std::make_unique<StalledFuse>(path("fuse-b"), std::move(b_bytes), 0ms);
   ASSERT_FALSE(answering->why_not()) << *answering->why_not();
   BusClient admin(address);
@@ -829,9 +833,8 @@ TEST_F(LoadStall, FifosInTheStateDirectoryDoNotHangTheDaemon) {
 // naming the stall, and GetStatus is answered all the while.
 TEST_F(LoadStall, AFileWhoseSecondOpenIsNeverAnsweredFailsItsLoadAndNothingElse) {
   const std::string local = write_model(path("open.gguf"), "open-stall", 3);
-  auto read = airs::sys::read_text_file(local, 256u << 20);
-  ASSERT_TRUE(read) << read.error().message;
-  std::string bytes = std::move(read).value();
+  std::string bytes = model_bytes(local);
+  ASSERT_FALSE(bytes.empty());
   auto fuse = std::make_unique<StalledFuse>(path("fuse"), std::move(bytes), 0ms);
   if (fuse->why_not()) GTEST_SKIP() << "no stalled file system: " << *fuse->why_not();
   fuse->stall_opens_after(1);  // the caller's open
