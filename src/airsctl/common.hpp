@@ -45,6 +45,14 @@ std::unique_ptr<dbus::ManagerCalls> manager_proxy(sdbus::IConnection& bus);
 // (kExitAccessDenied, kExitNotFound, kExitFailure otherwise).
 int report(const sdbus::Error& e);
 
+// The value of key k in a reply's dictionary, or def when the key is
+// missing or holds another type.
+template <typename T>
+T val(const dbus::Dict& d, const char* k, T def = {}) {
+  auto v = dbus::get<T>(d, k);
+  return v ? *v : def;
+}
+
 // Human formatting helpers.
 std::string bytes(uint64_t b);
 std::string percent(double ratio);

@@ -26,13 +26,7 @@ struct EvictArgs {
   bool dry_run = false;
 };
 
-template <typename T>
-T val(const dbus::Dict& d, const char* k, T def = {}) {
-  auto v = dbus::get<T>(d, k);
-  return v ? *v : def;
-}
-
-void print_human(const dbus::Dict& r) {
+void print_plan(const dbus::Dict& r) {
   const bool dry = val<bool>(r, "dry_run");
   const auto actions = val<std::vector<dbus::Dict>>(r, "actions");
   if (dry) fmt::print("DRY RUN: nothing was changed. Plan:\n");
@@ -98,7 +92,7 @@ int run_evict(const Globals& g, const EvictArgs& a) {
     j["schema"] = kJsonSchema;
     std::puts(j.dump().c_str());
   } else {
-    print_human(result);
+    print_plan(result);
   }
   const bool covered = val<uint64_t>(result, "requested_bytes") == 0 || val<bool>(result, "satisfied");
   return covered ? 0 : kExitShortfall;

@@ -13,13 +13,7 @@
 namespace airs::cli {
 namespace {
 
-template <typename T>
-T val(const dbus::Dict& d, const char* k, T def = {}) {
-  auto v = dbus::get<T>(d, k);
-  return v ? *v : def;
-}
-
-void print_human(const dbus::Dict& s) {
+void print_status(const dbus::Dict& s) {
   fmt::print("airs-memd {}  profile {}  mode {}  up {} s\n", val<std::string>(s, "version"),
              val<std::string>(s, "profile"), val<std::string>(s, "mode", "-"), val<uint64_t>(s, "uptime_s"));
   if (auto why = dbus::get<std::string>(s, "mode_reason")) fmt::print("  mode: {}\n", *why);
@@ -134,7 +128,7 @@ void add_status(CLI::App& app, Globals& g) {
           j["schema"] = kJsonSchema;
           std::puts(j.dump(*watch > 0 ? 2 : -1).c_str());
         } else {
-          print_human(s);
+          print_status(s);
         }
         std::fflush(stdout);
         if (*watch <= 0) break;

@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kEnablePsi = "boot with psi=1 on the kernel command line (cmdline.txt on Raspberry Pi OS)";
 
-std::string_view next_token(std::string_view& s) {
+std::string_view next_field(std::string_view& s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   size_t n = 0;
   while (n < s.size() && s[n] != ' ' && s[n] != '\t') ++n;
@@ -34,7 +34,7 @@ bool parse_double(std::string_view v, double& out) {
 Result<PsiLine> parse_line(std::string_view rest, const std::string& path, std::string_view line) {
   PsiLine l;
   unsigned seen = 0;
-  for (auto tok = next_token(rest); !tok.empty(); tok = next_token(rest)) {
+  for (auto tok = next_field(rest); !tok.empty(); tok = next_field(rest)) {
     auto eq = tok.find('=');
     if (eq == std::string_view::npos) continue;
     auto key = tok.substr(0, eq);
@@ -64,7 +64,7 @@ Result<PsiStats> parse_psi(std::string_view text, const std::string& path) {
     auto line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     auto rest = line;
-    auto kind = next_token(rest);
+    auto kind = next_field(rest);
     if (kind.empty()) continue;
     if (kind == "some" || kind == "full") {
       auto l = parse_line(rest, path, line);
