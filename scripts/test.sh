@@ -257,6 +257,9 @@ if built build-arm64; then
   set -e
   [[ -s $results/arm64.xml ]] ||
     echo "the arm64 unit tests wrote no results, see build-arm64.log" >"$results/arm64.missing"
+  [[ -s $results/arm64-qemu.xml ]] ||
+    echo "the arm64 tests under ctest (kernel families, llama.cpp) wrote no results, see build-arm64.log" \
+      >"$results/arm64-qemu.missing"
   # After its tests the script compares airs-mkmodel's output with the
   # native one's, builds the .debs and runs lintian on them: each a check.
   ((arm64_rc == 0)) || echo "scripts/cross-arm64.sh exited $arm64_rc (a failed unit test is counted in arm64 too;" \

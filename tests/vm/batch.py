@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""A VM guest's ctest selection, run as one gtest process per test binary.
+"""A ctest selection run as one gtest process per test binary: a VM guest's
+selection, and the arm64 unit tests under qemu-user (scripts/cross-arm64.sh,
+where a process spends about 0.1 s of emulated start-up before its first
+test).
 
 Under TCG a process costs a second or more before its first test: the
 dynamic linking of a test binary, its static set-up, a suite's set-up (the
@@ -16,7 +19,8 @@ What ctest would do stays:
   --show-only=json-v1), each test's command, working directory and timeout;
 - RUN_SERIAL tests run with nothing beside them, one binary at a time; the
   others run up to JOBS binaries at a time;
-- a test that skips (GTEST_SKIP) is skipped, with gtest's reason;
+- a test that skips (GTEST_SKIP, or a program's SKIP_RETURN_CODE) is
+  skipped, with its reason;
 - a process that dies (a crash, a timeout) fails the test it was running
   and every test of its binary it had not reached, each saying so: no
   result is ever made up, and nothing is run again.
@@ -24,7 +28,7 @@ A test thus shares its process with the tests of its binary before it, as
 gtest's own runner has it; the host's stages run each test alone.
 
   batch.py plan BUILD RESULTS TIMEOUT JOBS [ctest selection args...]
-      writes RESULTS/batch.sh (POSIX sh, run in the guest) and
+      writes RESULTS/batch.sh (POSIX sh, run in the guest or here) and
       RESULTS/batch.json; exit 2 when ctest selects nothing
   batch.py junit RESULTS
       RESULTS/batch/gN.log and gN.rc into RESULTS/junit.xml; prints the
@@ -89,9 +93,10 @@ def plan(build, results, timeout, jobs, selection):
                 groups.append(g)
             g["tests"].append({"name": t["name"], "gtest": filters[0][len(FILTER):]})
             g["timeout"] += secs
-        else:  # not a gtest test: alone, as ctest runs it
+        else:  # not a gtest test: alone, as ctest runs it (its exit code is its result)
             groups.append({"cmd": cmd, "exe": exe_of(cmd, build), "wd": wd, "serial": serial,
-                           "tests": [{"name": t["name"], "gtest": None}], "timeout": secs})
+                           "tests": [{"name": t["name"], "gtest": None}], "timeout": secs,
+                           "skip_rc": p.get("SKIP_RETURN_CODE")})
     res = pathlib.Path(results)
     (res / "batch").mkdir(parents=True, exist_ok=True)
     lines = ["#!/bin/sh", "# The guest's tests, one process per test binary (tests/vm/batch.py).",
@@ -162,7 +167,9 @@ def junit(results):
                "was stopped by its timeout" if rc in ("124", "137") else f"exited {rc}")
         if g["tests"][0]["gtest"] is None:  # a test of its own: its exit code is its result
             t = g["tests"][0]
-            status = "OK" if rc == "0" else "FAILED"
+            skip_rc = g.get("skip_rc")
+            status = ("OK" if rc == "0" else
+                      "SKIPPED" if skip_rc is not None and rc == str(skip_rc) else "FAILED")
             done = {t["name"]: (status, 0, text)}
         else:
             done, running, running_out = parse_log(text)
