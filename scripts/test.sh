@@ -45,6 +45,7 @@ busy_since() {  # "BUSY TOTAL" from cpu_jiffies -> percent busy since then
   local b0 t0 b1 t1; read -r b0 t0 <<<"$1"; read -r b1 t1 < <(cpu_jiffies)
   echo $(( t1 > t0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))
 }
+run_cpu=$(cpu_jiffies)
 stage_names=(); stage_secs=(); stage_busy=()
 stage_t0=$SECONDS; stage_name=""; stage_cpu=$(cpu_jiffies)
 stage() {  # NAME: ends the running stage, starts the next
@@ -102,13 +103,33 @@ asan=("${san[@]}" -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DAIRS_S
       -DAIRS_FUZZ=ON -DAIRS_FUZZ_SECONDS="$fuzz_seconds")
 tsan=("${san[@]}" -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DAIRS_SANITIZE=thread)
 
+# The processor time of each build and test step (its own processes', all
+# cores), for the table at the end: the busy share of a stage says how full
+# the processor was, not what filled it. The times builtin gives a shell's
+# finished children; it runs in the shell itself (a subshell's count starts
+# at zero), and each shell writes its own file.
+cpu_tsv=$PWD/cpu-times.tsv
+: >"$cpu_tsv"
+cpu_now() {  # sets CPU_NOW: processor seconds of this shell's finished children
+  local f=$cpu_tsv.$BASHPID
+  times >"$f"
+  CPU_NOW=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, k, /[ms]/); print u[1] * 60 + u[2] + k[1] * 60 + k[2] }' "$f")
+}
+cpu_part() {  # name, CPU_NOW at its start: appends the part's processor seconds
+  local t0=$2; cpu_now
+  printf '%s\t%s\n' "$1" "$(awk -v a="$t0" -v b="$CPU_NOW" 'BEGIN { printf "%.0f", b - a }')" >>"$cpu_tsv"
+}
+
 build() {  # dir, cmake args... [-- targets...]
   local dir=$1; shift
-  local args=() targets=()
+  local args=() targets=() c0 rc=0
   while (($#)); do [[ $1 == -- ]] && { shift; targets=("$@"); break; }; args+=("$1"); shift; done
   mkdir -p "$dir"
+  cpu_now; c0=$CPU_NOW
   cmake -S . -B "$dir" "${common[@]}" "${args[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
-  cmake --build "$dir" -j"$jobs" ${targets:+--target "${targets[@]}"}
+  cmake --build "$dir" -j"$jobs" ${targets:+--target "${targets[@]}"} || rc=$?
+  cpu_part "build $dir" "$c0"
+  return "$rc"
 }
 
 # The builds after the first run one after the other in the background,
@@ -116,7 +137,8 @@ build() {  # dir, cmake args... [-- targets...]
 # DIR ARGS... (output in DIR.log). Each leaves its exit code in DIR.rc as it
 # ends, and built DIR waits for it.
 low_build() {
-  nice -n 19 ionice -c 3 bash -c "$(declare -f build); common=(${common[*]@Q}); jobs=$jobs; build \"\$@\"" _ "$@"
+  nice -n 19 ionice -c 3 bash -c "$(declare -f build cpu_now cpu_part); common=(${common[*]@Q}); jobs=$jobs;
+    cpu_tsv=${cpu_tsv@Q}; build \"\$@\"" _ "$@"
 }
 beside=""
 built() {  # dir: waits for its background build; 0 when it succeeded (else its failure is recorded)
@@ -132,10 +154,12 @@ run_ctest() {  # dir, label[:name regex], stage name, prefix command... ($exclud
   sel=(-L "${spec%%:*}"); [[ $spec != *:* ]] || sel+=(-R "${spec#*:}")
   [[ -z ${exclude:-} ]] || { sel+=(-E "$exclude"); echo "==> not in this stage (they run in the plain and ASan stages): $exclude"; }
   echo "==> tests [$spec] in $dir (at $(elapsed))"
+  local c0; cpu_now; c0=$CPU_NOW
   set +e
   "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${sel[@]}" --timeout 600 \
     --output-junit "$results/$name.xml" 2>&1 | tee "$dir/ctest-$name.log"
   set -e
+  cpu_part "tests $name" "$c0"
   [[ -s $results/$name.xml ]] ||
     echo "ctest [$spec] in $dir wrote no results (see $dir/ctest-$name.log)" >"$results/$name.missing"
 }
@@ -146,7 +170,9 @@ stage "plain build (the VM guests' kernels and userlands fetched beside)"
 # the vm tests fetch again and fail there, naming it.
 mkdir -p build
 cmake -S . -B build "${common[@]}" "${plain[@]}" >build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-(AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true) &
+(cpu_now; c0=$CPU_NOW
+ AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true
+ cpu_part "VM kernels and userlands (fetch, extract)" "$c0") &
 vm_prepare=$!
 build build "${plain[@]}"
 
@@ -162,9 +188,11 @@ rm -f build-asan.rc build-arm64.rc build-tsan.rc
   set +e  # a failed build is recorded in its .rc; the ones after it still run
   low_build build-asan "${asan[@]}" >build-asan.log 2>&1
   echo $? >build-asan.rc
+  cpu_now; c0=$CPU_NOW
   AIRS_CMAKE_ARGS="${unity[*]}" nice -n 19 ionice -c 3 scripts/cross-arm64.sh --no-deps --build-only \
     >build-arm64.log 2>&1
   echo $? >build-arm64.rc
+  cpu_part "build build-arm64" "$c0"
   low_build build-tsan "${tsan[@]}" -- tsan_tests >build-tsan.log 2>&1
   echo $? >build-tsan.rc
 ) &
@@ -252,9 +280,11 @@ t=$SECONDS
 if built build-arm64; then
   lane_step arm64 "waiting for the arm64 build" $((SECONDS - t)); t=$SECONDS
   set +e
+  cpu_now; c0=$CPU_NOW
   timeout 1200 nice -n 19 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
   arm64_rc=${PIPESTATUS[0]}
   set -e
+  cpu_part "tests arm64 (qemu-user, .deb, lintian)" "$c0"
   [[ -s $results/arm64.xml ]] ||
     echo "the arm64 unit tests wrote no results, see build-arm64.log" >"$results/arm64.missing"
   [[ -s $results/arm64-qemu.xml ]] ||
@@ -284,5 +314,12 @@ for i in "${!stage_names[@]}"; do
   printf '  %-60s %4dm%02ds  %3d%% busy\n' "${stage_names[$i]}" $((stage_secs[i] / 60)) $((stage_secs[i] % 60)) "${stage_busy[$i]}"
   [[ ${stage_names[$i]} != "two lanes"* ]] || printf '%s\n' "${lane_steps[@]}"
 done
+read -r busy0 _ <<<"$run_cpu"; read -r busy1 _ < <(cpu_jiffies)
+echo
+echo "==> processor time of each part (its own processes, all cores), in minutes; the processor was busy" \
+  "$(awk -v j=$((busy1 - busy0)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", j / hz / 60 }') minutes in all:"
+sort -t$'\t' -k2,2nr "$cpu_tsv" |
+  awk -F'\t' '{ printf "  %-60s %6.1f\n", $1, $2 / 60; s += $2 } END { printf "  %-60s %6.1f\n", "(sum)", s / 60 }'
+rm -f "$cpu_tsv".*
 echo
 python3 scripts/tally.py "$results"
