@@ -29,8 +29,9 @@
 # - the VM guests' kernels and userlands are fetched beside the first build
 #   (network and disk, not the processor);
 # - after the ASan tests, two lanes run side by side: Debian 12's own kernel
-#   in a VM, then the TSan tests; and the arm64 tests under qemu, the arm64
-#   guests, then the fuzzer. Each lane waits only for the build it needs.
+#   in a VM, the TSan tests, the arm64 .deb in a VM; and the arm64 tests
+#   under qemu, the arm64 guests, then the fuzzer. Each lane waits only for
+#   the build it needs.
 # Each stage prints when it starts; the end prints each stage's (and each
 # lane step's) time and how busy the processor was meanwhile.
 set -euo pipefail
@@ -105,31 +106,35 @@ tsan=("${san[@]}" -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DAIRS_S
 
 # The processor time of each build and test step (its own processes', all
 # cores), for the table at the end: the busy share of a stage says how full
-# the processor was, not what filled it. The times builtin gives a shell's
-# finished children; it runs in the shell itself (a subshell's count starts
-# at zero), and each shell writes its own file.
+# the processor was, not what filled it. Each step runs in a subshell of its
+# own, whose finished children the times builtin sums: a forked shell starts
+# from zero and reaps only its own children (the main shell also reaps the
+# background jobs, whose time would land in whatever step it ran then).
 cpu_tsv=$PWD/cpu-times.tsv
 : >"$cpu_tsv"
-cpu_now() {  # sets CPU_NOW: processor seconds of this shell's finished children
+cpu_record() {  # name: appends this subshell's finished children's processor seconds
   local f=$cpu_tsv.$BASHPID
   times >"$f"
-  CPU_NOW=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, k, /[ms]/); print u[1] * 60 + u[2] + k[1] * 60 + k[2] }' "$f")
+  awk -v n="$1" 'NR == 2 { split($1, u, /[ms]/); split($2, k, /[ms]/)
+    printf "%s\t%.0f\n", n, u[1] * 60 + u[2] + k[1] * 60 + k[2] }' "$f" >>"$cpu_tsv"
 }
-cpu_part() {  # name, CPU_NOW at its start: appends the part's processor seconds
-  local t0=$2; cpu_now
-  printf '%s\t%s\n' "$1" "$(awk -v a="$t0" -v b="$CPU_NOW" 'BEGIN { printf "%.0f", b - a }')" >>"$cpu_tsv"
+measured() {  # name, command...: runs the command in a subshell of its own, recording its processor time
+  local name=$1; shift
+  ( rc=0; "$@" || rc=$?; cpu_record "$name"; exit "$rc" )
 }
 
 build() {  # dir, cmake args... [-- targets...]
   local dir=$1; shift
-  local args=() targets=() c0 rc=0
+  local args=() targets=()
   while (($#)); do [[ $1 == -- ]] && { shift; targets=("$@"); break; }; args+=("$1"); shift; done
   mkdir -p "$dir"
-  cpu_now; c0=$CPU_NOW
-  cmake -S . -B "$dir" "${common[@]}" "${args[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; return 1; }
-  cmake --build "$dir" -j"$jobs" ${targets:+--target "${targets[@]}"} || rc=$?
-  cpu_part "build $dir" "$c0"
-  return "$rc"
+  (
+    cmake -S . -B "$dir" "${common[@]}" "${args[@]}" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+    rc=0
+    cmake --build "$dir" -j"$jobs" ${targets:+--target "${targets[@]}"} || rc=$?
+    cpu_record "build $dir"
+    exit "$rc"
+  )
 }
 
 # The builds after the first run one after the other in the background,
@@ -137,7 +142,7 @@ build() {  # dir, cmake args... [-- targets...]
 # DIR ARGS... (output in DIR.log). Each leaves its exit code in DIR.rc as it
 # ends, and built DIR waits for it.
 low_build() {
-  nice -n 19 ionice -c 3 bash -c "$(declare -f build cpu_now cpu_part); common=(${common[*]@Q}); jobs=$jobs;
+  nice -n 19 ionice -c 3 bash -c "$(declare -f build cpu_record); common=(${common[*]@Q}); jobs=$jobs;
     cpu_tsv=${cpu_tsv@Q}; build \"\$@\"" _ "$@"
 }
 beside=""
@@ -154,12 +159,10 @@ run_ctest() {  # dir, label[:name regex], stage name, prefix command... ($exclud
   sel=(-L "${spec%%:*}"); [[ $spec != *:* ]] || sel+=(-R "${spec#*:}")
   [[ -z ${exclude:-} ]] || { sel+=(-E "$exclude"); echo "==> not in this stage (they run in the plain and ASan stages): $exclude"; }
   echo "==> tests [$spec] in $dir (at $(elapsed))"
-  local c0; cpu_now; c0=$CPU_NOW
   set +e
-  "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${sel[@]}" --timeout 600 \
+  measured "tests $name" "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${sel[@]}" --timeout 600 \
     --output-junit "$results/$name.xml" 2>&1 | tee "$dir/ctest-$name.log"
   set -e
-  cpu_part "tests $name" "$c0"
   [[ -s $results/$name.xml ]] ||
     echo "ctest [$spec] in $dir wrote no results (see $dir/ctest-$name.log)" >"$results/$name.missing"
 }
@@ -170,9 +173,8 @@ stage "plain build (the VM guests' kernels and userlands fetched beside)"
 # the vm tests fetch again and fail there, naming it.
 mkdir -p build
 cmake -S . -B build "${common[@]}" "${plain[@]}" >build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-(cpu_now; c0=$CPU_NOW
- AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true
- cpu_part "VM kernels and userlands (fetch, extract)" "$c0") &
+(AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true
+ cpu_record "VM kernels and userlands (fetch, extract)") &
 vm_prepare=$!
 build build "${plain[@]}"
 
@@ -188,11 +190,9 @@ rm -f build-asan.rc build-arm64.rc build-tsan.rc
   set +e  # a failed build is recorded in its .rc; the ones after it still run
   low_build build-asan "${asan[@]}" >build-asan.log 2>&1
   echo $? >build-asan.rc
-  cpu_now; c0=$CPU_NOW
-  AIRS_CMAKE_ARGS="${unity[*]}" nice -n 19 ionice -c 3 scripts/cross-arm64.sh --no-deps --build-only \
-    >build-arm64.log 2>&1
+  AIRS_CMAKE_ARGS="${unity[*]}" measured "build build-arm64" nice -n 19 ionice -c 3 \
+    scripts/cross-arm64.sh --no-deps --build-only >build-arm64.log 2>&1
   echo $? >build-arm64.rc
-  cpu_part "build build-arm64" "$c0"
   low_build build-tsan "${tsan[@]}" -- tsan_tests >build-tsan.log 2>&1
   echo $? >build-tsan.rc
 ) &
@@ -219,20 +219,22 @@ fi
 # (TCG: one busy host thread per guest), the TSan tests run one at a time.
 # Lane "amd64" (its output in lane-amd64.log, printed when it ends): the
 # integration suite on Debian 12's own 6.1 kernel in a VM (this build tree,
-# this machine's root over 9p), the TSan tests, the arm64 .deb under
-# systemd in a VM (once the other lane has built it), then the fuzzer.
-# Lane "arm64" (here): the unit tests under qemu-user and the .deb, then
-# Debian 13's arm64 kernels with 16 KiB and 4 KiB pages in VMs (the
-# build-arm64 tree). The .deb guest and the fuzzer are in the amd64 lane
-# so that the lanes take about as long: the 6.1 guest is the faster since
-# its CPU has no ERMS (tests/vm/run-vm.sh). Everything but the TSan tests
-# runs at nice 19, as the builds still running beside them do: the builds
+# this machine's root over 9p), the TSan tests, then the arm64 .deb under
+# systemd in a VM (once the other lane has built it). Lane "arm64" (here):
+# the unit tests under qemu-user and the .deb, Debian 13's arm64 kernels
+# with 16 KiB and 4 KiB pages in VMs (the build-arm64 tree), then the
+# fuzzer. The .deb guest and the fuzzer are placed so that the lanes take
+# about as long. In one CI run, with both in the amd64 lane, its parts took
+# 7m59s (6.1 guest), 5m49s (TSan), 1m27s (.deb guest) and 1m02s (fuzzer),
+# the arm64 lane's 4m28s (build wait, qemu-user) and 9m32s (guests): the
+# arm64 lane ended 2m17s earlier and left a core idle. Everything but the
+# TSan tests runs at nice 19, as the builds still running beside them do: the builds
 # share the processor evenly with the guests, and the TSan tests (whose
 # own checks watch the daemon's loop) get it first. tests/vm and
 # docs/vm-tests.md say what each guest runs. Kernels and userlands are in
 # /var/cache/airs-vm; a guest that cannot run (no qemu, no mmdebstrap)
 # skips, naming why.
-stage "two lanes: [6.1 VM, TSan, arm64 .deb VM, fuzz] | [arm64 qemu, arm64 VMs]"
+stage "two lanes: [6.1 VM, TSan, arm64 .deb VM] | [arm64 qemu, arm64 VMs, fuzz]"
 lane_steps=()
 lane_step() {  # lane, step, seconds: recorded for the table at the end
   lane_steps+=("$(printf '  %-60s %4dm%02ds' "  [$1] $2" $(($3 / 60)) $(($3 % 60)))")
@@ -272,19 +274,16 @@ rm -f lane-amd64.steps arm64-debs.done
   step "waiting for the arm64 .debs"
   run_ctest build 'vm:^vm\.debian13-6\.12-arm64-deb$' vm-arm64-deb timeout 1200 nice -n 19
   step "Debian 13 arm64 .deb VM"
-  if built build-asan; then run_ctest build-asan fuzz fuzz nice -n 19; fi
-  step "fuzzing"
 ) >lane-amd64.log 2>&1 &
 lane_amd64=$!
 t=$SECONDS
 if built build-arm64; then
   lane_step arm64 "waiting for the arm64 build" $((SECONDS - t)); t=$SECONDS
   set +e
-  cpu_now; c0=$CPU_NOW
-  timeout 1200 nice -n 19 scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
+  measured "tests arm64 (qemu-user, .deb, lintian)" timeout 1200 nice -n 19 \
+    scripts/cross-arm64.sh --no-deps --no-build 2>&1 | tee -a build-arm64.log
   arm64_rc=${PIPESTATUS[0]}
   set -e
-  cpu_part "tests arm64 (qemu-user, .deb, lintian)" "$c0"
   [[ -s $results/arm64.xml ]] ||
     echo "the arm64 unit tests wrote no results, see build-arm64.log" >"$results/arm64.missing"
   [[ -s $results/arm64-qemu.xml ]] ||
@@ -301,8 +300,10 @@ if built build-arm64; then
   lane_step arm64 "Debian 13 arm64 VMs (16k, 4k)" $((SECONDS - t)); t=$SECONDS
 fi
 : >arm64-debs.done
+if built build-asan; then run_ctest build-asan fuzz fuzz nice -n 19; fi
+lane_step arm64 "fuzzing" $((SECONDS - t)); t=$SECONDS
 wait "$lane_amd64" || true
-echo "==> lane amd64 (6.1 VM, TSan, arm64 .deb VM, fuzz), its output:"
+echo "==> lane amd64 (6.1 VM, TSan, arm64 .deb VM), its output:"
 cat lane-amd64.log
 while IFS=$'\t' read -r lane what secs; do lane_step "$lane" "$what" "$secs"; done < <(cat lane-amd64.steps 2>/dev/null)
 wait "$beside" || true
