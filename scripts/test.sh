@@ -26,8 +26,10 @@
 #   own code is built at -O1 (tests/CMakeLists.txt, AIRS_PCH); the
 #   sanitizer builds are at -O0 but for the code whose tests compute
 #   (below);
-# - the VM guests' kernels and userlands are fetched beside the first build
-#   (network and disk, not the processor);
+# - the packages only the later builds and the guests need (the arm64
+#   cross toolchain, qemu, the VM tools), then the VM guests' kernels and
+#   userlands, are fetched beside the first build (network and disk, not
+#   the processor);
 # - after the ASan tests, two lanes run side by side: Debian 12's own kernel
 #   in a VM, the TSan tests, the arm64 .deb in a VM; and the arm64 tests
 #   under qemu, the arm64 guests, then the fuzzer. Each lane waits only for
@@ -58,15 +60,11 @@ stage() {  # NAME: ends the running stage, starts the next
 }
 
 stage "packages"
+# What the plain build needs. The arm64 cross toolchain and :arm64
+# libraries, qemu and the VM tools are installed beside that build (below):
+# on a bare machine they are about half of this stage, waiting on the
+# network and the disk, not the processor.
 scripts/deps.sh
-# The arm64 cross toolchain and :arm64 libraries, qemu and the VM tools: all
-# of apt's work happens here, before any build runs beside another step.
-scripts/cross-arm64.sh --deps-only
-for p in qemu-system-x86 qemu-system-arm mmdebstrap cpio; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    apt-get install -y -qq --no-install-recommends "$p" ||
-    echo "==> cannot install $p: the vm tests will skip, naming it"
-done
 # Integration tests run daemons with pools of their own; two run at once.
 scripts/hugepages.sh $((3 * 1024 * 1024 * 1024))
 
@@ -167,15 +165,41 @@ run_ctest() {  # dir, label[:name regex], stage name, prefix command... ($exclud
     echo "ctest [$spec] in $dir wrote no results (see $dir/ctest-$name.log)" >"$results/$name.missing"
 }
 
-stage "plain build (the VM guests' kernels and userlands fetched beside)"
-# What the guests boot, into /var/cache/airs-vm: the network and the disk
-# work while the compiler has the processor. A failure here is only a log:
-# the vm tests fetch again and fail there, naming it.
+stage "plain build (the other packages, then the VM guests' kernels and userlands, fetched beside)"
+# Beside the compiler, at the lowest priority, one after the other: the
+# rest of apt's work (no other step uses apt meanwhile; the arm64 build
+# waits for it, packages_ready below), then what the guests boot, into
+# /var/cache/airs-vm. A failure of the second is only a log: the vm tests
+# fetch again and fail there, naming it.
 mkdir -p build
 cmake -S . -B build "${common[@]}" "${plain[@]}" >build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-(AIRS_VM_PREPARE=1 nice -n 19 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1 || true
- cpu_record "VM kernels and userlands (fetch, extract)") &
+rm -f packages-beside.rc
+other_packages() {
+  local rc=0
+  scripts/cross-arm64.sh --deps-only || rc=$?
+  for p in qemu-system-x86 qemu-system-arm mmdebstrap cpio; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      apt-get install -y -qq --no-install-recommends "$p" ||
+      echo "==> cannot install $p: the vm tests will skip, naming it"
+  done
+  return "$rc"
+}
+(
+  set +e
+  renice -n 19 -p "$BASHPID" >/dev/null
+  measured "packages beside the plain build (arm64, qemu, VM tools)" other_packages >packages-beside.log 2>&1
+  echo $? >packages-beside.rc
+  measured "VM kernels and userlands (fetch, extract)" \
+    env AIRS_VM_PREPARE=1 ionice -c 3 ctest --test-dir build -L vm -j1 >vm-prepare.log 2>&1
+) &
 vm_prepare=$!
+packages_ready() {  # waits for the packages installed beside the plain build; their log if that failed
+  while [[ ! -s packages-beside.rc ]] && kill -0 "$vm_prepare" 2>/dev/null; do sleep 2; done
+  [[ $(cat packages-beside.rc 2>/dev/null) == 0 ]] && return 0
+  echo "==> installing the packages beside the plain build FAILED (the arm64 build and the VM guests need them):"
+  tail -40 packages-beside.log
+  return 1
+}
 build build "${plain[@]}"
 
 stage "plain tests, packages, systemd, llama.cpp (ASan, then arm64 builds beside)"
@@ -190,13 +214,21 @@ rm -f build-asan.rc build-arm64.rc build-tsan.rc
   set +e  # a failed build is recorded in its .rc; the ones after it still run
   low_build build-asan "${asan[@]}" >build-asan.log 2>&1
   echo $? >build-asan.rc
-  AIRS_CMAKE_ARGS="${unity[*]}" measured "build build-arm64" nice -n 19 ionice -c 3 \
-    scripts/cross-arm64.sh --no-deps --build-only >build-arm64.log 2>&1
-  echo $? >build-arm64.rc
+  if packages_ready >build-arm64.log 2>&1; then
+    AIRS_CMAKE_ARGS="${unity[*]}" measured "build build-arm64" nice -n 19 ionice -c 3 \
+      scripts/cross-arm64.sh --no-deps --build-only >build-arm64.log 2>&1
+    echo $? >build-arm64.rc
+  else
+    echo 1 >build-arm64.rc
+  fi
   low_build build-tsan "${tsan[@]}" -- tsan_tests >build-tsan.log 2>&1
   echo $? >build-tsan.rc
 ) &
 beside=$!
+# The packages installed beside the plain build are in by now (they took
+# well under a minute of its several); the .debs below need one of them
+# (file, for cpack's dpkg-shlibdeps), so wait for them all the same.
+packages_ready || true
 # With the soak (label soak: a bounded minute of random kills, restarts,
 # unloads, replaced files and pressure, every byte checked; a fresh seed
 # each run, printed with the replay command on failure).
