@@ -47,7 +47,7 @@
 # airs-generate run the engine's direct run's; whether the engine and
 # llama.cpp agree is printed.
 #
-#   bench/moe/bench_moe.sh --build BUILD_DIR [--pool 134M] [--experts "11 20"]
+#   bench/moe/bench_moe.sh --build BUILD_DIR [--pool 134M] [--page-size 2M] [--experts "11 20"]
 #       [--skews "0 3"] [--n 12] [--sd-bps 104857600] [--speeds "fast sd"]
 #       [--modes "full small-pages cooperative"] [--engines "llama airs"]
 #       [--hints "NAME=VALUE ..."] [--pressure] [--work DIR]
@@ -67,6 +67,7 @@ src=$(cd "$here/../.." && pwd)
 . "$here/../llama/memd_lib.sh"
 build=""
 pool=134M
+pool_page_size=""
 experts_list="11 20"
 skews="0 3"
 n_gen=12
@@ -78,7 +79,7 @@ hints=""
 pressure=quiet
 work=""
 usage() {
-  echo "usage: $0 --build BUILD_DIR [--pool 134M] [--experts \"11 20\"] [--skews \"0 3\"] [--n 12] [--sd-bps N]" \
+  echo "usage: $0 --build BUILD_DIR [--pool 134M] [--page-size 2M] [--experts \"11 20\"] [--skews \"0 3\"] [--n 12] [--sd-bps N]" \
     "[--speeds \"fast sd\"] [--modes \"full small-pages cooperative\"] [--engines \"llama airs\"]" \
     "[--hints \"NAME=VALUE ...\"] [--pressure] [--work DIR]" >&2
   exit 2
@@ -87,6 +88,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --pool) pool=$2; shift 2 ;;
+    --page-size) pool_page_size=$2; shift 2 ;;
     --experts) experts_list=$2; shift 2 ;;
     --skews) skews=$2; shift 2 ;;
     --n) n_gen=$2; shift 2 ;;
@@ -111,6 +113,10 @@ agen=$build/src/infer/airs-generate
 xbench=$build/bench/experts/expert_bench
 for f in "$agen" "$xbench"; do [[ -x $f ]] || { echo "bench_moe: $f missing (build it)" >&2; exit 1; }; done
 pool_bytes=$(numfmt --from=iec "$pool")
+# The pool's unit (pool.page_size; the daemon's default is 2 MiB): the
+# shmem pool's (small-pages, cooperative) can be smaller, hugetlbfs's
+# (full) cannot. MIN is replayed in units of the same size.
+unit_bytes=$(numfmt --from=iec "${pool_page_size:-2M}")
 text="Hello world, this is a test"
 t_start=$(date +%s)
 
@@ -222,7 +228,7 @@ first_diff() {
 replay() {  # model budget trace|uniform:N
   local from=(--trace "$3")
   [[ $3 == uniform:* ]] && from=(--uniform "${3#uniform:}")
-  "$xbench" --model "$1" "${from[@]}" --budget "$2" | awk '
+  "$xbench" --model "$1" "${from[@]}" --budget "$2" --unit "$unit_bytes" | awk '
     $1 == "MIN" {min_mib = $4; min_hit = $3}
     $1 == "lfu" && $2 == "misses" {lfu_mib = $4; lfu_hit = $3}
     $1 == "floor" && $2 == "online" {floor_mib = $4}
@@ -319,8 +325,8 @@ disk_bps=""
 bad=0
 out=$work/report.txt
 {
-  printf 'bench_moe: pool %s MiB, %d tokens (%d decode steps), 1 thread, --no-repack, cold page cache, pressure loop %s, load at the start %s%s\n' \
-    "$(mib "$pool_bytes")" "$n_gen" "$((n_gen - 1))" "$pressure" "$(cut -d' ' -f1-3 /proc/loadavg)" "${tag:+, with hints ($hints)}"
+  printf 'bench_moe: pool %s MiB in units of %s KiB, %d tokens (%d decode steps), 1 thread, --no-repack, cold page cache, pressure loop %s, load at the start %s%s\n' \
+    "$(mib "$pool_bytes")" "$((unit_bytes / 1024))" "$n_gen" "$((n_gen - 1))" "$pressure" "$(cut -d' ' -f1-3 /proc/loadavg)" "${tag:+, with hints ($hints)}"
 } | tee "$out"
 # Routing outermost: the plain router's runs (the targets') come first.
 for skew in $skews; do

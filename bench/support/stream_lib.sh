@@ -9,9 +9,10 @@
 # the throttle too).
 #
 #   bus_start                    a private dbus-daemon; sets bus
-#   start_memd MODE [TOML]       airs-memd on it, forced to MODE, pool_bytes,
-#                                no state directory; TOML appended to its
-#                                configuration; sets memd_pid
+#   start_memd MODE [TOML]       airs-memd on it, forced to MODE, pool_bytes
+#                                (and pool_page_size when set: the pool's
+#                                unit), no state directory; TOML appended to
+#                                its configuration; sets memd_pid
 #   stop_memd
 #   stream_cleanup               the daemon, the bus, the memory group, the
 #                                throttle (an EXIT trap)
@@ -33,8 +34,10 @@ bus_start() {
   bus=$(head -1 "$work/bus.addr")
 }
 
-start_memd() {  # mode [more toml]
-  printf '[pool]\nprofile = "custom"\nsize = "%d"\n[models]\nmode = "%s"\n%s' "$pool_bytes" "$1" "${2:-}" \
+start_memd() {  # mode [more toml]; pool_page_size (if set): the pool's unit
+  local page=""
+  [[ -z ${pool_page_size:-} ]] || page="page_size = \"$pool_page_size\""$'\n'
+  printf '[pool]\nprofile = "custom"\nsize = "%d"\n%s[models]\nmode = "%s"\n%s' "$pool_bytes" "$page" "$1" "${2:-}" \
     >"$work/memd.conf"
   # Emptied here, not by the redirection: that runs in the child, and the
   # wait below could find the last daemon's "serving" line first (a client
