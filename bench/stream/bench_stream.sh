@@ -22,7 +22,7 @@
 # size). Targets: decode >= 1.8x llama.cpp's mmap; bytes per pass <= 1.2x MIN.
 # Tokens must be identical to a direct load in every run.
 #
-#   bench/stream/bench_stream.sh --build BUILD_DIR [--size 195M] [--pool 120M]
+#   bench/stream/bench_stream.sh --build BUILD_DIR [--size 195M] [--pool 120M] [--page-size 2M]
 #       [--n 16] [--sd-bps 104857600] [--speeds "fast sd"]
 #       [--modes "full small-pages cooperative"] [--work DIR]
 # Needs root (drop_caches, cgroups, huge pages). Never part of the test suite.
@@ -33,13 +33,14 @@ src=$(cd "$here/../.." && pwd)
 build=""
 size=195M
 pool=120M
+pool_page_size=""  # the pool's unit (pool.page_size): the daemon's default when empty
 n_gen=16
 sd_bps=104857600
 speeds="fast sd"
 modes="full small-pages cooperative"
 work=""
 usage() {
-  echo "usage: $0 --build BUILD_DIR [--size 195M] [--pool 120M] [--n 16] [--sd-bps N] [--speeds \"fast sd\"]" \
+  echo "usage: $0 --build BUILD_DIR [--size 195M] [--pool 120M] [--page-size 2M] [--n 16] [--sd-bps N] [--speeds \"fast sd\"]" \
     "[--modes \"full small-pages cooperative\"] [--work DIR]" >&2
   exit 2
 }
@@ -48,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --build) build=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --pool) pool=$2; shift 2 ;;
+    --page-size) pool_page_size=$2; shift 2 ;;
     --n) n_gen=$2; shift 2 ;;
     --sd-bps) sd_bps=$2; shift 2 ;;
     --speeds) speeds=$2; shift 2 ;;
@@ -141,8 +143,8 @@ for sp in $speeds; do
 done
 
 echo
-printf 'llama.cpp (npm prebuilt), model %s (%s MiB), pool %s MiB (model %.2fx the pool), %d tokens, 1 thread, --no-repack, cold page cache\n' \
-  "$(basename "$model")" "$(mib "$model_bytes")" "$(mib "$pool_bytes")" "$(awk -v a="$model_bytes" -v b="$pool_bytes" 'BEGIN{print a/b}')" "$n_gen"
+printf 'llama.cpp (npm prebuilt), model %s (%s MiB), pool %s MiB in units of %s (model %.2fx the pool), %d tokens, 1 thread, --no-repack, cold page cache\n' \
+  "$(basename "$model")" "$(mib "$model_bytes")" "$(mib "$pool_bytes")" "${pool_page_size:-the default size}" "$(awk -v a="$model_bytes" -v b="$pool_bytes" 'BEGIN{print a/b}')" "$n_gen"
 for rep in "${reports[@]}"; do
   sp=${rep%%|*}
   echo
