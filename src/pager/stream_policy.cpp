@@ -2,6 +2,7 @@
 #include "pager/stream_policy.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace airs::pager {
 
@@ -40,7 +41,7 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
   if (u >= step_.size()) return;
   ++tick_;
   Client& c = clients_[client];
-  c.last = u;
+  if (c.last != u) c.before_last = std::exchange(c.last, u);
   if (expert_unit(u)) {
     std::erase(c.recent, u);
     c.recent.push_back(u);
@@ -102,7 +103,7 @@ uint64_t StreamPolicy::distance(uint32_t u) const {
 
 bool StreamPolicy::protected_unit(uint32_t u) const {
   for (const auto& [key, c] : clients_) {
-    if (c.last == u) return true;
+    if (c.last == u || c.before_last == u) return true;
     if (c.step && step_[u] == *c.step) return true;
     if (c.expert) {
       const auto& units = experts_.units_of(*c.expert);

@@ -20,7 +20,12 @@
 // one step's units plus the window (floor_units()).
 //
 // Cold units are evicted first, least recently touched first, except the
-// last unit each client touched (the row it is reading now).
+// last two units each client touched (the row it is reading now). Any unit
+// a client touched last or just before is protected: one access may need
+// two units at once (a row, or a block of one, that crosses a unit's end),
+// and with only the last one kept each would evict the other for ever
+// (llama.cpp on a dense model at 512 KiB units did: two units read in turn,
+// every fault waiting for a read, for as long as it ran).
 //
 // A mixture of experts (an ExpertLayout that is not empty): the units only
 // expert slices use are neither cyclic nor cold. A token reads K of a
@@ -104,7 +109,7 @@ class StreamPolicy {
   // distance is its step (a fresh client starts at step 0).
   [[nodiscard]] uint64_t distance(uint32_t u) const;
   // Never evicted while a client is at it: the units of a client's current
-  // step, the last unit each client touched, the units of its last expert
+  // step, the last two units each client touched, the units of its last expert
   // and of the experts of its last hint.
   [[nodiscard]] bool protected_unit(uint32_t u) const;
 
@@ -134,6 +139,7 @@ class StreamPolicy {
   struct Client {
     std::optional<uint32_t> step;  // set once it touched a cyclic unit
     std::optional<uint32_t> last;  // the last unit it touched
+    std::optional<uint32_t> before_last;  // the one before (another unit)
     std::optional<uint32_t> expert;  // the last expert it used
     std::vector<uint32_t> recent;    // expert units touched since its last expert, oldest first
     std::vector<uint32_t> hinted;    // the units of the experts of its last hint, ascending

@@ -156,13 +156,35 @@ TEST(StreamPolicy, AStragglerBehindDoesNotMoveTheClientBackAndANewTokenWraps) {
   EXPECT_EQ(p.position(1), std::optional<uint32_t>(0));
 }
 
+// One access can need two units at once: a row (or a block of one) that
+// crosses a unit's end. With only the last unit it touched protected, the
+// read of each evicted the other, for ever: llama.cpp on a dense model at
+// 512 KiB units, its position a step past both, read them in turn with
+// every fault waiting for a read.
+TEST(StreamPolicy, AnAccessAcrossTwoUnitsKeepsBoth) {
+  StreamPolicy p(layered(10, 1), 1);
+  for (uint32_t u = 0; u <= 7; ++u) p.touched(1, u);  // at step 7
+  p.touched(1, 5);  // a row across units 5 and 6, both behind it
+  p.touched(1, 6);
+  EXPECT_EQ(p.position(1), std::optional<uint32_t>(7));
+  EXPECT_GT(p.distance(5), p.distance(0)) << "by the cycle, 5 is needed after 0";
+  // Room for a read the client waits for: never the other half of its row.
+  EXPECT_EQ(p.victim({5, 0}, 0, true), std::optional<uint32_t>(0));
+  p.touched(1, 5);
+  EXPECT_EQ(p.victim({6, 1}, 0, true), std::optional<uint32_t>(1));
+  // On to another unit: the older of the two may go.
+  p.touched(1, 8);
+  EXPECT_EQ(p.victim({6, 1}, 0, true), std::optional<uint32_t>(6));
+}
+
 TEST(StreamPolicy, ColdUnitsGoFirstOldestFirstButNotTheRowAClientReads) {
   std::vector<uint32_t> steps = layered(4, 1);
   steps.insert(steps.begin(), {kColdStep, kColdStep});  // units 0, 1 cold; 2..5 steps 0..3
   StreamPolicy p(steps, 1);
   p.touched(1, 0);
   p.touched(2, 1);
-  p.touched(1, 3);  // client 1 moves on to step 1: unit 0 is no longer its last
+  p.touched(1, 3);  // client 1 moves on to step 1, then 2: unit 0 is no longer one of its last two
+  p.touched(1, 4);
   EXPECT_GT(p.distance(0), p.distance(5));
   EXPECT_GT(p.distance(0), p.distance(1));  // touched earlier
   EXPECT_EQ(p.victim({0, 1, 4, 5}, 0, false), std::optional<uint32_t>(0));
@@ -249,6 +271,7 @@ TEST(StreamPolicyExperts, VictimsAreColdUnitsThenExpertsThenTheDensePart) {
   p.touched_expert(1, *p.experts().find({0, 1}));
   EXPECT_EQ(p.victim({0, 1, 2, 4, 6}, 0, false), 2U) << "the header is the last unit touched: protected";
   p.touched(1, 5);
+  p.touched(1, 1);  // the header is no longer one of its last two units
   EXPECT_EQ(p.victim({0, 1, 6, 7}, 0, false), 0U) << "cold first";
   EXPECT_EQ(p.victim({1, 6, 7}, 0, false), 7U) << "an expert before the dense part";
   // Expert 1's units are protected while it is the client's last expert.
