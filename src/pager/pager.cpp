@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -396,18 +397,22 @@ void Pager::pump_streamed(Model& m) {
 // Then the units of predicted experts, the same way.
 bool Pager::pump_hinted(Model& m) {
   Residency& r = *m.res;
-  const auto skip_done = [&](auto& q) {
-    while (!q.empty() && r.plan().state(q.front().first) != UnitState::Empty) q.pop_front();
+  // The first unit still to read, and whether it is a prediction's.
+  const auto next = [&]() -> std::optional<std::pair<uint32_t, bool>> {
+    for (auto [q, predicted] : {std::pair{&m.hint_queue, false}, std::pair{&m.predict_queue, true}}) {
+      while (!q->empty() && r.plan().state(q->front().first) != UnitState::Empty) q->pop_front();
+      if (!q->empty()) return std::pair{q->front().first, predicted};
+    }
+    return std::nullopt;
   };
-  skip_done(m.hint_queue);
-  skip_done(m.predict_queue);
-  const bool predicted = m.hint_queue.empty();
-  auto& q = predicted ? m.predict_queue : m.hint_queue;
-  if (q.empty() || !make_room(m, UINT64_MAX, false)) return false;
-  const uint32_t u = q.front().first;
-  q.pop_front();
-  if (!read(m, u, ReadClass::Prefetch)) return false;
-  if (predicted) r.predicted_read();
+  if (!next() || !make_room(m, UINT64_MAX, false)) return false;
+  // Making room may have dropped a client (one that takes no messages), and
+  // its queued units with it.
+  const auto u = next();
+  if (!u) return false;
+  (u->second ? m.predict_queue : m.hint_queue).pop_front();
+  if (!read(m, u->first, ReadClass::Prefetch)) return false;
+  if (u->second) r.predicted_read();
   else r.hinted_read();
   return true;
 }

@@ -1315,6 +1315,62 @@ TEST_P(MoeStreamTest, ACooperativeClientHintsOnItsRequestSocket) {
   for (uint32_t u : after) EXPECT_TRUE(before.contains(u) || moe_units(f, 2).contains(u)) << "unit " << u;
 }
 
+// Making room for a hinted read can drop the client that hinted: a unit
+// to drop is open in that client, and its socket takes no message (it shut
+// its reading side: the daemon's send fails at once, and nothing tells it
+// before). The client's queued reads go with it; the pump reads none of
+// them (it used to take the front of the emptied queue). Reads into free
+// room came first: exactly those of the client's units were read.
+TEST_P(MoeStreamTest, AClientDroppedWhileRoomIsMadeTakesItsQueuedReadsWithIt) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto [f, budget, id, before] = load_settled(d);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  sys::UniqueFd mine(sv[1]);
+  const uint32_t units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
+  auto bits = sys::memfd_create_sealable("opened", wire::opened_bytes(units));
+  ASSERT_TRUE(bits.ok());
+  ASSERT_TRUE(sys::seal_size(bits->get(), "opened"));
+  void* bp = ::mmap(nullptr, wire::opened_bytes(units), PROT_READ | PROT_WRITE, MAP_SHARED, bits->get(), 0);
+  ASSERT_NE(bp, MAP_FAILED);
+  wire::OpenedBits open_bits(bp, units);
+  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
+  const auto hint = [&](uint32_t e) {
+    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
+    const size_t n = wire::encode_hint(0, std::span<const uint32_t>(&e, 1), buf);
+    return ::send(mine.get(), buf, n, MSG_DONTWAIT) == static_cast<ssize_t>(n);
+  };
+  // Expert 0 in, and open in the client.
+  ASSERT_TRUE(hint(0));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 1; }));
+  settle(d, id);
+  const std::set<uint32_t> dense = moe_dense_units(f);
+  for (uint32_t u : moe_units(f, 0)) {
+    ASSERT_TRUE(ready_units(d, id).contains(u)) << "unit " << u << " of expert 0 is not in";
+    if (!dense.contains(u)) open_bits.set(u);
+  }
+  const std::set<uint32_t> mid = ready_units(d, id);
+  ASSERT_LT(mid.size(), budget);
+  const uint64_t room = budget - mid.size();
+  const std::set<uint32_t> three = moe_units(f, 3);
+  uint64_t fresh = 0;
+  for (uint32_t u : three) fresh += mid.contains(u) ? 0U : 1U;
+  ASSERT_GT(fresh, room) << "expert 3 fits in the free room: nothing has to be dropped";
+  // Expert 3 next: expert 0 is no longer protected, and making room for
+  // expert 3 past the free room drops one of its units, open in the client.
+  ASSERT_EQ(::shutdown(mine.get(), SHUT_RD), 0);
+  const auto reads0 = d.pager->read_order(id).size();
+  ASSERT_TRUE(hint(3));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).clients == 0; })) << "the client was not dropped";
+  settle(d, id);
+  const auto reads = d.pager->read_order(id);
+  ASSERT_GE(reads.size(), reads0);
+  std::vector<uint32_t> after(reads.begin() + static_cast<long>(reads0), reads.end());
+  EXPECT_EQ(after.size(), room) << "reads after the drop of the client whose hint queued them";
+  for (uint32_t u : after) EXPECT_TRUE(three.contains(u) && !mid.contains(u)) << "unit " << u << " was not asked for";
+  ::munmap(bp, wire::opened_bytes(units));
+}
+
 TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {
   Daemon d = make_daemon(kPoolPages, {});
   const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
