@@ -37,8 +37,11 @@ struct Pager::Model {
     Clock::time_point deadline;
   };
   std::map<uint32_t, Close> closes;
-  // Streamed mixture of experts: units of hinted experts to read, with the
-  // client whose hint named them (its next hint replaces what is left).
+  // Streamed mixture of experts: the units of a touched expert's three
+  // slices that are not in, with the client that touched it (read first).
+  std::deque<std::pair<uint32_t, ClientKey>> expert_queue;
+  // Units of hinted experts to read, with the client whose hint named them
+  // (its next hint replaces what is left).
   std::deque<std::pair<uint32_t, ClientKey>> hint_queue;
   // The same for predicted experts, read only once no hinted unit waits
   // (a client's next hint or prediction replaces what is left).
@@ -389,19 +392,22 @@ void Pager::pump_streamed(Model& m) {
   if (!next.empty() && make_room(m, p.distance(next.front()), false)) read(m, next.front(), ReadClass::Prefetch);
 }
 
-// One read of a hinted expert's unit, before the read-ahead of the dense
-// part (a hint names what the client reads within its current layer).
-// Room comes only from cold units and experts no client protects: a hint is
-// a guess made ahead, and never takes the dense part or what a client reads
-// now (make_room with no distance the dense part is farther than).
+// One read of a unit of a touched expert's slices (fetch_expert), else of
+// a hinted expert's unit, before the read-ahead of the dense part (both
+// name what the client reads within its current layer). Room comes only
+// from cold units and experts no client protects: each is a guess made
+// ahead, and never takes the dense part or what a client reads now
+// (make_room with no distance the dense part is farther than).
 // Then the units of predicted experts, the same way.
 bool Pager::pump_hinted(Model& m) {
   Residency& r = *m.res;
-  // The first unit still to read, and whether it is a prediction's.
-  const auto next = [&]() -> std::optional<std::pair<uint32_t, bool>> {
-    for (auto [q, predicted] : {std::pair{&m.hint_queue, false}, std::pair{&m.predict_queue, true}}) {
+  enum class From { Touch, Hint, Prediction };
+  // The first unit still to read, and the queue it is in.
+  const auto next = [&]() -> std::optional<std::pair<uint32_t, From>> {
+    for (auto [q, from] : {std::pair{&m.expert_queue, From::Touch}, std::pair{&m.hint_queue, From::Hint},
+                           std::pair{&m.predict_queue, From::Prediction}}) {
       while (!q->empty() && r.plan().state(q->front().first) != UnitState::Empty) q->pop_front();
-      if (!q->empty()) return std::pair{q->front().first, predicted};
+      if (!q->empty()) return std::pair{q->front().first, from};
     }
     return std::nullopt;
   };
@@ -410,10 +416,11 @@ bool Pager::pump_hinted(Model& m) {
   // its queued units with it.
   const auto u = next();
   if (!u) return false;
-  (u->second ? m.predict_queue : m.hint_queue).pop_front();
+  auto& q = u->second == From::Touch ? m.expert_queue : u->second == From::Hint ? m.hint_queue : m.predict_queue;
+  q.pop_front();
   if (!read(m, u->first, ReadClass::Prefetch)) return false;
-  if (u->second) r.predicted_read();
-  else r.hinted_read();
+  if (u->second == From::Prediction) r.predicted_read();
+  else if (u->second == From::Hint) r.hinted_read();
   return true;
 }
 
@@ -721,25 +728,33 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
       r.plan().on_fault(unit);
       break;
   }
-  if (expert) fetch_expert(*m, *expert);
+  if (expert) fetch_expert(*m, key, *expert);
 }
 
 // The token reads an expert's gate, up and down slices one after the
-// other: on the first touch of any of them, every unit of the three that
-// is not in is queued urgent behind the touched one, so they are read in
-// one batch of parallel reads (touches_done pumps) instead of one fault
-// round trip each. The units of the neighbouring experts are not (an edge
-// unit they share is one of this expert's). Units on their way out stay.
-void Pager::fetch_expert(Model& m, uint32_t expert) {
+// other: on a touch of any of them, every unit of the three that is not in
+// is queued to be read in the same pump as the touched one (touches_done
+// pumps): one batch of parallel reads instead of one fault round trip each.
+// The units of the neighbouring experts are not (an edge unit they share is
+// one of this expert's). Units on their way out stay. The touched unit is a
+// client's wait (urgent: it may take room from anything); the others are a
+// guess that the client reads them next, so they take room as a hint does
+// (pump_hinted): when two clients read two experts at once, their batches
+// must not push out the dense part every token reads.
+void Pager::fetch_expert(Model& m, ClientKey key, uint32_t expert) {
   Residency& r = *m.res;
+  bool published = false;
   for (uint32_t u : r.policy().experts().units_of(expert)) {
     if (r.closing(u)) {
       m.closes.erase(u);
       r.cancel_drop(u);
-      publish(m);
+      published = true;
     }
-    if (r.plan().state(u) == UnitState::Empty) r.plan().on_fault(u);
+    if (r.plan().state(u) != UnitState::Empty || clients_.waits_for(m.id, u)) continue;
+    if (std::none_of(m.expert_queue.begin(), m.expert_queue.end(), [u](const auto& e) { return e.first == u; }))
+      m.expert_queue.emplace_back(u, key);
   }
+  if (published) publish(m);
 }
 
 Status Pager::hints(ModelId id, ClientKey key, pid_t pid, sys::UniqueFd socket) {
@@ -814,6 +829,7 @@ std::optional<std::string> Pager::hinted(ModelId id, ClientKey key, uint32_t lay
 void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
+  std::erase_if(m->expert_queue, [key](const auto& e) { return e.second == key; });
   std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
   std::erase_if(m->predict_queue, [key](const auto& e) { return e.second == key; });
   if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);

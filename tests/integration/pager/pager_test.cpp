@@ -1166,6 +1166,44 @@ HintSocket hint_socket(Daemon& d, ModelId id) {
   return h;
 }
 
+// A touch of one expert while another is protected (a client's hint) and
+// the free room holds less than the touched expert: the touched unit is
+// read (a client waits for it), its other units only into free room and in
+// place of what no client protects. Neither the dense part every token
+// reads nor the hinted expert makes room for them (the other units used to
+// be read as urgently as the touched one, and pushed both out).
+TEST_P(MoeStreamTest, ATouchedExpertsOtherUnitsNeverPushOutTheDensePart) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto [f, budget, id, before] = load_settled(d);
+  HintSocket h = hint_socket(d, id);
+  ASSERT_TRUE(h.hint(0, {1}));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 1; }));
+  settle(d, id);
+  const std::set<uint32_t> mid = ready_units(d, id);
+  const std::set<uint32_t> one = moe_units(f, 1), three = moe_units(f, 3);
+  for (uint32_t u : one) ASSERT_TRUE(mid.contains(u)) << "unit " << u << " of expert 1 is not in";
+  uint64_t fresh = 0;
+  for (uint32_t u : three) {
+    ASSERT_FALSE(one.contains(u)) << "the test needs experts that share no unit";
+    fresh += mid.contains(u) ? 0U : 1U;
+  }
+  ASSERT_GT(fresh, budget - mid.size() + 1) << "expert 3 fits in the free room: nothing is tested";
+  // One byte in the middle of a unit of expert 3's up slice.
+  const uint64_t inner = (f.at(1, 3, 0) + g_unit - 1) / g_unit;
+  ASSERT_LE((inner + 1) * g_unit, f.at(1, 3, f.slice));
+  Child c = spawn("byte:" + std::to_string(inner * g_unit + g_unit / 2));
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  settle(d, id);
+  const std::set<uint32_t> after = ready_units(d, id);
+  EXPECT_TRUE(after.contains(static_cast<uint32_t>(inner))) << "the touched unit is not in";
+  for (uint32_t u : before) EXPECT_TRUE(after.contains(u)) << "dense unit " << u << " was pushed out";
+  for (uint32_t u : one) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of the hinted expert 1 was pushed out";
+  EXPECT_EQ(after.size(), budget) << "the free room was not used";
+  for (uint32_t u : after) EXPECT_TRUE(mid.contains(u) || three.contains(u)) << "unit " << u << " was not asked for";
+}
+
 // An expert hint, before any touch: the hinted expert's three slices are
 // read (and nothing only a neighbour holds), the cache counts the use; then
 // a client reads the slices byte for byte, the file's bytes, and nothing is
