@@ -126,7 +126,7 @@ std::vector<Use> uses_of(const std::vector<Pass>& trace, const pager::ExpertLayo
 // Through the daemon's StreamPolicy: `budget` units, the dense part in.
 Count replay(const std::vector<Use>& uses, const std::vector<pager::Extent>& ex, uint64_t size, uint64_t unit,
               uint32_t budget, ExpertPolicy pol, bool misses_only) {
-  pager::StreamPolicy p(pager::step_units(ex, size, unit), 2, pager::ExpertLayout(ex, size, unit), pol);
+  pager::StreamPolicy p(pager::unit_steps(ex, size, unit), 2, pager::ExpertLayout(ex, size, unit), pol);
   const pager::ExpertLayout& l = p.experts();
   std::vector<bool> in(p.unit_count(), false);
   std::vector<uint32_t> resident;
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
                                                : read_trace(trace_path);
   const std::vector<Use> uses = uses_of(trace, layout);
   const auto units = static_cast<uint32_t>((size + unit - 1) / unit);
-  const pager::StreamPolicy probe(pager::step_units(ex, size, unit), 2, layout);
+  const pager::StreamPolicy probe(pager::unit_steps(ex, size, unit), 2, layout);
   uint32_t expert_units = 0;
   for (uint32_t u = 0; u < units; ++u) expert_units += layout.expert_unit(u) ? 1U : 0U;
   uint64_t tokens = 0;

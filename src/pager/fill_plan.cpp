@@ -17,7 +17,7 @@ std::vector<uint32_t> rank_units(const std::vector<Extent>& extents, uint64_t fi
   return rank;
 }
 
-std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size) {
+UnitSteps unit_steps(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size) {
   // Each EveryToken extent (a tensor) is a step of its own, in (load rank,
   // offset) order: a token reads a layer's tensors one after the other, so
   // the unit a client just finished is known to the tensor, not only to the
@@ -29,23 +29,36 @@ std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t fi
     return a->load_rank != b->load_rank ? a->load_rank < b->load_rank : a->offset < b->offset;
   });
   const uint64_t units = file_size / unit_size + (file_size % unit_size != 0 ? 1 : 0);
-  std::vector<uint32_t> step(units, UINT32_MAX);
+  std::vector<uint32_t> first(units, UINT32_MAX), last(units, UINT32_MAX);
   for (uint32_t i = 0; i < cyclic.size(); ++i) {
     const Extent& e = *cyclic[i];
     const uint64_t end = std::min(file_size, e.offset + std::min(e.length, file_size - e.offset));
-    for (uint64_t u = e.offset / unit_size; u * unit_size < end; ++u) step[u] = std::min(step[u], i);
+    for (uint64_t u = e.offset / unit_size; u * unit_size < end; ++u) {
+      first[u] = std::min(first[u], i);
+      last[u] = last[u] == UINT32_MAX ? i : std::max(last[u], i);
+    }
   }
   // Steps numbered 0, 1, ... with no gaps (a tensor inside a unit another
   // one starts in has no unit of its own).
   std::vector<uint32_t> used;
-  for (uint32_t s : step)
+  for (uint32_t s : first)
     if (s != UINT32_MAX) used.push_back(s);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  for (uint32_t& s : step)
-    if (s != UINT32_MAX)
-      s = static_cast<uint32_t>(std::lower_bound(used.begin(), used.end(), s) - used.begin());
-  return step;
+  // A unit's last step, numbered so: the last used step at or before it.
+  const auto number = [&](uint32_t s) {
+    return static_cast<uint32_t>(std::upper_bound(used.begin(), used.end(), s) - used.begin()) - 1;
+  };
+  for (uint64_t u = 0; u < units; ++u) {
+    if (first[u] == UINT32_MAX) continue;
+    first[u] = number(first[u]);
+    last[u] = number(last[u]);
+  }
+  return {std::move(first), std::move(last)};
+}
+
+std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size) {
+  return unit_steps(extents, file_size, unit_size).first;
 }
 
 FillPlan::FillPlan(std::vector<uint32_t> unit_rank, uint32_t prefetch_window)

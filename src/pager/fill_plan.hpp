@@ -56,6 +56,18 @@ inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
 // reads the experts its router chose, not all of them).
 [[nodiscard]] std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size,
                                                uint64_t unit_size);
+// Each unit's first step (step_units) and its last: a unit two tensors
+// share (one ends in it, the next begins) is in both steps, and in any
+// step between (a tensor smaller than the unit). A unit built from one
+// vector has one step each.
+struct UnitSteps {
+  std::vector<uint32_t> first, last;
+  UnitSteps() = default;
+  UnitSteps(std::vector<uint32_t> one) : first(one), last(std::move(one)) {}  // NOLINT: one step per unit
+  UnitSteps(std::vector<uint32_t> f, std::vector<uint32_t> l) : first(std::move(f)), last(std::move(l)) {}
+  [[nodiscard]] bool empty() const { return first.empty(); }
+};
+[[nodiscard]] UnitSteps unit_steps(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size);
 
 class FillPlan {
  public:

@@ -122,8 +122,8 @@ Status check_spec(const ModelSpec& spec, uint64_t unit) {
 
 }  // namespace
 
-std::vector<uint32_t> Pager::stream_steps(const ModelSpec& spec) const {
-  return step_units(spec.extents, spec.file_size, pool_.page_size());
+UnitSteps Pager::stream_steps(const ModelSpec& spec) const {
+  return unit_steps(spec.extents, spec.file_size, pool_.page_size());
 }
 
 // The read-ahead of a streamed model: a tenth of what one token streams
@@ -203,7 +203,7 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   if (!page) return std::move(page).error();
   m->status_page = std::move(page).value();
   m->res.emplace(std::move(plan), wire::StatusPageWriter(m->status_page.bytes(), sp_bytes), unit, spec.file_size,
-                 streamed ? stream_steps(spec) : std::vector<uint32_t>{}, budget,
+                 streamed ? stream_steps(spec) : UnitSteps{}, budget,
                  streamed ? stream_window(spec, budget) : 0,
                  streamed ? ExpertLayout(spec.extents, spec.file_size, unit) : ExpertLayout{});
   if (spec.record_access && !streamed) m->res->recorder().emplace(units);

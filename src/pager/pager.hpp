@@ -329,7 +329,7 @@ class Pager final : FillListener, TouchListener {
   Model* find(ModelId id) const;
   Model* find_any(ModelId id) const;
   Result<ModelId> install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled);
-  std::vector<uint32_t> stream_steps(const ModelSpec& spec) const;
+  UnitSteps stream_steps(const ModelSpec& spec) const;
   void fetch_expert(Model& m, ClientKey key, uint32_t expert);
   bool pump_hinted(Model& m);
   uint32_t stream_window(const ModelSpec& spec, uint32_t budget_units) const;

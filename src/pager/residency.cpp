@@ -6,7 +6,7 @@
 namespace airs::pager {
 
 Residency::Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-                     std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts)
+                     UnitSteps steps, uint32_t budget, uint32_t window, ExpertLayout experts)
     : plan_(std::move(plan)), status_(status), budget_(budget) {
   const auto& ranks = plan_.ranks();
   std::vector<wire::RankEntry> entries(ranks.size());
@@ -76,7 +76,9 @@ void Residency::touched(ClientKey client, uint32_t u) {
   const auto before = policy_->position(client);
   policy_->touched(client, u);
   const auto after = policy_->position(client);
-  if (before && after && *after < *before && policy_->experts().empty()) new_pass();
+  if (before && after && policy_->cycle_position(*after) < policy_->cycle_position(*before) &&
+      policy_->experts().empty())
+    new_pass();
 }
 
 void Residency::touched_expert(ClientKey client, uint32_t key, bool current) {

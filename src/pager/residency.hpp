@@ -60,7 +60,7 @@ class Residency {
   // read-ahead `window` and its expert slices (`experts`, empty for a
   // dense model); empty for a model that fits.
   Residency(FillPlan plan, wire::StatusPageWriter status, uint64_t unit_size, uint64_t file_size,
-            std::vector<uint32_t> steps, uint32_t budget, uint32_t window, ExpertLayout experts = {});
+            UnitSteps steps, uint32_t budget, uint32_t window, ExpertLayout experts = {});
 
   [[nodiscard]] FillPlan& plan() { return plan_; }
   [[nodiscard]] const FillPlan& plan() const { return plan_; }

@@ -6,9 +6,9 @@
 
 namespace airs::pager {
 
-StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window, ExpertLayout experts,
-                           ExpertPolicy expert_policy)
-    : step_(std::move(step_of_unit)),
+StreamPolicy::StreamPolicy(UnitSteps steps, uint32_t window, ExpertLayout experts, ExpertPolicy expert_policy)
+    : step_(std::move(steps.first)),
+      last_(std::move(steps.last)),
       cold_touched_(step_.size(), 0),
       window_(std::max<uint32_t>(window, 1)),
       experts_(std::move(experts)) {
@@ -19,7 +19,13 @@ StreamPolicy::StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window, 
   }
   for (uint32_t s : step_)
     if (s != kColdStep) steps_ = std::max(steps_, s + 1);
+  if (last_.size() != step_.size()) last_ = step_;
+  for (uint32_t u = 0; u < step_.size(); ++u)
+    if (step_[u] == kColdStep || last_[u] == kColdStep || last_[u] < step_[u]) last_[u] = step_[u];
   units_of_step_.resize(steps_);
+  order_.resize(steps_);
+  pos_.resize(steps_);
+  for (uint32_t s = 0; s < steps_; ++s) order_[s] = pos_[s] = s;
   for (uint32_t u = 0; u < step_.size(); ++u) {
     if (step_[u] == kColdStep) continue;
     units_of_step_[step_[u]].push_back(u);
@@ -52,12 +58,42 @@ void StreamPolicy::touched(uint64_t client, uint32_t u) {
     cold_touched_[u] = tick_;
     return;
   }
-  if (!c.step) {
-    c.step = s;
-    return;
+  if (c.visited.size() != steps_) c.visited.assign(steps_, false);
+  // A unit of one step says the client is at that step; a unit two tensors
+  // share may be read for either (the position moves, the step is not
+  // marked as one the client was at).
+  const bool one_step = s == last_[u];
+  const auto at = [&](uint32_t to) {
+    if (c.step && pos_[to] < pos_[*c.step]) c.visited.assign(steps_, false);  // a new pass
+    c.step = to;
+    if (one_step) c.visited[to] = true;
+  };
+  if (!c.step) return at(s);
+  // The unit's step nearest ahead of the client (a unit two tensors share
+  // is in both).
+  std::optional<uint32_t> next;
+  uint64_t nearest = 0;
+  for (uint32_t t = s; t <= last_[u]; ++t) {
+    const uint64_t a = ahead_of(*c.step, t);
+    if (a <= steps_ / 2 && (!next || a < nearest)) next = t, nearest = a;
   }
-  const uint32_t ahead = (s + steps_ - *c.step) % steps_;
-  if (ahead <= steps_ / 2) c.step = s;
+  if (next) return at(*next);
+  // Behind it: a straggler, or a client that reads tensors in another order
+  // than the file's (a step of this pass it has not been at).
+  if (one_step && !c.visited[s] && pos_[s] < pos_[*c.step] && pos_[*c.step] - pos_[s] <= kReorderReach) {
+    move_after(s, *c.step);
+    at(s);
+  }
+}
+
+void StreamPolicy::move_after(uint32_t s, uint32_t t) {
+  const uint32_t from = pos_[s], to = pos_[t];  // from < to
+  for (uint32_t p = from; p < to; ++p) {
+    order_[p] = order_[p + 1];
+    pos_[order_[p]] = p;
+  }
+  order_[to] = s;
+  pos_[s] = to;
 }
 
 void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
@@ -97,14 +133,17 @@ uint64_t StreamPolicy::distance(uint32_t u) const {
   if (s == kColdStep) return uint64_t{steps_} + (tick_ - cold_touched_[u]);
   uint64_t best = UINT64_MAX;
   for (const auto& [key, c] : clients_)
-    if (c.step) best = std::min<uint64_t>(best, (s + steps_ - *c.step) % steps_);
-  return best == UINT64_MAX ? s : best;
+    if (c.step)
+      for (uint32_t t = s; t <= last_[u]; ++t) best = std::min(best, ahead_of(*c.step, t));
+  if (best != UINT64_MAX) return best;
+  for (uint32_t t = s; t <= last_[u]; ++t) best = std::min<uint64_t>(best, pos_[t]);
+  return best;
 }
 
 bool StreamPolicy::protected_unit(uint32_t u) const {
   for (const auto& [key, c] : clients_) {
     if (c.last == u || c.before_last == u) return true;
-    if (c.step && step_[u] == *c.step) return true;
+    if (c.step && step_[u] != kColdStep && step_[u] <= *c.step && *c.step <= last_[u]) return true;
     if (c.expert) {
       const auto& units = experts_.units_of(*c.expert);
       if (std::binary_search(units.begin(), units.end(), u)) return true;
@@ -117,9 +156,9 @@ bool StreamPolicy::protected_unit(uint32_t u) const {
 
 std::vector<uint32_t> StreamPolicy::ahead(uint32_t limit, const std::function<bool(uint32_t)>& wanted,
                                           uint32_t horizon) const {
-  std::vector<uint32_t> starts;
+  std::vector<uint32_t> starts;  // cycle positions
   for (const auto& [key, c] : clients_)
-    if (c.step) starts.push_back(*c.step);
+    if (c.step) starts.push_back(pos_[*c.step]);
   if (starts.empty()) starts.push_back(0);
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
@@ -132,7 +171,8 @@ std::vector<uint32_t> StreamPolicy::ahead(uint32_t limit, const std::function<bo
     reach = 1;
     for (uint32_t d = 1; d < steps_; ++d) {
       uint64_t widest = 0;
-      for (uint32_t start : starts) widest = std::max<uint64_t>(widest, units_of_step_[(start + d) % steps_].size());
+      for (uint32_t start : starts)
+        widest = std::max<uint64_t>(widest, units_of_step_[order_[(start + d) % steps_]].size());
       seen += widest;
       reach = d + 1;
       if (seen >= horizon) break;
@@ -142,7 +182,7 @@ std::vector<uint32_t> StreamPolicy::ahead(uint32_t limit, const std::function<bo
   std::vector<bool> taken(step_.size(), false);
   for (uint32_t d = 0; d < reach && out.size() < limit; ++d) {
     for (uint32_t start : starts) {
-      for (uint32_t u : units_of_step_[(start + d) % steps_]) {
+      for (uint32_t u : units_of_step_[order_[(start + d) % steps_]]) {
         if (out.size() >= limit) return out;
         if (taken[u] || !wanted(u)) continue;
         taken[u] = true;

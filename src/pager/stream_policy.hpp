@@ -15,9 +15,12 @@
 // a cyclic scan the prediction is exact, so it reads what MIN reads (the
 // units that do not fit, once per token) plus the read-ahead window. With
 // several clients a unit's distance is its distance from the nearest one.
-// A step is a load rank (a layer); the units of the step a client is in are
-// protected (it may still be reading them), so the budget needs at least
-// one step's units plus the window (floor_units()).
+// A step is a tensor a token reads whole, in (load rank, offset) order at
+// first; the cycle then follows the order clients read the steps in
+// (touched() learns it: llama.cpp reads ffn_up before ffn_gate). The units
+// of the step a client is in are protected (it may still be reading them),
+// so the budget needs at least one step's units plus the window
+// (floor_units()).
 //
 // Cold units are evicted first, least recently touched first, except the
 // last two units each client touched (the row it is reading now). Any unit
@@ -51,25 +54,30 @@
 
 #include "pager/expert_cache.hpp"
 #include "pager/expert_layout.hpp"
+#include "pager/fill_plan.hpp"
 
 namespace airs::pager {
 
 inline constexpr uint32_t kColdStep = UINT32_MAX;
 inline constexpr uint32_t kRecentExpertUnits = 4;
+inline constexpr uint32_t kReorderReach = 16;
 
 class StreamPolicy {
  public:
-  // `step_of_unit`: the unit's step in the per-token cycle (0 first), or
-  // kColdStep. `window`: units read ahead of the clients (at least 1).
-  // `experts`: the model's expert slices (empty: a dense model); its expert
-  // units must have kColdStep.
-  StreamPolicy(std::vector<uint32_t> step_of_unit, uint32_t window, ExpertLayout experts = {},
+  // `steps`: each unit's first and last step in the per-token cycle (0
+  // first, in file order; unit_steps), or kColdStep. `window`: units read
+  // ahead of the clients (at least 1). `experts`: the model's expert slices
+  // (empty: a dense model); its expert units must have kColdStep.
+  StreamPolicy(UnitSteps steps, uint32_t window, ExpertLayout experts = {},
                ExpertPolicy expert_policy = ExpertCache::kDefault);
 
   [[nodiscard]] uint32_t unit_count() const { return static_cast<uint32_t>(step_.size()); }
   [[nodiscard]] uint32_t steps() const { return steps_; }
   [[nodiscard]] uint32_t window() const { return window_; }
   [[nodiscard]] uint32_t step(uint32_t u) const { return step_[u]; }
+  // Where step `s` is in the cycle as clients read it (0 first): file order
+  // until a client reads two tensors the other way round (touched()).
+  [[nodiscard]] uint32_t cycle_position(uint32_t s) const { return pos_[s]; }
   [[nodiscard]] bool cyclic(uint32_t u) const { return step_[u] != kColdStep; }
   [[nodiscard]] bool expert_unit(uint32_t u) const { return experts_.expert_unit(u); }
   [[nodiscard]] const ExpertLayout& experts() const { return experts_; }
@@ -82,9 +90,17 @@ class StreamPolicy {
   [[nodiscard]] uint32_t cyclic_units() const { return cyclic_units_; }
 
   // Client `client` touched unit `u` (a fault, a cooperative touch). Its
-  // position moves to u's step when that step is ahead of it by at most
-  // half a cycle (a new token wraps around; a straggler thread behind it
-  // does not move it back).
+  // position moves to u's step (of a unit in several steps, the one
+  // nearest ahead) when that step is ahead of it by at most half a cycle
+  // in the cycle's order (a new token wraps around; a straggler thread
+  // behind it, at a step it was at this pass, does not move it back).
+  // A touch of a step behind it (at most kReorderReach steps, more than a
+  // layer has tensors; in this pass; a unit of that step only) that it was
+  // not at this pass says it reads the tensors in another order than the
+  // file's (llama.cpp computes ffn_up before ffn_gate, which files store
+  // first): the step moves to just after the client's in the cycle's
+  // order, and the client to it. One token teaches the order; the
+  // read-ahead and the distances follow it from the next.
   void touched(uint64_t client, uint32_t u);
   // Client `client` uses expert `key` (ExpertLayout::expert_of_touch of a
   // touch): the cache counts the use, and (`current`) its units are
@@ -138,13 +154,20 @@ class StreamPolicy {
  private:
   struct Client {
     std::optional<uint32_t> step;  // set once it touched a cyclic unit
+    std::vector<bool> visited;      // per step: it was at the step this pass
     std::optional<uint32_t> last;  // the last unit it touched
     std::optional<uint32_t> before_last;  // the one before (another unit)
     std::optional<uint32_t> expert;  // the last expert it used
     std::vector<uint32_t> recent;    // expert units touched since its last expert, oldest first
     std::vector<uint32_t> hinted;    // the units of the experts of its last hint, ascending
   };
+  // Steps of unit u: step_[u] (its first) to last_[u].
+  [[nodiscard]] uint64_t ahead_of(uint32_t from, uint32_t s) const { return (pos_[s] + steps_ - pos_[from]) % steps_; }
+  void move_after(uint32_t s, uint32_t t);
   std::vector<uint32_t> step_;
+  std::vector<uint32_t> last_;
+  std::vector<uint32_t> order_;  // the step at each cycle position
+  std::vector<uint32_t> pos_;    // each step's cycle position
   std::vector<std::vector<uint32_t>> units_of_step_;
   std::vector<uint64_t> cold_touched_;  // per unit: tick of its last touch (cold units)
   std::map<uint64_t, Client> clients_;

@@ -6,8 +6,10 @@
 #include "pager/stream_policy.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <list>
 #include <set>
+#include <string>
 #include <unordered_map>
 
 #include <gtest/gtest.h>
@@ -148,12 +150,44 @@ TEST(StreamPolicy, TheStepAClientIsInAndItsLastUnitAreProtected) {
 
 TEST(StreamPolicy, AStragglerBehindDoesNotMoveTheClientBackAndANewTokenWraps) {
   StreamPolicy p(layered(10, 1), 1);
+  p.touched(1, 4);
   p.touched(1, 5);
-  p.touched(1, 4);  // a straggler thread of layer 4
+  p.touched(1, 4);  // a straggler thread of layer 4 (the client was at 4)
   EXPECT_EQ(p.position(1), std::optional<uint32_t>(5));
+  EXPECT_EQ(p.cycle_position(4), 4u) << "a straggler is not an order";
   p.touched(1, 9);
   p.touched(1, 0);  // the next token
   EXPECT_EQ(p.position(1), std::optional<uint32_t>(0));
+}
+
+// A client that reads a step it skipped, just behind it, reads the tensors
+// in another order than the file's: the step moves after the client's, and
+// the distances and the read-ahead follow the order from then on.
+TEST(StreamPolicy, AStepReadAfterTheOneAfterItMovesInTheCycle) {
+  StreamPolicy p(layered(10, 1), 1);
+  p.touched(1, 3);
+  p.touched(1, 5);  // 4 skipped: its unit was in
+  p.touched(1, 4);
+  EXPECT_EQ(p.position(1), std::optional<uint32_t>(4));
+  EXPECT_EQ(p.cycle_position(5), 4u);
+  EXPECT_EQ(p.cycle_position(4), 5u);
+  EXPECT_EQ(p.distance(6), 1u) << "6 comes after 4 now";
+  EXPECT_EQ(p.distance(5), 9u) << "5 was used: needed last";
+  EXPECT_EQ(p.ahead(2, [](uint32_t) { return true; }), (std::vector<uint32_t>{4, 6}));
+  // The next token reads in the learnt order: nothing moves.
+  for (uint32_t u : {6U, 7U, 8U, 9U, 0U, 1U, 2U, 3U, 5U, 4U, 6U}) p.touched(1, u);
+  EXPECT_EQ(p.cycle_position(5), 4u);
+  EXPECT_EQ(p.cycle_position(4), 5u);
+  EXPECT_EQ(p.position(1), std::optional<uint32_t>(6));
+  // Far behind is not an order (more than kReorderReach steps back).
+  StreamPolicy q(layered(64, 1), 1);
+  q.touched(1, 40);
+  q.touched(1, 40 - kReorderReach - 1);
+  EXPECT_EQ(q.position(1), std::optional<uint32_t>(40));
+  EXPECT_EQ(q.cycle_position(40 - kReorderReach - 1), 40 - kReorderReach - 1);
+  q.touched(1, 40 - kReorderReach);
+  EXPECT_EQ(q.position(1), std::optional<uint32_t>(40 - kReorderReach)) << "just within reach";
+  EXPECT_EQ(q.cycle_position(40 - kReorderReach), 40u);
 }
 
 // One access can need two units at once: a row (or a block of one) that
@@ -218,6 +252,69 @@ TEST(StreamPolicy, TwoClientsAtDifferentLayersKeepWhatEitherNeedsSoon) {
   // Both share every resident unit: together they read far less than two
   // private caches of half the budget each (LRU on each would read all).
   EXPECT_LT(sim.reads, touches / 2);
+}
+
+// Layers of `per_layer` tensors, `len` units long each, the first starting
+// `skew` units into a unit (0.5: each pair shares a unit): the extents, in
+// units of 2 bytes.
+std::vector<Extent> tensor_layers(uint32_t layers, uint32_t per_layer, double len, double skew) {
+  std::vector<Extent> ex;
+  uint64_t off = static_cast<uint64_t>(skew * 2);
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t t = 0; t < per_layer; ++t) {
+      ex.push_back({off, static_cast<uint64_t>(len * 2), l});
+      off += static_cast<uint64_t>(len * 2);
+    }
+  return ex;
+}
+
+// A client that reads each layer's tensors in another order than the
+// file's. llama.cpp computes ffn_up before ffn_gate, which our writer (and
+// llama.cpp's own) stores first; files converted from other formats keep
+// about alphabetical order (attn_norm, ffn_down, ffn_gate, ffn_up,
+// ffn_norm, attn_k, attn_output, attn_q, attn_v), which llama.cpp reads as
+// attn_norm, q, k, v, output, ffn_norm, up, gate, down. With the file's
+// order the policy took units needed next for the units ahead of the
+// client; after one token it reads in the client's order, within the
+// window of the optimum per token as for a client in file order. Units
+// that two tensors share (the file's layout) must not undo what it learnt.
+TEST(StreamPolicy, AClientThatReadsInAnotherOrderThanTheFileReadsWhatMinReads) {
+  const std::vector<std::vector<uint32_t>> orders = {{1, 0, 2}, {0, 7, 5, 8, 6, 4, 3, 2, 1}};
+  for (const auto& order : orders)
+    for (const double skew : {0.0, 0.5}) {
+      const auto per_layer = static_cast<uint32_t>(order.size());
+      const uint32_t layers = std::max(3U, 30 / per_layer), window = 2;
+      const std::vector<Extent> ex = tensor_layers(layers, per_layer, 4, skew);
+      const uint64_t size = ex.back().offset + ex.back().length;
+      const UnitSteps steps = unit_steps(ex, size, 2);
+      const auto n = static_cast<uint32_t>(steps.first.size());
+      const uint32_t budget = n * 3 / 5;
+      Sim sim{StreamPolicy(steps, window), budget, {}, 0};
+      ASSERT_LE(sim.p.floor_units(), budget);
+      std::vector<uint32_t> trace;
+      const int tokens = 12;
+      for (int t = 0; t < tokens; ++t)
+        for (uint32_t l = 0; l < layers; ++l)
+          for (uint32_t tensor : order) {
+            const Extent& e = ex[l * per_layer + tensor];
+            for (uint64_t u = e.offset / 2; u * 2 < e.offset + e.length; ++u) {
+              sim.touch(1, static_cast<uint32_t>(u));
+              trace.push_back(static_cast<uint32_t>(u));
+            }
+          }
+      const uint64_t opt = min_reads(trace, budget);
+      const std::string what = std::to_string(per_layer) + " tensors a layer, units shared: " + (skew != 0 ? "yes" : "no");
+      EXPECT_LE(sim.reads, opt + uint64_t{window} * tokens + n) << what << ": policy " << sim.reads << ", MIN " << opt;
+      std::printf("[ info ] %s: %lu reads, MIN %lu, %d tokens of %u units through %u\n", what.c_str(),
+                  static_cast<unsigned long>(sim.reads), static_cast<unsigned long>(opt), tokens, n, budget);
+      // Layer 1's tensors are in the cycle in the order the client reads them.
+      const auto pos = [&](uint32_t tensor) {
+        const Extent& e = ex[per_layer + tensor];
+        return sim.p.cycle_position(sim.p.step(static_cast<uint32_t>((e.offset + e.length / 2) / 2)));
+      };
+      for (size_t i = 1; i < order.size(); ++i)
+        EXPECT_LT(pos(order[i - 1]), pos(order[i])) << what << ": tensor " << order[i] << " is not after " << order[i - 1];
+    }
 }
 
 }  // namespace
