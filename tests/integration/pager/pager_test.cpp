@@ -1166,6 +1166,44 @@ HintSocket hint_socket(Daemon& d, ModelId id) {
   return h;
 }
 
+// This process as a cooperative client (Follow) of model `id` with key
+// `key`: its request socket (the test's end), its open-unit bits (mapped
+// here, so the test can mark units open), and its hints on that socket.
+struct Follower {
+  sys::UniqueFd mine;
+  void* bits_map = MAP_FAILED;
+  size_t bits_len = 0;
+  wire::OpenedBits open_bits;
+  Follower() = default;
+  Follower(const Follower&) = delete;
+  Follower& operator=(const Follower&) = delete;
+  ~Follower() {
+    if (bits_map != MAP_FAILED) ::munmap(bits_map, bits_len);
+  }
+  template <class Daemon>
+  [[nodiscard]] bool follow(Daemon& d, ModelId id, pager::ClientKey key) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return false;
+    mine.reset(sv[1]);
+    sys::UniqueFd theirs(sv[0]);
+    const auto units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
+    bits_len = wire::opened_bytes(units);
+    auto bits = sys::memfd_create_sealable("opened", bits_len);
+    if (!bits.ok() || !sys::seal_size(bits->get(), "opened")) return false;
+    bits_map = ::mmap(nullptr, bits_len, PROT_READ | PROT_WRITE, MAP_SHARED, bits->get(), 0);
+    if (bits_map == MAP_FAILED) return false;
+    open_bits = wire::OpenedBits(bits_map, units);
+    auto st = d.pager->follow(id, key, ::getpid(), std::move(theirs), std::move(bits).value());
+    EXPECT_TRUE(st) << st.error().message;
+    return st.ok();
+  }
+  [[nodiscard]] bool hint(uint32_t layer, uint32_t expert) const {
+    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
+    const size_t n = wire::encode_hint(layer, std::span<const uint32_t>(&expert, 1), buf);
+    return n > 0 && ::send(mine.get(), buf, n, MSG_DONTWAIT) == static_cast<ssize_t>(n);
+  }
+};
+
 // A touch of one expert while another is protected (a client's hint) and
 // the free room holds less than the touched expert: the touched unit is
 // read (a client waits for it), its other units only into free room and in
@@ -1334,18 +1372,9 @@ TEST_P(MoeStreamTest, ACooperativeClientHintsOnItsRequestSocket) {
   const ModelId id = load_moe(d, f, &budget);
   settle(d, id);
   const std::set<uint32_t> before = ready_units(d, id);
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-  sys::UniqueFd mine(sv[1]);
-  const uint32_t units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
-  auto bits = sys::memfd_create_sealable("opened", wire::opened_bytes(units));
-  ASSERT_TRUE(bits.ok());
-  ASSERT_TRUE(sys::seal_size(bits->get(), "opened"));
-  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
-  alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
-  const uint32_t e = 2;
-  const size_t n = wire::encode_hint(0, std::span<const uint32_t>(&e, 1), buf);
-  ASSERT_EQ(::send(mine.get(), buf, n, MSG_DONTWAIT), static_cast<ssize_t>(n));
+  Follower c;
+  ASSERT_TRUE(c.follow(d, id, 5));
+  ASSERT_TRUE(c.hint(0, 2));
   ASSERT_TRUE(run_until(d, [&] { return stats(d, id).hints.taken == 1; }));
   settle(d, id);
   const std::set<uint32_t> after = ready_units(d, id);
@@ -1362,30 +1391,16 @@ TEST_P(MoeStreamTest, ACooperativeClientHintsOnItsRequestSocket) {
 TEST_P(MoeStreamTest, AClientDroppedWhileRoomIsMadeTakesItsQueuedReadsWithIt) {
   Daemon d = make_daemon(kPoolPages, {});
   const auto [f, budget, id, before] = load_settled(d);
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-  sys::UniqueFd mine(sv[1]);
-  const uint32_t units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
-  auto bits = sys::memfd_create_sealable("opened", wire::opened_bytes(units));
-  ASSERT_TRUE(bits.ok());
-  ASSERT_TRUE(sys::seal_size(bits->get(), "opened"));
-  void* bp = ::mmap(nullptr, wire::opened_bytes(units), PROT_READ | PROT_WRITE, MAP_SHARED, bits->get(), 0);
-  ASSERT_NE(bp, MAP_FAILED);
-  wire::OpenedBits open_bits(bp, units);
-  ASSERT_TRUE(d.pager->follow(id, 5, ::getpid(), sys::UniqueFd(sv[0]), std::move(bits).value()));
-  const auto hint = [&](uint32_t e) {
-    alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
-    const size_t n = wire::encode_hint(0, std::span<const uint32_t>(&e, 1), buf);
-    return ::send(mine.get(), buf, n, MSG_DONTWAIT) == static_cast<ssize_t>(n);
-  };
+  Follower c;
+  ASSERT_TRUE(c.follow(d, id, 5));
   // Expert 0 in, and open in the client.
-  ASSERT_TRUE(hint(0));
+  ASSERT_TRUE(c.hint(0, 0));
   ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).hints.taken == 1; }));
   settle(d, id);
   const std::set<uint32_t> dense = moe_dense_units(f);
   for (uint32_t u : moe_units(f, 0)) {
     ASSERT_TRUE(ready_units(d, id).contains(u)) << "unit " << u << " of expert 0 is not in";
-    if (!dense.contains(u)) open_bits.set(u);
+    if (!dense.contains(u)) c.open_bits.set(u);
   }
   const std::set<uint32_t> mid = ready_units(d, id);
   ASSERT_LT(mid.size(), budget);
@@ -1396,9 +1411,9 @@ TEST_P(MoeStreamTest, AClientDroppedWhileRoomIsMadeTakesItsQueuedReadsWithIt) {
   ASSERT_GT(fresh, room) << "expert 3 fits in the free room: nothing has to be dropped";
   // Expert 3 next: expert 0 is no longer protected, and making room for
   // expert 3 past the free room drops one of its units, open in the client.
-  ASSERT_EQ(::shutdown(mine.get(), SHUT_RD), 0);
+  ASSERT_EQ(::shutdown(c.mine.get(), SHUT_RD), 0);
   const auto reads0 = d.pager->read_order(id).size();
-  ASSERT_TRUE(hint(3));
+  ASSERT_TRUE(c.hint(0, 3));
   ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).clients == 0; })) << "the client was not dropped";
   settle(d, id);
   const auto reads = d.pager->read_order(id);
@@ -1406,7 +1421,6 @@ TEST_P(MoeStreamTest, AClientDroppedWhileRoomIsMadeTakesItsQueuedReadsWithIt) {
   std::vector<uint32_t> after(reads.begin() + static_cast<long>(reads0), reads.end());
   EXPECT_EQ(after.size(), room) << "reads after the drop of the client whose hint queued them";
   for (uint32_t u : after) EXPECT_TRUE(three.contains(u) && !mid.contains(u)) << "unit " << u << " was not asked for";
-  ::munmap(bp, wire::opened_bytes(units));
 }
 
 TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {
