@@ -401,26 +401,24 @@ void Pager::pump_streamed(Model& m) {
 // Then the units of predicted experts, the same way.
 bool Pager::pump_hinted(Model& m) {
   Residency& r = *m.res;
-  enum class From { Touch, Hint, Prediction };
-  // The first unit still to read, and the queue it is in.
-  const auto next = [&]() -> std::optional<std::pair<uint32_t, From>> {
-    for (auto [q, from] : {std::pair{&m.expert_queue, From::Touch}, std::pair{&m.hint_queue, From::Hint},
-                           std::pair{&m.predict_queue, From::Prediction}}) {
+  // The first queue with a unit still to read, in that order.
+  const auto next = [&]() -> std::deque<std::pair<uint32_t, ClientKey>>* {
+    for (auto* q : {&m.expert_queue, &m.hint_queue, &m.predict_queue}) {
       while (!q->empty() && r.plan().state(q->front().first) != UnitState::Empty) q->pop_front();
-      if (!q->empty()) return std::pair{q->front().first, from};
+      if (!q->empty()) return q;
     }
-    return std::nullopt;
+    return nullptr;
   };
-  if (!next() || !make_room(m, UINT64_MAX, false)) return false;
+  if (next() == nullptr || !make_room(m, UINT64_MAX, false)) return false;
   // Making room may have dropped a client (one that takes no messages), and
   // its queued units with it.
-  const auto u = next();
-  if (!u) return false;
-  auto& q = u->second == From::Touch ? m.expert_queue : u->second == From::Hint ? m.hint_queue : m.predict_queue;
-  q.pop_front();
-  if (!read(m, u->first, ReadClass::Prefetch)) return false;
-  if (u->second == From::Prediction) r.predicted_read();
-  else if (u->second == From::Hint) r.hinted_read();
+  auto* q = next();
+  if (q == nullptr) return false;
+  const uint32_t u = q->front().first;
+  q->pop_front();
+  if (!read(m, u, ReadClass::Prefetch)) return false;
+  if (q == &m.predict_queue) r.predicted_read();
+  else if (q == &m.hint_queue) r.hinted_read();
   return true;
 }
 
