@@ -57,10 +57,6 @@ UnitSteps unit_steps(const std::vector<Extent>& extents, uint64_t file_size, uin
   return {std::move(first), std::move(last)};
 }
 
-std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size, uint64_t unit_size) {
-  return unit_steps(extents, file_size, unit_size).first;
-}
-
 FillPlan::FillPlan(std::vector<uint32_t> unit_rank, uint32_t prefetch_window)
     : rank_(std::move(unit_rank)), window_(prefetch_window) {
   const auto n = static_cast<uint32_t>(rank_.size());

@@ -48,18 +48,15 @@ inline constexpr uint32_t kUnrankedUnit = UINT32_MAX;
 // Extents past the end of the file are clipped; empty extents ignored.
 [[nodiscard]] std::vector<uint32_t> rank_units(const std::vector<Extent>& extents, uint64_t file_size,
                                                uint64_t unit_size);
-// Each unit's step in the per-token cycle of a streamed model: every
-// EveryToken extent (a tensor) is a step, in (load rank, offset) order; a
-// unit takes the first step overlapping it; steps are numbered 0, 1, ...
-// kColdStep (stream_policy.hpp) for a unit no EveryToken extent overlaps
-// (header, embedding rows, unranked bytes, units only experts use: a token
-// reads the experts its router chose, not all of them).
-[[nodiscard]] std::vector<uint32_t> step_units(const std::vector<Extent>& extents, uint64_t file_size,
-                                               uint64_t unit_size);
-// Each unit's first step (step_units) and its last: a unit two tensors
-// share (one ends in it, the next begins) is in both steps, and in any
-// step between (a tensor smaller than the unit). A unit built from one
-// vector has one step each.
+// Each unit's steps in the per-token cycle of a streamed model: every
+// EveryToken extent (a tensor) is a step, in (load rank, offset) order;
+// steps are numbered 0, 1, ... A unit's `first` and `last` are the first
+// and last steps overlapping it: a unit two tensors share (one ends in it,
+// the next begins) is in both, and in any step between (a tensor smaller
+// than the unit). Both kColdStep (stream_policy.hpp) for a unit no
+// EveryToken extent overlaps (header, embedding rows, unranked bytes,
+// units only experts use: a token reads the experts its router chose, not
+// all of them). A UnitSteps built from one vector has one step a unit.
 struct UnitSteps {
   std::vector<uint32_t> first, last;
   UnitSteps() = default;

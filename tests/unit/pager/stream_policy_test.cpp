@@ -341,7 +341,7 @@ struct MoeLayout {
     extents.push_back({11, 1, 3});
   }
   [[nodiscard]] StreamPolicy policy(ExpertPolicy p = ExpertCache::kDefault) const {
-    return StreamPolicy(step_units(extents, size, 1), 1, ExpertLayout(extents, size, 1), p);
+    return StreamPolicy(unit_steps(extents, size, 1), 1, ExpertLayout(extents, size, 1), p);
   }
 };
 
