@@ -82,6 +82,7 @@ dbus::Dict to_dict(const ModelStatus& m) {
       const auto& s = st->stream;
       const uint64_t unit = st->unit_size;
       d["budget_bytes"] = v(s.budget_units * unit);
+      d["unit_bytes"] = v(unit);  // per model: a mixture of experts on shmem streams in smaller units
       d["stream_window_bytes"] = v(uint64_t{s.window} * unit);
       d["passes"] = v(s.passes);
       d["bytes_per_pass"] = v(s.last_pass_units_read * unit);

@@ -320,6 +320,7 @@ Status Daemon::make_pager(probe::Mode mode) {
   pgo.prefetch_window = cfg_.models.prefetch_window;
   pgo.warmup_bytes_per_s = cfg_.models.warmup_rate;
   pgo.allocate_ahead = cfg_.models.allocate_ahead;
+  pgo.expert_unit = cfg_.models.stream_expert_unit;
   pgo.direct_io = cfg_.models.direct_io == config::DirectIo::On    ? pager::DirectIo::On
                   : cfg_.models.direct_io == config::DirectIo::Off ? pager::DirectIo::Off
                                                                    : pager::DirectIo::Auto;

@@ -285,8 +285,8 @@ rm -f lane-amd64.steps arm64-debs.done
     # took minutes under TSan) runs its thread pool under TSan in
     # InferSequence, InferMoe and five daemon-backed InferIntegration tests,
     # and a streamed MoE model in full mode. The
-    # other two modes of that model (and their 512 KiB-unit variants,
-    # InferStreamedMoeSmallUnits) differ in the pager only, which the
+    # other two modes of that model (and their pool-page variants,
+    # InferStreamedMoePoolPages) differ in the pager only, which the
     # StreamedClients and MoeStreamTest suites run under TSan; the four
     # left out test the daemon's choices (hostile hints, pressure order,
     # forced eviction, private memory) that the daemon's own suites run
@@ -296,7 +296,7 @@ rm -f lane-amd64.steps arm64-debs.done
     # through io_uring's own kernel workers), not which of our threads
     # meet, and the full-mode (and cooperative) variant of every one of
     # them runs here; plain, ASan and the guests run them all.
-    exclude='InferStreamedMoe\.AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens/[sc]|InferStreamedMoeSmallUnits\.|InferIntegration\.HostileExpertHints|InferIntegration\.RealPressureEvicts|InferIntegration\.ForcedEvictionIsRecomputed|InferIntegration\.DaemonBlocksPrivateMemory|/SmallPages|/smallpages|/small_pages' \
+    exclude='InferStreamedMoe\.AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens/[sc]|InferStreamedMoePoolPages\.|InferIntegration\.HostileExpertHints|InferIntegration\.RealPressureEvicts|InferIntegration\.ForcedEvictionIsRecomputed|InferIntegration\.DaemonBlocksPrivateMemory|/SmallPages|/smallpages|/small_pages' \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       run_ctest build-tsan 'unit|integration' tsan setarch "$(uname -m)" -R
     step "TSan tests"

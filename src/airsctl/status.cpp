@@ -65,9 +65,10 @@ void print_status(const dbus::Dict& s) {
                val<uint32_t>(m, "refcount"), val<uint32_t>(m, "clients"),
                std::string(val<bool>(m, "pinned") ? "  pinned" : "") + (val<bool>(m, "preloaded") ? "  preloaded" : ""));
     if (val<bool>(m, "streamed"))
-      fmt::print("    streamed through {} of the pool (read-ahead {}): {} read per token, the optimum {}; hit rate {}; "
-                 "{} tokens\n",
-                 bytes(val<uint64_t>(m, "budget_bytes")), bytes(val<uint64_t>(m, "stream_window_bytes")),
+      fmt::print("    streamed through {} of the pool in units of {} (read-ahead {}): {} read per token, the optimum {}; "
+                 "hit rate {}; {} tokens\n",
+                 bytes(val<uint64_t>(m, "budget_bytes")), bytes(val<uint64_t>(m, "unit_bytes")),
+                 bytes(val<uint64_t>(m, "stream_window_bytes")),
                  bytes(val<uint64_t>(m, "bytes_per_pass")), bytes(val<uint64_t>(m, "bytes_per_pass_min")),
                  percent(val<double>(m, "hit_rate")), val<uint64_t>(m, "passes"));
     if (val<uint64_t>(m, "expert_uses") > 0 || val<uint64_t>(m, "expert_hints_ignored") > 0)

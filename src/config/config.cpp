@@ -349,6 +349,7 @@ Result<Config> parse(std::string_view text, std::string_view origin, Config c) {
     AIRS_TRY(s.get_int("prefetch_window", c.models.prefetch_window, 0, 1024));
     AIRS_TRY(s.get_int("queue_depth", c.models.queue_depth, 1, 1024));
     AIRS_TRY(s.get_int("allocate_ahead", c.models.allocate_ahead, 0, 1024));
+    AIRS_TRY(s.get_bytes("stream_expert_unit", c.models.stream_expert_unit));
     AIRS_TRY(s.get("direct_io", c.models.direct_io));
     AIRS_TRY(s.get_bytes("warmup_rate", c.models.warmup_rate));
     AIRS_TRY(s.get("pinned", c.models.pinned));
@@ -440,6 +441,9 @@ Status validate(const Config& c) {
                       "pool.size = 0: use profile = \"2gb\" for cloud-only (no local pool), or give a pool size");
   if (c.pool.page_size != 0 && !is_pow2(c.pool.page_size))
     return make_error(EINVAL, "pool.page_size = {} is not a power of two", c.pool.page_size);
+  if (c.models.stream_expert_unit != 0 && (!is_pow2(c.models.stream_expert_unit) || c.models.stream_expert_unit < 4096))
+    return make_error(EINVAL, "models.stream_expert_unit = {} is not 0 or a power of two of at least 4K",
+                      c.models.stream_expert_unit);
   if (c.pool.numa_policy == NumaPolicy::Bind && c.pool.numa_nodes.empty())
     return make_error(EINVAL, "pool.numa_policy = \"bind\" needs pool.numa_nodes");
   for (const auto& [share, key] : {std::pair{&c.models.max_pool_bytes_per_uid, "models.max_pool_bytes_per_uid"},
@@ -609,11 +613,11 @@ std::string to_toml(const Config& c) {
       to_string(c.pool.backend), c.pool.hugetlbfs_mount, c.pool.shmem_mount, c.pool.grow_nr_hugepages, to_string(c.pool.numa_policy),
       nodes);
   out += fmt::format(
-      "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\ndirect_io = \"{}\"\n"
-      "warmup_rate = {}\npinned = {}\nmax_models_per_uid = {}\nmax_pool_bytes_per_uid = {}\nkeep_alive = {}\n"
+      "[models]\nmode = \"{}\"\nprefetch_window = {}\nqueue_depth = {}\nallocate_ahead = {}\nstream_expert_unit = {}\n"
+      "direct_io = \"{}\"\nwarmup_rate = {}\npinned = {}\nmax_models_per_uid = {}\nmax_pool_bytes_per_uid = {}\nkeep_alive = {}\n"
       "header_timeout = {}\ndrain_wait = {}\npreload = {}\n\n",
       to_string(c.models.mode), c.models.prefetch_window, c.models.queue_depth, c.models.allocate_ahead,
-      to_string(c.models.direct_io), c.models.warmup_rate, strs(c.models.pinned), c.models.max_models_per_uid,
+      c.models.stream_expert_unit, to_string(c.models.direct_io), c.models.warmup_rate, strs(c.models.pinned), c.models.max_models_per_uid,
       share(c.models.max_pool_bytes_per_uid), secs(c.models.keep_alive), secs(c.models.header_timeout),
       secs(c.models.drain_wait), strs(c.models.preload));
   out += fmt::format(

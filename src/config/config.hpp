@@ -95,6 +95,7 @@ struct ModelsConfig {
   uint32_t prefetch_window = 2;            // layers read ahead of the last faulted one
   uint32_t queue_depth = 16;
   uint32_t allocate_ahead = 32;            // units whose pages are allocated ahead of their reads
+  uint64_t stream_expert_unit = 512 << 10; // unit of a streamed mixture of experts on shmem; 0 = the pool's page
   DirectIo direct_io = DirectIo::Auto;
   uint64_t warmup_rate = 0;                // background fill, bytes per second; 0 = unlimited
   std::vector<std::string> pinned;         // model names never evicted

@@ -122,8 +122,27 @@ Status check_spec(const ModelSpec& spec, uint64_t unit) {
 
 }  // namespace
 
+// A streamed model's unit. A mixture of experts on a pool that hands pages
+// over per unit (shmem) is cut in opts_.expert_unit: a token reads a few
+// experts of each layer, each about a unit's size in the models we measured,
+// and a 2 MiB unit reads the neighbours' bytes with them (bench/moe, 100
+// MB/s, shmem modes: 25-96 MiB a token at 512 KiB against 110-221 at
+// 2 MiB, docs/streaming.md). A dense model reads every byte of every layer each token, so a
+// smaller unit reads no less and loses the huge folios (a fill about 2.5x
+// slower on fast storage); it, and every model on hugetlbfs (a huge page is
+// filled and mapped whole), keeps the pool's page.
+uint64_t Pager::stream_unit(const ModelSpec& spec) const {
+  const uint64_t page = pool_.page_size(), unit = opts_.expert_unit;
+  if (unit == 0 || unit >= page || page % unit != 0 || unit % sys::base_page_size() != 0 ||
+      !pool_.backend().hands_over_per_unit())
+    return page;
+  const bool experts =
+      std::any_of(spec.extents.begin(), spec.extents.end(), [](const Extent& e) { return e.access == Access::Expert; });
+  return experts ? unit : page;
+}
+
 UnitSteps Pager::stream_steps(const ModelSpec& spec) const {
-  return unit_steps(spec.extents, spec.file_size, pool_.page_size());
+  return unit_steps(spec.extents, spec.file_size, stream_unit(spec));
 }
 
 // The read-ahead of a streamed model: a tenth of what one token streams
@@ -137,24 +156,28 @@ uint32_t Pager::stream_window(const ModelSpec& spec, uint32_t budget_units) cons
   return std::clamp<uint32_t>((streams + 9) / 10, 2, std::max<uint32_t>(2, opts_.queue_depth));
 }
 
+// In whole pool pages: the pool charges a budget by the page.
 uint64_t Pager::stream_floor_bytes(const ModelSpec& spec) const {
-  const StreamPolicy probe(stream_steps(spec), 2, ExpertLayout(spec.extents, spec.file_size, pool_.page_size()));
-  return uint64_t{probe.floor_units()} * pool_.page_size();
+  const uint64_t unit = stream_unit(spec);
+  const StreamPolicy probe(stream_steps(spec), 2, ExpertLayout(spec.extents, spec.file_size, unit));
+  return pool::pages_for(uint64_t{probe.floor_units()} * unit, pool_.page_size()) * pool_.page_size();
 }
 
 Result<ModelId> Pager::load(ModelSpec spec) {
-  const uint64_t unit = pool_.page_size();
-  AIRS_TRY(check_spec(spec, unit));
-  const uint64_t pages = pool::pages_for(spec.file_size, unit);
-  const uint64_t budget = spec.budget_bytes / unit;
+  const uint64_t page = pool_.page_size();
+  AIRS_TRY(check_spec(spec, page));
+  const uint64_t pages = pool::pages_for(spec.file_size, page);
+  const uint64_t budget = spec.budget_bytes / page;
   if (spec.budget_bytes != 0 && budget < pages) {
+    const uint64_t unit = stream_unit(spec);
+    AIRS_TRY(check_spec(spec, unit));
     const uint64_t floor = stream_floor_bytes(spec);
-    if (budget * unit < floor)
+    if (budget * page < floor)
       return make_error(ENOSPC,
                         "model '{}' ({}) is streamed through the pool, and streaming it needs at least {} of pool "
                         "pages (its largest layer, a row of the embeddings and the read-ahead); it may have {}",
-                        spec.name, format_bytes(spec.file_size), format_bytes(floor), format_bytes(budget * unit));
-    auto region = pool_.create_streamed_region(spec.name, spec.file_size, budget);
+                        spec.name, format_bytes(spec.file_size), format_bytes(floor), format_bytes(budget * page));
+    auto region = pool_.create_streamed_region(spec.name, spec.file_size, budget, unit);
     if (!region) return std::move(region).error();
     return install(std::move(spec), std::move(region).value(), false);
   }
@@ -173,7 +196,7 @@ Result<ModelId> Pager::adopt(ModelSpec spec, std::unique_ptr<pool::Region> regio
 }
 
 Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled) {
-  const uint64_t unit = pool_.page_size();
+  const uint64_t unit = region->unit_size();
   const auto units = static_cast<uint32_t>(pool::pages_for(spec.file_size, unit));
   const ModelId id = spec.id != 0 ? spec.id : next_id_++;
   if (models_.contains(id) || unloading_.contains(id))
@@ -186,7 +209,8 @@ Result<ModelId> Pager::install(ModelSpec spec, std::unique_ptr<pool::Region> reg
   m->unit = unit;
   m->region = std::move(region);
   const bool streamed = m->region->streamed();
-  const auto budget = static_cast<uint32_t>(m->region->charged_pages());
+  // In units: the pool's charge is in pages, each of page / unit units.
+  const auto budget = static_cast<uint32_t>(m->region->charged_pages() * (pool_.page_size() / unit));
 
   FillPlan plan(rank_units(spec.extents, spec.file_size, unit), opts_.prefetch_window);
   if (!spec.warmup_order.empty() && !streamed) {
@@ -523,7 +547,7 @@ void Pager::shrink_to_target(Model& m) {
     if (!v || !drop(m, *v)) break;
   }
   if (r.held() > target) return;  // drops on their way: finish_drop comes back here
-  if (auto st = pool_.set_budget(*m.region, target); !st) {
+  if (auto st = pool_.set_budget(*m.region, pool::pages_for(uint64_t{target} * m.unit, pool_.page_size())); !st) {
     spdlog::error("model '{}': a budget of {} units: {}", m.name, target, st.error().message);
   } else {
     r.set_budget(target);
@@ -538,13 +562,16 @@ Result<Pager::Drain> Pager::set_budget(ModelId id, uint64_t bytes) {
   Model* m = find(id);
   if (m == nullptr) return make_error(ENOENT, "set_budget: no model {}", id);
   if (!m->res->streamed()) return make_error(EINVAL, "model '{}' is not streamed: it has no budget", m->name);
-  const auto target = static_cast<uint32_t>(std::min<uint64_t>(bytes / m->unit, m->res->units() - 1));
+  // Whole pool pages, fewer than the region's: the pool charges by the page.
+  const uint64_t page = pool_.page_size();
+  const auto target =
+      static_cast<uint32_t>(std::min<uint64_t>(bytes / page, m->region->pages() - 1) * (page / m->unit));
   const uint32_t floor = m->res->policy().floor_units();
   if (target < floor)
     return make_error(EINVAL, "model '{}': a budget of {} is below its floor of {} (its largest layer and read-ahead)",
                       m->name, format_bytes(uint64_t{target} * m->unit), format_bytes(uint64_t{floor} * m->unit));
   if (target >= m->res->budget()) {
-    AIRS_TRY(pool_.set_budget(*m->region, target));
+    AIRS_TRY(pool_.set_budget(*m->region, uint64_t{target} * m->unit / page));
     m->res->set_budget(target);
     m->shrink_to.reset();
     pump();
@@ -566,7 +593,7 @@ bool Pager::budget_cut_pending(ModelId id) const {
 uint64_t Pager::floor_bytes(ModelId id) const {
   const Model* m = find(id);
   if (m == nullptr || !m->res->streamed()) return 0;
-  return uint64_t{m->res->policy().floor_units()} * m->unit;
+  return pool::pages_for(uint64_t{m->res->policy().floor_units()} * m->unit, pool_.page_size()) * pool_.page_size();
 }
 
 // --- completions -----------------------------------------------------------

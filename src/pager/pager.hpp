@@ -135,6 +135,11 @@ struct PagerOptions {
   // and drops another.
   uint32_t stream_window = 0;
   std::chrono::milliseconds close_timeout{500};
+  // A streamed mixture of experts on a pool that hands pages over per unit
+  // (shmem) is cut in units of this many bytes (a divisor of the pool's
+  // page, a multiple of the base page); 0, or a size that is neither: the
+  // pool's page, as every other model (Pager::stream_unit says why).
+  uint64_t expert_unit = 512 * 1024;
 };
 
 struct ModelStats {
@@ -329,6 +334,9 @@ class Pager final : FillListener, TouchListener {
   Model* find(ModelId id) const;
   Model* find_any(ModelId id) const;
   Result<ModelId> install(ModelSpec spec, std::unique_ptr<pool::Region> region, bool filled);
+  // The unit a streamed model is cut in: the pool's page, or for a mixture
+  // of experts on shmem PagerOptions::expert_unit.
+  uint64_t stream_unit(const ModelSpec& spec) const;
   UnitSteps stream_steps(const ModelSpec& spec) const;
   void fetch_expert(Model& m, ClientKey key, uint32_t expert);
   bool pump_hinted(Model& m);

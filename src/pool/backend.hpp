@@ -57,6 +57,14 @@ class PoolBackend {
   // file never grows (a model region); shmem seals it so (F_SEAL_GROW), which
   // the pager's copy fill relies on.
   [[nodiscard]] virtual Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) = 0;
+  // A model region file of `size` bytes held by base pages only, never a
+  // huge folio: a streamed region whose units are smaller than the pool's
+  // page (a folio spanning units would allocate pages of units the pool
+  // has not handed over). Default: as create_file, for a backend that
+  // never takes such units.
+  [[nodiscard]] virtual Result<sys::UniqueFd> create_base_page_file(const std::string& name, uint64_t size) {
+    return create_file(name, size, FileSize::Fixed);
+  }
   // Populate (allocate, zero, pin) / release a page-aligned range of a file.
   [[nodiscard]] virtual Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;
   [[nodiscard]] virtual Status release(int fd, uint64_t offset, uint64_t len, const std::string& what) = 0;

@@ -46,7 +46,13 @@ std::vector<PageRange> pick_runs(const std::vector<bool>& held, bool want, uint6
 }  // namespace
 
 Region::Region(Pool* pool, std::string name, sys::UniqueFd fd, uint64_t size, uint64_t pages, PageKind kind)
-    : pool_(pool), name_(std::move(name)), fd_(std::move(fd)), size_(size), pages_(pages), kind_(kind) {
+    : pool_(pool),
+      name_(std::move(name)),
+      fd_(std::move(fd)),
+      size_(size),
+      pages_(pages),
+      kind_(kind),
+      unit_(pool->page_size()) {
   pool_->regions_.insert(this);
 }
 
@@ -163,27 +169,31 @@ Status Pool::punch_reserve(uint64_t n, bool owed) {
   return {};
 }
 
-Status Pool::claim(Region& r, uint64_t page) {
+Status Pool::claim(Region& r, uint64_t unit) {
   if (r.kind_ != PageKind::Model || r.claimed_.empty() || !r.map_.valid()) return {};
-  if (page >= r.claimed_.size())
-    return make_error(EINVAL, "model '{}': page {} lies past its {} pages", r.name_, page, r.pages_);
-  if (r.claimed_[page]) return {};
-  if (r.claimed_count_ >= r.charged_)
-    return make_error(ENOSPC, "model '{}': its {} pages are all in use; release one first", r.name_, r.charged_);
-  AIRS_TRY(punch_reserve(1, true));
-  r.claimed_[page] = true;
+  if (unit >= r.claimed_.size())
+    return make_error(EINVAL, "model '{}': unit {} lies past its {} units", r.name_, unit, r.claimed_.size());
+  if (r.claimed_[unit]) return {};
+  if (r.pages_for_units(r.claimed_count_ + 1) > r.handed_) {
+    if (r.handed_ >= r.charged_)
+      return make_error(ENOSPC, "model '{}': its {} pages are all in use; release a unit first", r.name_, r.charged_);
+    AIRS_TRY(punch_reserve(1, true));
+    ++r.handed_;
+  }
+  r.claimed_[unit] = true;
   ++r.claimed_count_;
   return {};
 }
 
-Status Pool::release_unit(Region& r, uint64_t page) {
-  if (!r.streamed_ || page >= r.claimed_.size())
-    return make_error(EINVAL, "model '{}': page {} is not a unit of a streamed region", r.name_, page);
-  if (!r.claimed_[page]) return {};
-  const uint64_t ps = counts_.page_size;
-  AIRS_TRY(backend_->release(r.fd(), page * ps, ps, "model '" + r.name_ + "'"));
-  r.claimed_[page] = false;
+Status Pool::release_unit(Region& r, uint64_t unit) {
+  if (!r.streamed_ || unit >= r.claimed_.size())
+    return make_error(EINVAL, "model '{}': unit {} is not a unit of a streamed region", r.name_, unit);
+  if (!r.claimed_[unit]) return {};
+  AIRS_TRY(backend_->release(r.fd(), unit * r.unit_, r.unit_, "model '" + r.name_ + "'"));
+  r.claimed_[unit] = false;
   --r.claimed_count_;
+  if (r.pages_for_units(r.claimed_count_) == r.handed_) return {};  // the units left still fill every page
+  --r.handed_;
   // Back into the reserve, still charged to the region (owed). A page the
   // reserve could not take back (another process took it meanwhile) leaves
   // the pool: the region's budget shrinks with it.
@@ -207,9 +217,8 @@ Status Pool::set_budget(Region& r, uint64_t budget) {
     owed_ += more;
     counts_.model_pages += more;
   } else if (budget < r.charged_) {
-    if (r.claimed_count_ > budget)
-      return make_error(EBUSY, "model '{}': {} pages are in use, more than a budget of {}", r.name_, r.claimed_count_,
-                        budget);
+    if (r.handed_ > budget)
+      return make_error(EBUSY, "model '{}': {} pages are in use, more than a budget of {}", r.name_, r.handed_, budget);
     const uint64_t fewer = r.charged_ - budget;
     owed_ -= fewer;
     counts_.free_pages += fewer;
@@ -226,12 +235,13 @@ void Pool::return_model_pages(Region& r) {
     return;
   }
   // Pages never handed over are still in the reserve: free again as they are.
-  const uint64_t unclaimed = r.charged_ - r.claimed_count_;
+  const uint64_t unclaimed = r.charged_ - r.handed_;
   owed_ -= unclaimed;
   counts_.free_pages += unclaimed;
-  give_to_reserve(r.claimed_count_);
+  give_to_reserve(r.handed_);
   r.claimed_.clear();
   r.claimed_count_ = 0;
+  r.handed_ = 0;
 }
 
 uint64_t Pool::give_to_reserve(uint64_t n) {
@@ -293,6 +303,7 @@ Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name
   if (backend_->hands_over_per_unit()) {
     r->claimed_.assign(pages, true);
     r->claimed_count_ = pages;
+    r->handed_ = pages;
   }
   r->charged_ = pages;
   counts_.model_pages += pages;
@@ -300,22 +311,34 @@ Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name
 }
 
 Result<std::unique_ptr<Region>> Pool::create_streamed_region(const std::string& name, uint64_t bytes,
-                                                            uint64_t budget) {
+                                                            uint64_t budget, uint64_t unit) {
   const uint64_t ps = counts_.page_size;
   const uint64_t pages = pages_for(bytes, ps);
   if (budget == 0 || budget >= pages)
     return make_error(EINVAL, "model '{}': a streamed region of {} pages needs a budget of 1 to {} pages, not {}", name,
                       pages, pages - 1, budget);
+  if (unit == 0) unit = ps;
+  if (unit != ps && (!backend_->hands_over_per_unit() || ps % unit != 0 || unit % sys::base_page_size() != 0))
+    return make_error(EINVAL,
+                      "model '{}': units of {} on a {} pool of {} pages; a smaller unit must divide the page and be "
+                      "a multiple of the base page ({}), on a pool that hands pages over per unit (shmem)",
+                      name, format_bytes(unit), backend_->name(), format_bytes(ps), format_bytes(sys::base_page_size()));
   if (budget > counts_.free_pages) return exhausted("model '" + name + "' (streamed)", budget);
-  auto fd = backend_->create_file("airs-model:" + name, pages * ps, FileSize::Fixed);
+  // Whole units: a client's mapping is the units the status page counts.
+  const uint64_t size = pages_for(bytes, unit) * unit;
+  auto fd = unit == ps ? backend_->create_file("airs-model:" + name, size, FileSize::Fixed)
+                       : backend_->create_base_page_file("airs-model:" + name, size);
   if (!fd) return std::move(fd).error();
-  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), pages * ps, pages, PageKind::Model));
+  auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), size, pages, PageKind::Model));
   auto m = backend_->map_region(r->fd(), r->size_, "model '" + name + "' (streamed)", false);
   if (!m) return std::move(m).error();
   r->map_ = std::move(m).value();
   r->streamed_ = true;
-  r->claimed_.assign(pages, false);
+  r->unit_ = unit;
+  r->units_per_page_ = ps / unit;
+  r->claimed_.assign(pages_for(bytes, unit), false);
   r->claimed_count_ = 0;
+  r->handed_ = 0;
   r->charged_ = budget;
   counts_.free_pages -= budget;
   owed_ += budget;
@@ -351,6 +374,7 @@ Status Pool::reserve_region(Region& r) {
   if (per_unit) {
     r.claimed_.assign(r.pages_, false);
     r.claimed_count_ = 0;
+    r.handed_ = 0;
   }
   r.charged_ = r.pages_;
   counts_.model_pages += r.pages_;

@@ -46,7 +46,9 @@ class Region {
 
   [[nodiscard]] int fd() const { return fd_.get(); }
   [[nodiscard]] const std::string& name() const { return name_; }
-  [[nodiscard]] uint64_t size() const { return size_; }  // bytes, a multiple of the page size
+  // Bytes, a multiple of the page size (of the unit for a streamed region
+  // of small units).
+  [[nodiscard]] uint64_t size() const { return size_; }
   [[nodiscard]] uint64_t pages() const { return pages_; }
   [[nodiscard]] PageKind kind() const { return kind_; }
   // Model regions: pages charged and the daemon mapping live.
@@ -58,8 +60,12 @@ class Region {
   [[nodiscard]] uint64_t charged_pages() const { return charged_; }
   // A streamed model region: bigger than what it may hold (its budget).
   [[nodiscard]] bool streamed() const { return streamed_; }
-  // Model regions: pages handed over to the region now (claimed units).
-  [[nodiscard]] uint64_t held_pages() const { return claimed_.empty() ? (map_.valid() ? pages_ : 0) : claimed_count_; }
+  // Model regions: pages handed over to the region now (its claimed units,
+  // rounded up to whole pages).
+  [[nodiscard]] uint64_t held_pages() const { return claimed_.empty() ? (map_.valid() ? pages_ : 0) : handed_; }
+  // Bytes per unit: the pool's page, or for a streamed region of small
+  // units (Pool::create_streamed_region) a divisor of it.
+  [[nodiscard]] uint64_t unit_size() const { return unit_; }
 
  private:
   friend class Pool;
@@ -74,10 +80,18 @@ class Region {
   uint64_t charged_ = 0;
   bool streamed_ = false;
   std::vector<bool> held_;  // KV: which pages are allocated
-  // Model regions on a per-unit backend: which pages the reserve has handed
-  // over (the rest are charged to the region but still held by the reserve).
+  uint64_t unit_ = 0;
+  uint64_t units_per_page_ = 1;
+  // Model regions on a per-unit backend: which units the pool has handed
+  // over. The reserve gives up whole pages (handed_): as many as the
+  // claimed units fill, so a region of small units holds at most one page
+  // part used. The rest of the charge is still held by the reserve.
   std::vector<bool> claimed_;
   uint64_t claimed_count_ = 0;
+  uint64_t handed_ = 0;
+  [[nodiscard]] uint64_t pages_for_units(uint64_t units) const {
+    return (units + units_per_page_ - 1) / units_per_page_;
+  }
 };
 
 struct PoolOptions {
@@ -119,27 +133,35 @@ class Pool {
   [[nodiscard]] Result<std::unique_ptr<Region>> adopt_model_region(const std::string& name, sys::UniqueFd fd);
   // A streamed model region of `bytes`, bigger than the pool (or the
   // caller's share) will hold: charged `budget` pages only. The daemon's
-  // mapping reserves nothing; each unit's page is handed over by claim()
-  // just before its read (at most `budget` at a time) and given back by
-  // release_unit(). Errors: ENOSPC when `budget` pages are not free, EINVAL
-  // for a budget of 0 or not smaller than the region.
+  // mapping reserves nothing; each unit is handed over by claim() just
+  // before its read and given back by release_unit(), and the region never
+  // holds more than `budget` pages. `unit`: bytes per unit, the pool's page
+  // (0) or, on a backend that hands over per unit (shmem), a divisor of it
+  // that is a multiple of the base page: the file is then of base pages
+  // (a huge folio would span units), and the reserve gives up a page for
+  // every units-per-page units claimed. Errors: ENOSPC when `budget` pages
+  // are not free, EINVAL for a budget of 0 or not smaller than the region,
+  // or a unit the backend cannot take.
   [[nodiscard]] Result<std::unique_ptr<Region>> create_streamed_region(const std::string& name, uint64_t bytes,
-                                                                       uint64_t budget);
-  // Streamed regions: drops page `page` (punched: every mapping of it loses
-  // it; the next access faults) and puts it back in the reserve, still
-  // charged to the region. No-op for a page not handed over.
-  [[nodiscard]] Status release_unit(Region& r, uint64_t page);
+                                                                       uint64_t budget, uint64_t unit = 0);
+  // Streamed regions: drops unit `unit` (punched: every mapping of it loses
+  // it; the next access faults) and, once the claimed units fill a page
+  // fewer, puts a page back in the reserve, still charged to the region.
+  // No-op for a unit not handed over.
+  [[nodiscard]] Status release_unit(Region& r, uint64_t unit);
   // Streamed regions: a new budget. Growing takes free pages; shrinking
   // gives back pages not handed over (release units first). Errors: ENOSPC
   // (not enough free pages), EBUSY (more pages handed over than `budget`).
   [[nodiscard]] Status set_budget(Region& r, uint64_t budget);
   // Re-reserve a released model region (same errors as create_model_region).
   [[nodiscard]] Status reserve_region(Region& r);
-  // Before page `page` of a reserved model region is first written: on a
-  // backend that hands over per unit (shmem), the reserve gives one page up
-  // now, so the pool's memory never exceeds its size; elsewhere (and for a
-  // page already handed over) nothing to do. Errors: the reserve's punch.
-  [[nodiscard]] Status claim(Region& r, uint64_t page);
+  // Before unit `unit` of a reserved model region is first written: on a
+  // backend that hands over per unit (shmem), the reserve gives a page up
+  // now when the region's claimed units need one more, so the pool's memory
+  // never exceeds its size; elsewhere (and for a unit already handed over)
+  // nothing to do. Errors: ENOSPC past the region's charge, the reserve's
+  // punch.
+  [[nodiscard]] Status claim(Region& r, uint64_t unit);
 
   // A KV arena file of `bytes` with no pages yet.
   [[nodiscard]] Result<std::unique_ptr<Region>> create_kv_region(const std::string& name, uint64_t bytes);

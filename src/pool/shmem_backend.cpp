@@ -96,6 +96,10 @@ Result<sys::UniqueFd> ShmemBackend::create_file(const std::string& name, uint64_
   return std::move(fd).value();
 }
 
+Result<sys::UniqueFd> ShmemBackend::create_base_page_file(const std::string& name, uint64_t size) {
+  return sys::create_shmem_file(name, size, true);
+}
+
 Result<std::byte*> ShmemBackend::pin_map(int fd, uint64_t end, const std::string& what) {
   auto id = sys::inode_key(fd);
   if (!id) return std::move(id).error();

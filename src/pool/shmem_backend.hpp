@@ -80,6 +80,8 @@ class ShmemBackend final : public PoolBackend {
   [[nodiscard]] uint64_t page_size() const override { return unit_; }
   [[nodiscard]] uint64_t uffd_features() const override;
   [[nodiscard]] Result<sys::UniqueFd> create_file(const std::string& name, uint64_t size, FileSize kind) override;
+  // A sealed memfd, also where the pool's files are on the huge tmpfs.
+  [[nodiscard]] Result<sys::UniqueFd> create_base_page_file(const std::string& name, uint64_t size) override;
   // fallocate + mlock (through the backend's own mapping of the file).
   [[nodiscard]] Status populate(int fd, uint64_t offset, uint64_t len, const std::string& what) override;
   // munlock + punch hole (frees the shmem pages, zaps every mapper's PTEs).

@@ -265,35 +265,37 @@ TEST_F(InferIntegration, MixtureOfExpertsOnDaemonBlocksGivesThePrivateTokens) {
 // change them).
 class InferStreamedMoe : public InferIntegration, public ::testing::WithParamInterface<std::string> {
  protected:
-  void decodes_the_private_tokens(const std::string& mode, const std::string& pool_toml);
+  // `unit`: the model's, 0 for the pool's page.
+  void decodes_the_private_tokens(const std::string& mode, const std::string& models_toml, uint64_t unit);
 };
 
+// The unit is the model's: a mixture of experts streams in 512 KiB units
+// on the shmem pool (small-pages, cooperative), where a unit holds parts
+// of one or two slices and a missed expert reads little of its
+// neighbours (docs/streaming.md, "The unit"); in huge pages in full mode.
 TEST_P(InferStreamedMoe, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens) {
-  decodes_the_private_tokens(GetParam(), "");
+  decodes_the_private_tokens(GetParam(), "", GetParam() == "full" ? 0 : 512U << 10);
 }
 
-// The shmem pool's unit (small-pages and cooperative modes) can be smaller
-// than a huge page, and for a streamed mixture of experts a smaller unit
-// reads far fewer bytes per missed expert (docs/streaming.md, "The unit"):
-// the same at 512 KiB, where a unit holds parts of one or two slices.
-class InferStreamedMoeSmallUnits : public InferStreamedMoe {};
+// The same in the pool's 2 MiB pages (models.stream_expert_unit = 0),
+// where a unit holds parts of several experts.
+class InferStreamedMoePoolPages : public InferStreamedMoe {};
 
-TEST_P(InferStreamedMoeSmallUnits, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens) {
-  decodes_the_private_tokens(GetParam(), "page_size = \"512K\"\n");
+TEST_P(InferStreamedMoePoolPages, AMixtureOfExpertsBiggerThanThePoolGivesThePrivateTokens) {
+  decodes_the_private_tokens(GetParam(), "stream_expert_unit = 0\n", 0);
 }
 
-void InferStreamedMoe::decodes_the_private_tokens(const std::string& mode, const std::string& pool_toml) {
-  if (!start(64, std::string(kQuietPressure) + "[models]\nmode = \"" + mode + "\"\n",
-             {"--experts", "32", "--experts-used", "2", "--embd", "512", "--ff", "512", "--router-skew", "2"},
-             pool_toml)) {
+void InferStreamedMoe::decodes_the_private_tokens(const std::string& mode, const std::string& models_toml,
+                                                  uint64_t unit) {
+  if (!start(64, std::string(kQuietPressure) + "[models]\nmode = \"" + mode + "\"\n" + models_toml,
+             {"--experts", "32", "--experts-used", "2", "--embd", "512", "--ff", "512", "--router-skew", "2"})) {
     return;
   }
   BusClient c(bus_->address());
-  if (!pool_toml.empty()) {
-    EXPECT_EQ(c.status().value("page_size", uint64_t{0}), 512U << 10) << "the pool's unit";
-  }
+  if (unit == 0) unit = c.status().value("page_size", uint64_t{0});
   std::string obj;
   ASSERT_TRUE(load_and_hold(c, obj));
+  EXPECT_EQ(model_status(c, obj).value("unit_bytes", uint64_t{0}), unit) << model_status(c, obj).dump();
   const auto priv = run(args("what is the river", {"--no-daemon", "-n", "24"}));
   const auto d = run(args("what is the river", {"-n", "24"}));
   if (HasFailure()) {
@@ -552,7 +554,7 @@ std::string mode_name(const ::testing::TestParamInfo<std::string>& p) {
   return n;
 }
 INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoe, ::testing::Values("full", "small-pages", "cooperative"), mode_name);
-INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoeSmallUnits, ::testing::Values("small-pages", "cooperative"),
+INSTANTIATE_TEST_SUITE_P(Modes, InferStreamedMoePoolPages, ::testing::Values("small-pages", "cooperative"),
                          mode_name);
 
 TEST_F(InferIntegration, TwoProcessesShareTheSystemPromptBlocks) {

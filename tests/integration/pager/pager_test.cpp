@@ -77,9 +77,14 @@ constexpr bool kMlockWorks = true;
 // huge folios where the kernel gives them; ShmemMemfd: shmem forced onto
 // memfds of base pages (a kernel without transparent huge pages, as stock
 // Raspberry Pi OS).
-enum class Backing { Hugetlbfs, Shmem, ShmemMemfd };
+// ShmemExpertUnits: the Shmem pool with streamed mixtures of experts cut in
+// quarter pages (PagerOptions::expert_unit); every other backing streams
+// in pool pages.
+enum class Backing { Hugetlbfs, Shmem, ShmemMemfd, ShmemExpertUnits };
 Backing g_backing = Backing::Hugetlbfs;
 bool shmem() { return g_backing != Backing::Hugetlbfs; }
+// The unit a streamed mixture of experts is cut in.
+uint64_t moe_unit() { return g_backing == Backing::ShmemExpertUnits ? g_unit / 4 : g_unit; }
 bool g_cooperative = false;
 std::vector<pid_t> g_children;  // killed at the end of each test if still alive
 
@@ -169,7 +174,7 @@ class PagerTest : public ::testing::Test {
       // The same unit as the huge page so the suite's sizes carry over.
       pool::ShmemOptions so;
       so.unit = g_unit;
-      so.huge_folios = g_backing == Backing::Shmem;
+      so.huge_folios = g_backing == Backing::Shmem || g_backing == Backing::ShmemExpertUnits;
       auto b = pool::ShmemBackend::create(so);
       EXPECT_TRUE(b.ok()) << b.error().message;
       backend = std::move(b).value();
@@ -182,6 +187,7 @@ class PagerTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.error().message;
     d.pool = std::move(p).value();
     opts.uffd_clients = !g_cooperative;
+    opts.expert_unit = g_backing == Backing::ShmemExpertUnits ? g_unit / 4 : 0;
     auto pg = pager::Pager::create(*d.loop, *d.pool, opts);
     EXPECT_TRUE(pg.ok());
     d.pager = std::move(pg).value();
@@ -603,6 +609,7 @@ std::string backing_name(const ::testing::TestParamInfo<Backing>& p) {
     case Backing::Hugetlbfs: return "Full";
     case Backing::Shmem: return "SmallPages";
     case Backing::ShmemMemfd: return "SmallPagesMemfd";
+    case Backing::ShmemExpertUnits: return "SmallPagesExpertUnits";
   }
   return "?";
 }
@@ -974,7 +981,7 @@ MoeFile moe_file() {
 std::set<uint32_t> moe_units(const MoeFile& f, uint32_t e) {
   std::set<uint32_t> s;
   for (uint32_t t = 0; t < 3; ++t)
-    for (uint64_t u = f.at(t, e, 0) / g_unit; u <= (f.at(t, e, f.slice) - 1) / g_unit; ++u) s.insert(static_cast<uint32_t>(u));
+    for (uint64_t u = f.at(t, e, 0) / moe_unit(); u <= (f.at(t, e, f.slice) - 1) / moe_unit(); ++u) s.insert(static_cast<uint32_t>(u));
   return s;
 }
 // The units of the dense part (any byte of a non-expert extent).
@@ -982,20 +989,23 @@ std::set<uint32_t> moe_dense_units(const MoeFile& f) {
   std::set<uint32_t> s;
   for (const auto& e : f.extents)
     if (e.access != pager::Access::Expert)
-      for (uint64_t u = e.offset / g_unit; u <= (e.offset + e.length - 1) / g_unit; ++u) s.insert(static_cast<uint32_t>(u));
+      for (uint64_t u = e.offset / moe_unit(); u <= (e.offset + e.length - 1) / moe_unit(); ++u) s.insert(static_cast<uint32_t>(u));
   return s;
 }
 
 class MoeStreamTest : public PagerModeTest {
  protected:
-  // Streamed through its floor, `more` units and two.
+  // Streamed through its floor, `more` units and two pool pages; `budget`
+  // in units.
   static ModelId load_moe(Daemon& d, const MoeFile& f, uint32_t* budget, uint32_t more = 0) {
     sys::UniqueFd fd(::open(g_src.c_str(), O_RDONLY | O_CLOEXEC));
     EXPECT_TRUE(fd.valid());
     pager::ModelSpec spec = spec_of("moe", std::move(fd), g_file_size, f.extents);
-    *budget = static_cast<uint32_t>(d.pager->stream_floor_bytes(spec) / g_unit) + more + 2;
-    EXPECT_LT(*budget + 8, pool::pages_for(g_file_size, g_unit)) << "the test needs a model well over its budget";
-    spec.budget_bytes = uint64_t{*budget} * g_unit;
+    const uint64_t per_page = g_unit / moe_unit();
+    const uint64_t pages = d.pager->stream_floor_bytes(spec) / g_unit + (more + per_page - 1) / per_page + 2;
+    EXPECT_LT(pages + 8, pool::pages_for(g_file_size, g_unit)) << "the test needs a model well over its budget";
+    *budget = static_cast<uint32_t>(pages * per_page);
+    spec.budget_bytes = pages * g_unit;
     auto id = d.pager->load(std::move(spec));
     EXPECT_TRUE(id.ok()) << id.error().message;
     return id.ok() ? *id : 0;
@@ -1063,7 +1073,9 @@ class MoeStreamTest : public PagerModeTest {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Modes, MoeStreamTest, ::testing::Values(Backing::Hugetlbfs, Backing::Shmem, Backing::ShmemMemfd),
+INSTANTIATE_TEST_SUITE_P(Modes, MoeStreamTest,
+                         ::testing::Values(Backing::Hugetlbfs, Backing::Shmem, Backing::ShmemMemfd,
+                                           Backing::ShmemExpertUnits),
                          backing_name);
 
 // One byte of expert 1's up slice: its gate, up and down units are read
@@ -1083,9 +1095,9 @@ TEST_P(MoeStreamTest, TouchingOneByteOfAnExpertReadsItsThreeSlicesAndNotItsNeigh
   const std::set<uint32_t> mine = moe_units(f, 1);
   // The middle of a unit inside expert 1's up slice (on hugetlbfs a fault
   // says the unit, not the byte: a unit two experts share tells neither).
-  const uint64_t inner = (f.at(1, 1, 0) + g_unit - 1) / g_unit;
-  ASSERT_LE((inner + 1) * g_unit, f.at(1, 1, f.slice));
-  const uint64_t off = inner * g_unit + g_unit / 2 + 7;
+  const uint64_t inner = (f.at(1, 1, 0) + moe_unit() - 1) / moe_unit();
+  ASSERT_LE((inner + 1) * moe_unit(), f.at(1, 1, f.slice));
+  const uint64_t off = inner * moe_unit() + moe_unit() / 2 + 7;
   Child c = spawn("byte:" + std::to_string(off));
   ASSERT_TRUE(attach(d, id, c, 1));
   const int st = wait_child(&d, c.pid);
@@ -1186,7 +1198,7 @@ struct Follower {
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return false;
     mine.reset(sv[1]);
     sys::UniqueFd theirs(sv[0]);
-    const auto units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
+    const auto units = static_cast<uint32_t>(pool::pages_for(g_file_size, moe_unit()));
     bits_len = wire::opened_bytes(units);
     auto bits = sys::memfd_create_sealable("opened", bits_len);
     if (!bits.ok() || !sys::seal_size(bits->get(), "opened")) return false;
@@ -1227,9 +1239,9 @@ TEST_P(MoeStreamTest, ATouchedExpertsOtherUnitsNeverPushOutTheDensePart) {
   }
   ASSERT_GT(fresh, budget - mid.size() + 1) << "expert 3 fits in the free room: nothing is tested";
   // One byte in the middle of a unit of expert 3's up slice.
-  const uint64_t inner = (f.at(1, 3, 0) + g_unit - 1) / g_unit;
-  ASSERT_LE((inner + 1) * g_unit, f.at(1, 3, f.slice));
-  Child c = spawn("byte:" + std::to_string(inner * g_unit + g_unit / 2));
+  const uint64_t inner = (f.at(1, 3, 0) + moe_unit() - 1) / moe_unit();
+  ASSERT_LE((inner + 1) * moe_unit(), f.at(1, 3, f.slice));
+  Child c = spawn("byte:" + std::to_string(inner * moe_unit() + moe_unit() / 2));
   ASSERT_TRUE(attach(d, id, c, 1));
   const int st = wait_child(&d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);

@@ -379,6 +379,83 @@ TEST(ShmemBackend, ModelPagesAreHandedOverUnitByUnitAndTheMemoryStaysThePoolsSiz
   EXPECT_TRUE(pool.alloc_pages(**kv, {0, 4}));
 }
 
+// A streamed region cut in quarter pages (a mixture of experts on shmem):
+// the reserve gives a page up for every four units claimed and takes it
+// back once the units left fill a page fewer, so the pool's memory never
+// exceeds its size and the region never holds more than its budget. The
+// region is whole units of base pages (a memfd: a huge folio would hold
+// units the pool has not handed over).
+TEST(ShmemBackend, AStreamedRegionOfSmallUnitsTakesAPageForEveryFourUnits) {
+  auto b = pool::ShmemBackend::create({});
+  ASSERT_TRUE(b.ok());
+  const uint64_t u = (*b)->page_size();
+  const uint64_t q = u / 4;
+  auto p = pool::Pool::create(std::move(b).value(), {8 * u, false});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  pool::Pool& pool = **p;
+  auto files = [&] { return pool.kernel_view()->files_pages; };
+  auto allocated = [](int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : UINT64_MAX;
+  };
+  const uint64_t base = sys::base_page_size();
+  auto odd = pool.create_streamed_region("odd", 20 * u, 3, 3 * base);
+  ASSERT_FALSE(odd.ok()) << "a unit that does not divide the page";
+  EXPECT_EQ(odd.error().code, EINVAL);
+  EXPECT_NE(odd.error().message.find("divide the page"), std::string::npos) << odd.error().message;
+  EXPECT_EQ(pool.create_streamed_region("tiny", 20 * u, 3, base / 2).error().code, EINVAL);
+  EXPECT_EQ(pool.counts().free_pages, 8U) << "a refused region took pages";
+
+  auto r = pool.create_streamed_region("s", 10 * u + 123, 3, q);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  pool::Region& reg = **r;
+  EXPECT_EQ(reg.unit_size(), q);
+  EXPECT_EQ(reg.size(), 41 * q) << "whole units, not whole pages";
+  EXPECT_NE(fd_link(reg.fd()).find("/memfd:"), std::string::npos) << fd_link(reg.fd());
+  EXPECT_EQ(pool.counts().free_pages, 5U);
+  EXPECT_EQ(pool.counts().model_pages, 3U);
+  // Five units: two pages handed over, five units' bytes in the file.
+  for (uint64_t unit : {0U, 7U, 13U, 22U, 40U}) {
+    ASSERT_TRUE(pool.claim(reg, unit)) << unit;
+    std::memset(reg.data() + unit * q, 0x5a, q);
+  }
+  EXPECT_EQ(reg.held_pages(), 2U);
+  EXPECT_EQ(allocated(reg.fd()), 5 * q);
+  EXPECT_EQ(files(), 7U) << "the reserve's 6 pages and 1.25 pages of units";
+  // Twelve units fill the budget's three pages; a thirteenth has none.
+  for (uint64_t unit : {1U, 2U, 3U, 4U, 5U, 6U, 8U}) {
+    ASSERT_TRUE(pool.claim(reg, unit)) << unit;
+    std::memset(reg.data() + unit * q, 0x5a, q);
+  }
+  EXPECT_EQ(reg.held_pages(), 3U);
+  auto full = pool.claim(reg, 30);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, ENOSPC) << full.error().message;
+  EXPECT_EQ(files(), 8U);
+  // One unit goes: the eleven left still need three pages.
+  ASSERT_TRUE(pool.release_unit(reg, 0));
+  EXPECT_EQ(reg.held_pages(), 3U);
+  EXPECT_EQ(allocated(reg.fd()), 11 * q);
+  EXPECT_EQ(std::memcmp(reg.data() + 7 * q, std::string(q, '\x5a').data(), q), 0) << "a neighbour lost its bytes";
+  // Three more: eight fill two pages, and the reserve has the third back,
+  // still charged to the region.
+  for (uint64_t unit : {1U, 13U, 40U}) ASSERT_TRUE(pool.release_unit(reg, unit));
+  EXPECT_EQ(reg.held_pages(), 2U);
+  EXPECT_EQ(allocated(reg.fd()), 8 * q);
+  EXPECT_EQ(files(), 8U);
+  EXPECT_EQ(pool.counts().free_pages, 5U);
+  EXPECT_EQ(pool.counts().model_pages, 3U);
+  // The budget cannot fall below the pages the units fill.
+  EXPECT_EQ(pool.set_budget(reg, 1).error().code, EBUSY);
+  ASSERT_TRUE(pool.set_budget(reg, 2));
+  EXPECT_EQ(pool.counts().free_pages, 6U);
+  // The region goes: every page back in the reserve.
+  r->reset();
+  EXPECT_EQ(pool.counts().free_pages, 8U);
+  EXPECT_EQ(pool.counts().model_pages, 0U);
+  EXPECT_EQ(files(), 8U);
+}
+
 // Built without sanitizers only: ASan and TSan make mlock a no-op, so it
 // cannot be refused there (the plain build runs this).
 #if !AIRS_SANITIZED_BUILD
