@@ -2,6 +2,7 @@
 #include "pool/pool.hpp"
 
 #include <linux/magic.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -332,6 +333,11 @@ Result<std::unique_ptr<Region>> Pool::create_streamed_region(const std::string& 
   auto r = std::unique_ptr<Region>(new Region(this, name, std::move(fd).value(), size, pages, PageKind::Model));
   auto m = backend_->map_region(r->fd(), r->size_, "model '" + name + "' (streamed)", false);
   if (!m) return std::move(m).error();
+  // Small units: the reads fault the pages in through this mapping, so ask
+  // for no huge folio there, where transparent_hugepage/shmem_enabled
+  // would give memfds one. Fails only on a kernel without transparent huge
+  // pages, which gives none anyway.
+  if (unit != ps) (void)::madvise(m->get(), size, MADV_NOHUGEPAGE);
   r->map_ = std::move(m).value();
   r->streamed_ = true;
   r->unit_ = unit;

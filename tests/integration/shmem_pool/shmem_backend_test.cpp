@@ -58,6 +58,19 @@ uint64_t smaps_field_kb(const void* addr, const std::string& field) {
   return std::stoull(t->substr(f + 1 + field.size()));
 }
 
+// The VmFlags line of the /proc/self/smaps entry starting at `addr`.
+std::string smaps_vmflags(const void* addr) {
+  auto t = sys::read_text_file("/proc/self/smaps", 64 << 20);
+  if (!t) return {};
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", reinterpret_cast<unsigned long>(addr));
+  const auto at = t->find("\n" + std::string(start));
+  if (at == std::string::npos) return {};
+  const auto f = t->find("\nVmFlags:", at);
+  if (f == std::string::npos) return {};
+  return t->substr(f + 1, t->find('\n', f + 1) - f - 1);
+}
+
 std::string fd_link(int fd) {
   char buf[256] = {};
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
@@ -412,6 +425,11 @@ TEST(ShmemBackend, AStreamedRegionOfSmallUnitsTakesAPageForEveryFourUnits) {
   EXPECT_EQ(reg.unit_size(), q);
   EXPECT_EQ(reg.size(), 41 * q) << "whole units, not whole pages";
   EXPECT_NE(fd_link(reg.fd()).find("/memfd:"), std::string::npos) << fd_link(reg.fd());
+  // No huge folio through the daemon's mapping either (shmem_enabled may
+  // give memfds one), on a kernel that has them at all.
+  if (::access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0) {
+    EXPECT_NE(smaps_vmflags(reg.data()).find(" nh"), std::string::npos) << smaps_vmflags(reg.data());
+  }
   EXPECT_EQ(pool.counts().free_pages, 5U);
   EXPECT_EQ(pool.counts().model_pages, 3U);
   // Five units: two pages handed over, five units' bytes in the file.
