@@ -47,7 +47,7 @@
 # airs-generate run the engine's direct run's; whether the engine and
 # llama.cpp agree is printed.
 #
-#   bench/moe/bench_moe.sh --build BUILD_DIR [--pool 134M] [--page-size 2M] [--experts "11 20"]
+#   bench/moe/bench_moe.sh --build BUILD_DIR [--pool 134M] [--page-size 2M] [--expert-unit 512K] [--experts "11 20"]
 #       [--skews "0 3"] [--n 12] [--sd-bps 104857600] [--speeds "fast sd"]
 #       [--modes "full small-pages cooperative"] [--engines "llama airs"]
 #       [--hints "NAME=VALUE ..."] [--pressure] [--work DIR]
@@ -68,6 +68,7 @@ src=$(cd "$here/../.." && pwd)
 build=""
 pool=134M
 pool_page_size=""
+expert_unit=""  # models.stream_expert_unit: the daemon's default when empty
 experts_list="11 20"
 skews="0 3"
 n_gen=12
@@ -79,7 +80,7 @@ hints=""
 pressure=quiet
 work=""
 usage() {
-  echo "usage: $0 --build BUILD_DIR [--pool 134M] [--page-size 2M] [--experts \"11 20\"] [--skews \"0 3\"] [--n 12] [--sd-bps N]" \
+  echo "usage: $0 --build BUILD_DIR [--pool 134M] [--page-size 2M] [--expert-unit 512K] [--experts \"11 20\"] [--skews \"0 3\"] [--n 12] [--sd-bps N]" \
     "[--speeds \"fast sd\"] [--modes \"full small-pages cooperative\"] [--engines \"llama airs\"]" \
     "[--hints \"NAME=VALUE ...\"] [--pressure] [--work DIR]" >&2
   exit 2
@@ -89,6 +90,7 @@ while [[ $# -gt 0 ]]; do
     --build) build=$2; shift 2 ;;
     --pool) pool=$2; shift 2 ;;
     --page-size) pool_page_size=$2; shift 2 ;;
+    --expert-unit) expert_unit=$2; shift 2 ;;
     --experts) experts_list=$2; shift 2 ;;
     --skews) skews=$2; shift 2 ;;
     --n) n_gen=$2; shift 2 ;;
@@ -113,9 +115,11 @@ agen=$build/src/infer/airs-generate
 xbench=$build/bench/experts/expert_bench
 for f in "$agen" "$xbench"; do [[ -x $f ]] || { echo "bench_moe: $f missing (build it)" >&2; exit 1; }; done
 pool_bytes=$(numfmt --from=iec "$pool")
-# The pool's unit (pool.page_size; the daemon's default is 2 MiB): the
+# The pool's page (pool.page_size; the daemon's default is 2 MiB): the
 # shmem pool's (small-pages, cooperative) can be smaller, hugetlbfs's
-# (full) cannot. MIN is replayed in units of the same size.
+# (full) cannot. A streamed mixture of experts on shmem is cut in
+# models.stream_expert_unit (--expert-unit; the daemon's default 512 KiB)
+# whatever the page. MIN is replayed in each run's unit.
 unit_bytes=$(numfmt --from=iec "${pool_page_size:-2M}")
 text="Hello world, this is a test"
 t_start=$(date +%s)
@@ -143,7 +147,7 @@ tag=""
 [[ -n $hints ]] && tag="+hints"
 now_ms() { date +%s%3N; }
 
-declare -A tps ttft bpt anon budget tokens_ok weight_bpt agree quarter minrep unirep limits failed
+declare -A tps ttft bpt anon budget rkey tokens_ok weight_bpt agree quarter minrep unirep limits failed
 # run KEY ENGINE CGROUP [env...]: one cold run of ENGINE (llama: llama-gen
 # on its own mmap, or through the preload when the env says so; airs:
 # airs-generate, on the daemon when one runs), paused after its first token
@@ -196,6 +200,9 @@ run() {
     m=$("$ctl" --bus "$bus" --json status | jq '.models[0]')
     [[ $(jq -r .streamed <<<"$m") == true ]] || { run_failed "$key" "did not stream: $m"; return 1; }
     budget[$key]=$(jq -r .budget_bytes <<<"$m")
+    # The model's own unit (a mixture of experts on shmem streams in
+    # models.stream_expert_unit): MIN is replayed at this budget and unit.
+    rkey[$key]="${budget[$key]}:$(jq -r .unit_bytes <<<"$m")"
   fi
   local rc=0
   held_end || rc=$?
@@ -222,13 +229,14 @@ first_diff() {
        {for (i = 1; i <= (NF > n ? NF : n); ++i) if (a[i] != $i) {print i - 1; exit}}' "$1" "$2"
 }
 
-# What expert_bench says of TRACE (or --uniform TOKENS) at BUDGET bytes:
+# What expert_bench says of TRACE (or --uniform TOKENS) at BUDGET bytes in
+# units of UNIT bytes:
 # "MIN_MiB MIN_hit LFU_MiB LFU_hit FLOOR_MiB" per decode token (the floor:
 # the fewest reads any online policy can expect, uniform routing only).
-replay() {  # model budget trace|uniform:N
+replay() {  # model budget trace|uniform:N unit
   local from=(--trace "$3")
   [[ $3 == uniform:* ]] && from=(--uniform "${3#uniform:}")
-  "$xbench" --model "$1" "${from[@]}" --budget "$2" --unit "$unit_bytes" | awk '
+  "$xbench" --model "$1" "${from[@]}" --budget "$2" --unit "$4" | awk '
     $1 == "MIN" {min_mib = $4; min_hit = $3}
     $1 == "lfu" && $2 == "misses" {lfu_mib = $4; lfu_hit = $3}
     $1 == "floor" && $2 == "online" {floor_mib = $4}
@@ -263,14 +271,14 @@ report() {
     "${quarter[$cfg]#* }); $sp: $label ==="
   echo "llama.cpp mmap in a $memcg_kind of $(mib "${limits[$cfg.$sp]}") MiB (pool + the pool clients' most anonymous" \
     "memory); a token's weights $(mib "${weight_bpt[$cfg]}") MiB; engine vs llama.cpp greedy tokens: ${agree[$cfg]}"
-  printf '%-26s %8s %7s %8s %9s %7s %9s %8s %9s  %s\n' variant tok/s /mmap ttft_ms MiB/tok /MIN in_memory of_limit \
-    budget tokens
+  printf '%-26s %8s %7s %8s %9s %7s %9s %8s %9s %8s  %s\n' variant tok/s /mmap ttft_ms MiB/tok /MIN in_memory of_limit \
+    budget unit_KiB tokens
   # The smallest budget the daemon gave a pool run: llama.cpp's own mmap
   # is set against its MIN (its memory is the pool's and more).
-  local least=""
+  local least="" least_rk=""
   for k in "${list[@]}"; do
     bb=${budget[$cfg.$sp.$k]:-}
-    [[ -n $bb && ( -z $least || $bb -lt $least ) ]] && least=$bb
+    [[ -n $bb && ( -z $least || $bb -lt $least ) ]] && { least=$bb; least_rk=${rkey[$cfg.$sp.$k]}; }
   done
   for k in "${keys[@]}"; do
     key=$cfg.$sp.$k
@@ -278,34 +286,34 @@ report() {
       name="llama.cpp mmap"
       b=""
       mn=-
-      [[ -n $least ]] && read -r mn _ _ _ <<<"${minrep[$cfg.$least]}"
+      [[ -n $least ]] && read -r mn _ _ _ <<<"${minrep[$cfg.$least_rk]}"
     else
       e=${k%%.*}; m=${k#*.}
       [[ $e == llama ]] && name="llama.cpp $m$tag" || name="airs-generate $m$tag"
       b=${budget[$key]:-}
       mn=-
-      [[ -n $b ]] && read -r mn _ _ _ <<<"${minrep[$cfg.$b]}"
+      [[ -n $b ]] && read -r mn _ _ _ <<<"${minrep[$cfg.${rkey[$key]}]}"
     fi
     if [[ -n ${failed[$key]:-} ]]; then
       printf '%-26s FAILED: %s\n' "$name" "${failed[$key]}"
       continue
     fi
-    printf '%-26s %8.3f %7s %8s %9s %7s %9s %8s %9s  %s\n' "$name" "${tps[$key]}" \
+    printf '%-26s %8.3f %7s %8s %9s %7s %9s %8s %9s %8s  %s\n' "$name" "${tps[$key]}" \
       "$(ratio "${tps[$key]}" "${tps[$cfg.$sp.mmap]:-0}")" "${ttft[$key]}" "$(mib "${bpt[$key]}")" "$(per_token "$key" "$mn")" \
       "$(awk -v a="${bpt[$key]}" -v w="${weight_bpt[$cfg]}" 'BEGIN{printf "%.2f", 1 - a / w}')" \
       "$(awk -v t="${tps[$key]}" -v bw="$bw" -v r="${bpt[$key]}" 'BEGIN{ if (r > 0 && bw > 0) printf "%.2f", t / (bw / r); else printf "-" }')" \
-      "${b:+$(mib "$b")}" "${tokens_ok[$key]}"
+      "${b:+$(mib "$b")}" "$([[ -n ${rkey[$key]:-} ]] && echo $(( ${rkey[$key]#*:} / 1024 )))" "${tokens_ok[$key]}"
   done
   # One line per distinct budget: the offline optimum and the daemon's own
   # policy replayed on this trace, and the same under uniform routing.
-  local seen=" "
+  local seen=" " r
   for k in "${list[@]}"; do
-    b=${budget[$cfg.$sp.$k]:-}
-    [[ -z $b || $seen == *" $b "* ]] && continue
-    seen+="$b "
-    read -r mn mh ln lh _ <<<"${minrep[$cfg.$b]}"
-    read -r umn umh uln ulh ufl <<<"${unirep[$cfg.$b]}"
-    echo "budget $(mib "$b") MiB: this trace: MIN $mn MiB/token (expert hit rate $mh), the daemon's LFU replayed $ln" \
+    r=${rkey[$cfg.$sp.$k]:-}
+    [[ -z $r || $seen == *" $r "* ]] && continue
+    seen+="$r "
+    read -r mn mh ln lh _ <<<"${minrep[$cfg.$r]}"
+    read -r umn umh uln ulh ufl <<<"${unirep[$cfg.$r]}"
+    echo "budget $(mib "${r%%:*}") MiB in units of $(( ${r#*:} / 1024 )) KiB: this trace: MIN $mn MiB/token (expert hit rate $mh), the daemon's LFU replayed $ln" \
       "MiB/token (hit $lh); synthetic uniform routing: MIN $umn (hit $umh), LFU $uln (hit $ulh)," \
       "no online policy below $ufl"
   done
@@ -316,7 +324,7 @@ report() {
   if [[ $skew == 0 ]]; then
     echo "         bytes per token / MIN <= 1.2 (plain router):$(for k in "${list[@]}"; do
       mn=-; b=${budget[$cfg.$sp.$k]:-}
-      [[ -n $b ]] && read -r mn _ _ _ <<<"${minrep[$cfg.$b]}"
+      [[ -n $b ]] && read -r mn _ _ _ <<<"${minrep[$cfg.${rkey[$cfg.$sp.$k]}]}"
       printf ' %s %s' "$k" "$( [[ -n ${bpt[$cfg.$sp.$k]:-} ]] && per_token "$cfg.$sp.$k" "$mn" || echo -)"; done)"
   fi
 }
@@ -325,7 +333,7 @@ disk_bps=""
 bad=0
 out=$work/report.txt
 {
-  printf 'bench_moe: pool %s MiB in units of %s KiB, %d tokens (%d decode steps), 1 thread, --no-repack, cold page cache, pressure loop %s, load at the start %s%s\n' \
+  printf 'bench_moe: pool %s MiB in pages of %s KiB (each run streams in its model'"'"'s unit: the unit_KiB column), %d tokens (%d decode steps), 1 thread, --no-repack, cold page cache, pressure loop %s, load at the start %s%s\n' \
     "$(mib "$pool_bytes")" "$((unit_bytes / 1024))" "$n_gen" "$((n_gen - 1))" "$pressure" "$(cut -d' ' -f1-3 /proc/loadavg)" "${tag:+, with hints ($hints)}"
 } | tee "$out"
 # Routing outermost: the plain router's runs (the targets') come first.
@@ -363,10 +371,12 @@ for skew in $skews; do
       for m in $modes; do
         for e in $engines; do
           k=$cfg.$sp.$e.$m
+          models_toml=""
+          [[ -z $expert_unit ]] || models_toml="stream_expert_unit = \"$expert_unit\""$'\n'
           if [[ $pressure == quiet ]]; then
-            start_memd "$m" $'[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n'
+            start_memd "$m" "$models_toml"$'[pressure]\nresize_pool = false\nsome_threshold = "1900ms"\nfull_threshold = "1900ms"\n'
           else
-            start_memd "$m"
+            start_memd "$m" "$models_toml"
           fi
           if [[ $e == llama ]]; then
             run "$k" llama "" LD_PRELOAD="$preload" AIRS_PRELOAD_VERBOSE=1 "${client_env[@]}" || true
@@ -398,9 +408,10 @@ for skew in $skews; do
           bad=1
         fi
         # MIN and the daemon's policy replayed at this run's budget.
-        b=${budget[$key]:-}
-        [[ -z $b || -n ${minrep[$cfg.$b]:-} ]] || minrep[$cfg.$b]=$(replay "$model" "$b" "$work/$cfg.airs.ref.trace")
-        [[ -z $b || -n ${unirep[$cfg.$b]:-} ]] || unirep[$cfg.$b]=$(replay "$model" "$b" uniform:256)
+        r=${rkey[$key]:-}
+        [[ -z $r || -n ${minrep[$cfg.$r]:-} ]] ||
+          minrep[$cfg.$r]=$(replay "$model" "${r%%:*}" "$work/$cfg.airs.ref.trace" "${r#*:}")
+        [[ -z $r || -n ${unirep[$cfg.$r]:-} ]] || unirep[$cfg.$r]=$(replay "$model" "${r%%:*}" uniform:256 "${r#*:}")
       done
       report "$cfg" "$sp" "$label" | tee -a "$out"
       throttle_off
