@@ -40,6 +40,13 @@ struct Pager::Model {
   // Streamed mixture of experts: the units of a touched expert's three
   // slices that are not in, with the client that touched it (read first).
   std::deque<std::pair<uint32_t, ClientKey>> expert_queue;
+  // Per client, the layer it touches experts of now and the experts of it
+  // it touched since (first_touch_of_use).
+  struct Fetched {
+    uint32_t layer = UINT32_MAX;
+    std::vector<uint32_t> experts;
+  };
+  std::map<ClientKey, Fetched> fetched;
   // Units of hinted experts to read, with the client whose hint named them
   // (its next hint replaces what is left).
   std::deque<std::pair<uint32_t, ClientKey>> hint_queue;
@@ -714,19 +721,27 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
   // A mixture of experts: the expert whose bytes were touched (when the
   // touch tells), which the policy counts as a use.
   std::optional<uint32_t> expert;
+  bool first_use = false;
   if (r.streamed() && !r.policy().experts().empty()) {
     uint64_t lo = uint64_t{unit} * m->unit, hi = lo + m->unit;
     if (how == Touch::Fault)
       if (auto page = clients_.fault_bytes(id, key, address)) lo = page->first, hi = page->second;
     expert = r.policy().experts().expert_of_touch(unit, lo, hi);
     if (expert) {
-      r.touched_expert(key, *expert);
+      first_use = first_touch_of_use(*m, key, *expert);
+      r.touched_expert(key, *expert, true, first_use);
     } else if (r.plan().state(unit) != UnitState::Ready) {
       // A miss whose expert is not known: each of the unit's is counted.
       // A touch of a unit that was in (a hit, as access sampling makes
       // them) counts none: it would give every expert of the unit what one
       // of them did.
-      for (uint32_t k : r.policy().experts().keys_of(unit)) r.touched_expert(key, k, false);
+      // One the client uses now was counted already.
+      const auto it = m->fetched.find(key);
+      for (uint32_t k : r.policy().experts().keys_of(unit)) {
+        const bool used = it != m->fetched.end() && it->second.layer == r.policy().experts().key(k).layer &&
+                          std::find(it->second.experts.begin(), it->second.experts.end(), k) != it->second.experts.end();
+        if (!used) r.touched_expert(key, k, false);
+      }
     }
   }
   // A unit on its way out that a client wants again stays.
@@ -753,19 +768,43 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
       r.plan().on_fault(unit);
       break;
   }
-  if (expert) fetch_expert(*m, key, *expert);
+  if (expert && first_use) fetch_expert(*m, key, *expert);
+}
+
+// A touch of `expert` is the first of its use by this client unless the
+// client touched it before without touching an expert of another layer
+// in between. A later touch of the same use is neither another use for the
+// cache to count nor a reason to read its slices again: by then the client
+// has read part of them, and a unit it read that went since is not needed
+// before the expert's next use. Counting every touch gave an expert as many
+// uses as units the client happened to fault on, which is noise where
+// access sampling makes those faults (bench/moe, llama.cpp through the
+// preload in small-pages mode at 512 KiB units: 2.5 times the bytes a
+// token with sampling on as with it off).
+bool Pager::first_touch_of_use(Model& m, ClientKey key, uint32_t expert) {
+  Model::Fetched& f = m.fetched[key];
+  const uint32_t layer = m.res->policy().experts().key(expert).layer;
+  if (f.layer != layer) {
+    f.layer = layer;
+    f.experts.clear();
+  }
+  if (std::find(f.experts.begin(), f.experts.end(), expert) != f.experts.end()) return false;
+  f.experts.push_back(expert);
+  return true;
 }
 
 // The token reads an expert's gate, up and down slices one after the
-// other: on a touch of any of them, every unit of the three that is not in
-// is queued to be read in the same pump as the touched one (touches_done
-// pumps): one batch of parallel reads instead of one fault round trip each.
-// The units of the neighbouring experts are not (an edge unit they share is
-// one of this expert's). Units on their way out stay. The touched unit is a
-// client's wait (urgent: it may take room from anything); the others are a
-// guess that the client reads them next, so they take room as a hint does
-// (pump_hinted): when two clients read two experts at once, their batches
-// must not push out the dense part every token reads.
+// other: on the first touch of any of them, every unit of the three that is
+// not in is queued to be read in the same pump as the touched one
+// (touches_done pumps): one batch of parallel reads instead of one fault
+// round trip each. The units of the neighbouring experts are not (an edge
+// unit they share is one of this expert's). Units on their way out stay.
+// The touched unit is a client's wait (urgent: it may take room from
+// anything); the others are a guess that the client reads them next, so
+// they take room as a hint does (pump_hinted): when two clients read two
+// experts at once, their batches must not push out the dense part every
+// token reads.
+// Once per use (first_touch_of_use).
 void Pager::fetch_expert(Model& m, ClientKey key, uint32_t expert) {
   Residency& r = *m.res;
   bool published = false;
@@ -855,6 +894,7 @@ void Pager::client_left(ModelId id, ClientKey key) {
   Model* m = find(id);
   if (m == nullptr) return;
   std::erase_if(m->expert_queue, [key](const auto& e) { return e.second == key; });
+  m->fetched.erase(key);
   std::erase_if(m->hint_queue, [key](const auto& e) { return e.second == key; });
   std::erase_if(m->predict_queue, [key](const auto& e) { return e.second == key; });
   if (!m->unloading && listeners_.client_left) listeners_.client_left(id, key);

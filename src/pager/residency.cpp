@@ -81,9 +81,9 @@ void Residency::touched(ClientKey client, uint32_t u) {
     new_pass();
 }
 
-void Residency::touched_expert(ClientKey client, uint32_t key, bool current) {
+void Residency::touched_expert(ClientKey client, uint32_t key, bool current, bool count) {
   if (!policy_ || key >= policy_->experts().key_count()) return;
-  policy_->touched_expert(client, key, current);
+  policy_->touched_expert(client, key, current, count);
   const uint32_t layer = policy_->experts().key(key).layer;
   auto [it, fresh] = expert_layer_.try_emplace(client, layer);
   if (!fresh && layer < it->second) new_pass();

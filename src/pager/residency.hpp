@@ -100,8 +100,8 @@ class Residency {
   // pass is counted here, when a client's expert layer goes back: its
   // dense units stay resident and mapped, so they give no signal. Only
   // misses are seen: a token without one joins the next one's pass.
-  // `current`: StreamPolicy::touched_expert.
-  void touched_expert(ClientKey client, uint32_t key, bool current = true);
+  // `current`, `count`: StreamPolicy::touched_expert.
+  void touched_expert(ClientKey client, uint32_t key, bool current = true, bool count = true);
   // A client's expert hint (StreamPolicy::hinted). Passes are not counted
   // here: a lazy client hints on a socket of its own (another key than its
   // faults'), and its touches count them.

@@ -96,7 +96,7 @@ void StreamPolicy::move_after(uint32_t s, uint32_t t) {
   pos_[s] = to;
 }
 
-void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
+void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current, bool count) {
   if (key >= experts_.key_count()) return;
   if (current) {
     // Its units are protected as the client's expert: the recent ones,
@@ -105,7 +105,7 @@ void StreamPolicy::touched_expert(uint64_t client, uint32_t key, bool current) {
     c.expert = key;
     c.recent.clear();
   }
-  cache_.access(key);
+  if (count) cache_.access(key);
 }
 
 void StreamPolicy::hinted(uint64_t client, std::span<const uint32_t> keys) {

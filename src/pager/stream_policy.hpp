@@ -103,11 +103,12 @@ class StreamPolicy {
   // read-ahead and the distances follow it from the next.
   void touched(uint64_t client, uint32_t u);
   // Client `client` uses expert `key` (ExpertLayout::expert_of_touch of a
-  // touch): the cache counts the use, and (`current`) its units are
-  // protected while this is the client's last expert. Not `current`: one
-  // of the experts of a touched unit that does not tell which (each is
-  // counted; the unit is protected as a recent one).
-  void touched_expert(uint64_t client, uint32_t key, bool current = true);
+  // touch): the cache counts the use (unless not `count`: a later touch of
+  // the same use), and (`current`) its units are protected while this is
+  // the client's last expert. Not `current`: one of the experts of a
+  // touched unit that does not tell which (each is counted; the unit is
+  // protected as a recent one).
+  void touched_expert(uint64_t client, uint32_t key, bool current = true, bool count = true);
   // Client `client` will read experts `keys` next (an expert hint: its
   // router chose them, it has not touched them yet): the cache counts a
   // use of each, and their units are protected for the client until its

@@ -1254,6 +1254,38 @@ TEST_P(MoeStreamTest, ATouchedExpertsOtherUnitsNeverPushOutTheDensePart) {
   for (uint32_t u : after) EXPECT_TRUE(mid.contains(u) || three.contains(u)) << "unit " << u << " was not asked for";
 }
 
+// A client reads the units only expert 3 holds, in each of its three
+// slices: one use, counted once, and each of the expert's units read once.
+// Every later touch of the same use (the slices' other units, as they come
+// in or are met) counts nothing (each touch used to count a use: as many
+// as the units a client faulted on, which access sampling makes a matter
+// of chance).
+TEST_P(MoeStreamTest, AnExpertsUseIsCountedOnceHoweverManyOfItsUnitsAreTouched) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto [f, budget, id, before] = load_settled(d);
+  const uint64_t uses0 = stats(d, id).stream.expert_uses;
+  const auto reads0 = d.pager->read_order(id).size();
+  const uint64_t unit = moe_unit();
+  std::string ranges;
+  for (uint32_t t = 0; t < 3; ++t) {
+    const uint64_t lo = (f.at(t, 3, 0) + unit - 1) / unit * unit, hi = f.at(t, 3, f.slice) / unit * unit;
+    ASSERT_LT(lo, hi) << "slice " << t << " has no unit of its own";
+    ranges += (t ? "," : "") + std::to_string(lo) + "-" + std::to_string(hi);
+  }
+  Child c = spawn("range:" + ranges);
+  ASSERT_TRUE(attach(d, id, c, 1));
+  const int st = wait_child(&d, c.pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
+  settle(d, id);
+  const auto s1 = stats(d, id);
+  ASSERT_GE(s1.faults, 3U) << "the client touched too few units: nothing tested";
+  EXPECT_EQ(s1.stream.expert_uses, uses0 + 1);
+  const auto reads = d.pager->read_order(id);
+  ASSERT_GT(reads.size(), reads0) << "expert 3 was in before: nothing tested";
+  for (uint32_t u : moe_units(f, 3))
+    EXPECT_EQ(std::count(reads.begin(), reads.end(), u), before.contains(u) ? 0 : 1) << "unit " << u;
+}
+
 // An expert hint, before any touch: the hinted expert's three slices are
 // read (and nothing only a neighbour holds), the cache counts the use; then
 // a client reads the slices byte for byte, the file's bytes, and nothing is
