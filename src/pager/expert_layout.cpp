@@ -77,7 +77,11 @@ std::optional<uint32_t> ExpertLayout::expert_of_touch(uint32_t u, uint64_t lo, u
     const auto first = key_at(lo), last = key_at(hi - 1);
     if (first && first == last) return first;  // slices are contiguous: one expert holds the whole range
   }
-  if (ks.size() == 1) return ks.front();
+  // A range that does not tell: the unit's one expert, where the unit holds
+  // nothing else. A unit that also holds dense bytes is read every token:
+  // a touch of it names no expert (access sampling makes such touches each
+  // token, and naming the unit's expert read that expert every token).
+  if (ks.size() == 1 && expert_unit(u)) return ks.front();
   return std::nullopt;
 }
 

@@ -57,9 +57,11 @@ class ExpertLayout {
   // (the kernel reports the faulting page, not the byte: a base page on
   // shmem, the whole unit on hugetlbfs; a cooperative client's request
   // names the unit): the one expert whose slice holds every byte of the
-  // range (clipped to u), else the only expert with bytes in u. None for
-  // a unit several experts share touched in a range that does not tell
-  // them apart (an edge unit), nor for a unit without expert bytes.
+  // range (clipped to u), else the only expert with bytes in u when u
+  // holds nothing but its bytes. None for a unit several experts share
+  // touched in a range that does not tell them apart (an edge unit), for a
+  // unit that also holds dense bytes touched outside the expert's, nor for
+  // a unit without expert bytes.
   [[nodiscard]] std::optional<uint32_t> expert_of_touch(uint32_t u, uint64_t lo, uint64_t hi) const;
   // The most units one expert spans.
   [[nodiscard]] uint32_t widest() const { return widest_; }

@@ -163,6 +163,27 @@ TEST(ExpertLayout, ATouchBelongsToTheExpertWhoseByteItIsOrToTheOnlyOneInItsUnit)
     EXPECT_EQ(l.expert_of_touch(ru, 0, UINT64_MAX), std::nullopt);
   }
   EXPECT_FALSE(l.expert_unit(ru));
+  // A unit that holds one expert's bytes and a dense tensor's: only a touch
+  // of the expert's bytes names it. The rest (and the whole unit) is the
+  // dense part every token reads: naming the expert there counted it, and
+  // read its slices, on every token's touch of the dense tensor.
+  uint32_t mixed_units = 0;
+  for (uint32_t u = 0; u * unit < m.file.file_size; ++u) {
+    if (l.keys_of(u).size() != 1 || l.expert_unit(u)) continue;
+    ++mixed_units;
+    const uint32_t k = l.keys_of(u).front();
+    std::optional<uint64_t> dense_byte, expert_byte;
+    for (uint64_t off = uint64_t{u} * unit; off < (uint64_t{u} + 1) * unit; off += 32) {
+      const auto at = l.key_at(off);
+      if (!at && !dense_byte) dense_byte = off;
+      if (at == k && !expert_byte) expert_byte = off;
+    }
+    ASSERT_TRUE(dense_byte && expert_byte) << "unit " << u;
+    EXPECT_EQ(l.expert_of_touch(u, *dense_byte, *dense_byte + 1), std::nullopt) << "unit " << u;
+    EXPECT_EQ(l.expert_of_touch(u, 0, UINT64_MAX), std::nullopt) << "unit " << u;
+    EXPECT_EQ(l.expert_of_touch(u, *expert_byte, *expert_byte + 1), k) << "unit " << u;
+  }
+  EXPECT_GT(mixed_units, 0U) << "no unit holds an expert's bytes and a dense tensor's: nothing tested";
   // Expert 3's units: its three slices' (gate, up, down), edges included.
   std::set<uint32_t> want;
   for (const char* name : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"}) {
