@@ -198,6 +198,7 @@ run() {
     fi
     local m
     m=$("$ctl" --bus "$bus" --json status | jq '.models[0]')
+    echo "$m" >"$work/$key.status.json"  # what the daemon says of the run
     [[ $(jq -r .streamed <<<"$m") == true ]] || { run_failed "$key" "did not stream: $m"; return 1; }
     budget[$key]=$(jq -r .budget_bytes <<<"$m")
     # The model's own unit (a mixture of experts on shmem streams in
