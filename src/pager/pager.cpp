@@ -133,7 +133,7 @@ Status check_spec(const ModelSpec& spec, uint64_t unit) {
 // over per unit (shmem) is cut in opts_.expert_unit: a token reads a few
 // experts of each layer, each about a unit's size in the models we measured,
 // and a 2 MiB unit reads the neighbours' bytes with them (bench/moe, 100
-// MB/s, shmem modes: 25-96 MiB a token at 512 KiB against 110-221 at
+// MB/s, shmem modes: 26-50 MiB a token at 512 KiB against 110-131 at
 // 2 MiB, docs/streaming.md). A dense model reads every byte of every layer each token, so a
 // smaller unit reads no less and loses the huge folios (a fill about 2.5x
 // slower on fast storage); it, and every model on hugetlbfs (a huge page is
