@@ -339,6 +339,7 @@ class Pager final : FillListener, TouchListener {
   uint64_t stream_unit(const ModelSpec& spec) const;
   UnitSteps stream_steps(const ModelSpec& spec) const;
   void fetch_expert(Model& m, ClientKey key, uint32_t expert);
+  bool uses_now(const Model& m, ClientKey key, uint32_t expert) const;
   bool first_touch_of_use(Model& m, ClientKey key, uint32_t expert);
   bool pump_hinted(Model& m);
   uint32_t stream_window(const ModelSpec& spec, uint32_t budget_units) const;
