@@ -579,7 +579,7 @@ Result<Pager::Drain> Pager::set_budget(ModelId id, uint64_t bytes) {
     return make_error(EINVAL, "model '{}': a budget of {} is below its floor of {} (its largest layer and read-ahead)",
                       m->name, format_bytes(uint64_t{target} * m->unit), format_bytes(uint64_t{floor} * m->unit));
   if (target >= m->res->budget()) {
-    AIRS_TRY(pool_.set_budget(*m->region, uint64_t{target} * m->unit / page));
+    AIRS_TRY(pool_.set_budget(*m->region, pool::pages_for(uint64_t{target} * m->unit, page)));
     m->res->set_budget(target);
     m->shrink_to.reset();
     pump();

@@ -175,11 +175,10 @@ Status Pool::claim(Region& r, uint64_t unit) {
   if (unit >= r.claimed_.size())
     return make_error(EINVAL, "model '{}': unit {} lies past its {} units", r.name_, unit, r.claimed_.size());
   if (r.claimed_[unit]) return {};
-  if (r.pages_for_units(r.claimed_count_ + 1) > r.handed_) {
-    if (r.handed_ >= r.charged_)
+  if (r.pages_for_units(r.claimed_count_ + 1) > r.handed()) {
+    if (r.handed() >= r.charged_)
       return make_error(ENOSPC, "model '{}': its {} pages are all in use; release a unit first", r.name_, r.charged_);
     AIRS_TRY(punch_reserve(1, true));
-    ++r.handed_;
   }
   r.claimed_[unit] = true;
   ++r.claimed_count_;
@@ -193,8 +192,7 @@ Status Pool::release_unit(Region& r, uint64_t unit) {
   AIRS_TRY(backend_->release(r.fd(), unit * r.unit_, r.unit_, "model '" + r.name_ + "'"));
   r.claimed_[unit] = false;
   --r.claimed_count_;
-  if (r.pages_for_units(r.claimed_count_) == r.handed_) return {};  // the units left still fill every page
-  --r.handed_;
+  if (r.handed() == r.pages_for_units(r.claimed_count_ + 1)) return {};  // the units left still fill every page
   // Back into the reserve, still charged to the region (owed). A page the
   // reserve could not take back (another process took it meanwhile) leaves
   // the pool: the region's budget shrinks with it.
@@ -218,8 +216,8 @@ Status Pool::set_budget(Region& r, uint64_t budget) {
     owed_ += more;
     counts_.model_pages += more;
   } else if (budget < r.charged_) {
-    if (r.handed_ > budget)
-      return make_error(EBUSY, "model '{}': {} pages are in use, more than a budget of {}", r.name_, r.handed_, budget);
+    if (r.handed() > budget)
+      return make_error(EBUSY, "model '{}': {} pages are in use, more than a budget of {}", r.name_, r.handed(), budget);
     const uint64_t fewer = r.charged_ - budget;
     owed_ -= fewer;
     counts_.free_pages += fewer;
@@ -236,13 +234,12 @@ void Pool::return_model_pages(Region& r) {
     return;
   }
   // Pages never handed over are still in the reserve: free again as they are.
-  const uint64_t unclaimed = r.charged_ - r.handed_;
+  const uint64_t unclaimed = r.charged_ - r.handed();
   owed_ -= unclaimed;
   counts_.free_pages += unclaimed;
-  give_to_reserve(r.handed_);
+  give_to_reserve(r.handed());
   r.claimed_.clear();
   r.claimed_count_ = 0;
-  r.handed_ = 0;
 }
 
 uint64_t Pool::give_to_reserve(uint64_t n) {
@@ -304,7 +301,6 @@ Result<std::unique_ptr<Region>> Pool::adopt_model_region(const std::string& name
   if (backend_->hands_over_per_unit()) {
     r->claimed_.assign(pages, true);
     r->claimed_count_ = pages;
-    r->handed_ = pages;
   }
   r->charged_ = pages;
   counts_.model_pages += pages;
@@ -344,7 +340,6 @@ Result<std::unique_ptr<Region>> Pool::create_streamed_region(const std::string& 
   r->units_per_page_ = ps / unit;
   r->claimed_.assign(pages_for(bytes, unit), false);
   r->claimed_count_ = 0;
-  r->handed_ = 0;
   r->charged_ = budget;
   counts_.free_pages -= budget;
   owed_ += budget;
@@ -380,7 +375,6 @@ Status Pool::reserve_region(Region& r) {
   if (per_unit) {
     r.claimed_.assign(r.pages_, false);
     r.claimed_count_ = 0;
-    r.handed_ = 0;
   }
   r.charged_ = r.pages_;
   counts_.model_pages += r.pages_;

@@ -62,7 +62,7 @@ class Region {
   [[nodiscard]] bool streamed() const { return streamed_; }
   // Model regions: pages handed over to the region now (its claimed units,
   // rounded up to whole pages).
-  [[nodiscard]] uint64_t held_pages() const { return claimed_.empty() ? (map_.valid() ? pages_ : 0) : handed_; }
+  [[nodiscard]] uint64_t held_pages() const { return claimed_.empty() ? (map_.valid() ? pages_ : 0) : handed(); }
   // Bytes per unit: the pool's page, or for a streamed region of small
   // units (Pool::create_streamed_region) a divisor of it.
   [[nodiscard]] uint64_t unit_size() const { return unit_; }
@@ -83,15 +83,15 @@ class Region {
   uint64_t unit_ = 0;
   uint64_t units_per_page_ = 1;
   // Model regions on a per-unit backend: which units the pool has handed
-  // over. The reserve gives up whole pages (handed_): as many as the
+  // over. The reserve gives up whole pages (handed()): as many as the
   // claimed units fill, so a region of small units holds at most one page
   // part used. The rest of the charge is still held by the reserve.
   std::vector<bool> claimed_;
   uint64_t claimed_count_ = 0;
-  uint64_t handed_ = 0;
   [[nodiscard]] uint64_t pages_for_units(uint64_t units) const {
     return (units + units_per_page_ - 1) / units_per_page_;
   }
+  [[nodiscard]] uint64_t handed() const { return pages_for_units(claimed_count_); }
 };
 
 struct PoolOptions {
