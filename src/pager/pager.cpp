@@ -628,6 +628,17 @@ void Pager::unit_read_failed(ModelId id, uint32_t unit, int err) {
 
 void Pager::reaped() {
   map_ready();  // before a drain's end (a CONTINUE after an unload's truncation finds nothing)
+  // A budget cut that waited for reads in flight (their units hold pages of
+  // the budget but cannot be dropped before they land) goes on now. It used
+  // to wait for the next read a client asked for: for ever on a model that
+  // nobody read, with the pages it was to give back kept, and the daemon's
+  // restore of the budget waiting for the cut to end. By id: the drain
+  // listener a finished cut calls may load models.
+  std::vector<ModelId> cuts;
+  for (const auto& [id, m] : models_)
+    if (m->shrink_to) cuts.push_back(id);
+  for (ModelId id : cuts)
+    if (Model* m = find(id); m != nullptr && m->shrink_to) shrink_to_target(*m);
   end_drains();
   pump();  // the slots the drained models held go to the others
   bool loading = false;

@@ -1491,6 +1491,29 @@ TEST_P(PagerModeTest, ABudgetCutDropsUnitsAndGivesThePagesBack) {
   EXPECT_LE(run.max_held, floor);
 }
 
+// A budget cut while the warm-up's reads are in flight, and no client:
+// their units hold pages of the budget and cannot be dropped before they
+// land, so the cut waits for them, and ends once they landed, with the
+// pages back in the pool. It used to wait for a read that some client
+// asked for: for ever on a model nobody read (the pages kept, and the
+// daemon's restore of the budget waiting for the cut to end).
+TEST_P(PagerModeTest, ABudgetCutWhileReadsAreInFlightEndsOnceTheyLanded) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const uint64_t free0 = d.pool->counts().free_pages;
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  ASSERT_GT(stats(d, id).units_in_flight, 0U) << "no read in flight: nothing tested";
+  const uint64_t floor = d.pager->floor_bytes(id) / g_unit;
+  ASSERT_LT(floor, kStreamBudget);
+  auto cut = d.pager->set_budget(id, floor * g_unit);
+  ASSERT_TRUE(cut) << cut.error().message;
+  ASSERT_EQ(*cut, pager::Pager::Drain::Pending) << "the cut waited for nothing: nothing tested";
+  ASSERT_TRUE(run_until(d, [&] { return !d.pager->budget_cut_pending(id); })) << "the cut never ended";
+  const auto s = stats(d, id);
+  EXPECT_EQ(s.stream.budget_units, floor);
+  EXPECT_LE(s.units_ready + s.units_in_flight, floor);
+  EXPECT_EQ(d.pool->counts().free_pages, free0 - floor) << "the pages of the cut are not back in the pool";
+}
+
 TEST_P(PagerModeTest, AReadErrorWhileStreamingGivesSigbusNotZeros) {
   // The file shrinks under the daemon: the units past its new end cannot
   // be read; a client that comes to them gets SIGBUS. It compares with the
