@@ -199,7 +199,15 @@ void serve(Slot& s, uintptr_t addr) {
   const auto unit = static_cast<uint32_t>((addr - s.base) / s.unit);
   s.touches.fetch_add(1, std::memory_order_relaxed);
   trace(s, unit);
+  // The page's generation when this touch last asked for the unit. A
+  // streamed model's unit can be read and dropped again (another client's
+  // read needed the room) between the wake and the open: the daemon's read
+  // answered the ask, so nothing would read the unit again and the thread
+  // would wait for ever. So it asks again at every change of the page while
+  // the unit is not ready (the daemon takes a repeated ask as the same
+  // wait); a unit of a model that fits never leaves, one ask is enough.
   bool requested = false;
+  uint32_t asked_at = 0;
   for (;;) {
     // Closing (the model is being closed under us): return and let the
     // access run again.
@@ -222,9 +230,10 @@ void serve(Slot& s, uintptr_t addr) {
     }
     if (st == wire::ModelLoadState::Failed && !s.status.unit_ready(unit))
       die_sigbus("the daemon could not read part of the model");
-    if (!requested) {
+    if (!requested || (s.opened.valid() && gen != asked_at)) {
       send_word(s, wire::RequestKind::Wait, unit);
       requested = true;
+      asked_at = gen;
     }
     if (daemon_gone(s)) {
       if (try_open(s, unit)) return;

@@ -8,7 +8,9 @@
 //   1. sends the unit number on the model's request socket (Model.Follow: the
 //      daemon reads that unit next and moves its layer-ahead window there),
 //   2. futex-waits on the status page until the unit is ready (or the model
-//      failed: then the process gets SIGBUS, never zeros),
+//      failed: then the process gets SIGBUS, never zeros); a streamed
+//      model's unit is asked for again at each change of the page while it
+//      is not ready (it may be read and dropped before this thread opens it),
 //   3. mprotects the unit PROT_READ and returns; the access is retried.
 // A watcher thread (the caller's) makes units readable as they become ready
 // (open_ready), so a reader that stays behind the fill takes no signal at

@@ -320,10 +320,12 @@ void ClientService::on_requests(ModelId id, ClientKey key, uint32_t events) {
     const auto req = wire::decode_request(word);
     if (req.unit >= s->info.units) return;
     switch (req.kind) {
-      case wire::RequestKind::Wait:
-        if (auto f = s->followers.find(key); f != s->followers.end()) f->second->waited.insert(req.unit);
-        listener_.touched(id, key, req.unit, Touch::Request, 0, t0);
+      case wire::RequestKind::Wait: {
+        const auto f = s->followers.find(key);
+        const bool again = f != s->followers.end() && !f->second->waited.insert(req.unit).second;
+        listener_.touched(id, key, req.unit, again ? Touch::RequestAgain : Touch::Request, 0, t0);
         break;
+      }
       case wire::RequestKind::Opened: {
         const auto f = s->followers.find(key);
         const bool waited = f != s->followers.end() && f->second->waited.erase(req.unit) != 0;

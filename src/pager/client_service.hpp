@@ -55,6 +55,10 @@ using Clock = std::chrono::steady_clock;
 enum class Touch : uint8_t {
   Fault,    // a lazy client's page fault (it waits for the unit)
   Request,  // a cooperative client waits for the unit
+  // ... and asks for it again while it waits (the unit was read and dropped
+  // before it opened it, or its first ask was lost): the unit is read if it
+  // is gone and kept if it is going, but this is not another touch to count
+  RequestAgain,
   Opened,   // a cooperative client opened a ready unit of a streamed model it had waited for
   OpenedIn, // ... one it had not waited for: it was in (a hit, which access sampling makes seen)
 };

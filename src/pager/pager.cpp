@@ -728,13 +728,16 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
   Model* m = find(id);
   if (m == nullptr) return;
   Residency& r = *m->res;
-  if (r.recorder()) r.recorder()->note(unit);
+  // Asked again for a unit it waits for: where the client is, but no
+  // second fault, wait or expert use.
+  const bool again = how == Touch::RequestAgain;
+  if (r.recorder() && !again) r.recorder()->note(unit);
   r.touched(key, unit);
   // A mixture of experts: the expert whose bytes were touched (when the
   // touch tells), which the policy counts as a use.
   std::optional<uint32_t> expert;
   bool first_use = false;
-  if (r.streamed() && !r.policy().experts().empty()) {
+  if (r.streamed() && !r.policy().experts().empty() && !again) {
     uint64_t lo = uint64_t{unit} * m->unit, hi = lo + m->unit;
     if (how == Touch::Fault)
       if (auto page = clients_.fault_bytes(id, key, address)) lo = page->first, hi = page->second;
@@ -772,7 +775,7 @@ void Pager::touched(ModelId id, ClientKey key, uint32_t unit, Touch how, uint64_
     case UnitState::InFlight:
       // It opened a unit that is not in: it sees SIGBUS or waits, its business.
       if (how == Touch::Opened || how == Touch::OpenedIn) return;
-      clients_.wait(id, key, unit, t0);
+      if (!again) clients_.wait(id, key, unit, t0);
       r.plan().on_fault(unit);
       break;
   }

@@ -6,18 +6,31 @@
 // reading one there would give zeros, so the process ends with SIGBUS
 // instead. Real memfds, real mappings, the real SIGSEGV handler, each in a
 // forked child.
+//
+// And on a streamed model, what a touch asks the daemon for while it waits:
+// a unit read and dropped again before the touch opened it is asked for
+// again, or the thread would wait for ever.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "client/touch_guard.hpp"
+#include "sys/proc_handles.hpp"
+#include "wire/opened.hpp"
+#include "wire/requests.hpp"
 #include "wire/status_page.hpp"
 
 namespace {
@@ -108,6 +121,112 @@ TEST(TouchGuardUnloaded, ATruncatedRegionGivesTheKernelsSigbus) {
     const int st = r.touch_in_child(1, give);
     EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS) << describe(st) << " region fd given: " << give;
   }
+}
+
+// True when process `pid` (its main thread) sleeps in futex(2) on `word`
+// and went to sleep after the word's last change (the value it expects,
+// the third number of /proc/PID/syscall, is the word's value now): a thread
+// woken by a publish and not yet back in its wait does not count.
+bool sleeps_on(pid_t pid, const uint32_t* word) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/syscall");
+  long nr = -1;
+  std::string addr, op, val;
+  if (!(f >> nr >> addr >> op >> val) || nr != SYS_futex) return false;
+  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word) &&
+         std::stoull(val, nullptr, 16) == __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+
+// Waits (on the event; the bound only ends a broken run) until `pid` sleeps
+// on `word` as it is now.
+bool wait_asleep(pid_t pid, const uint32_t* word) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!sleeps_on(pid, word)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// The request words waiting in `fd` now (none blocks).
+std::vector<airs::wire::Request> pending_requests(int fd) {
+  std::vector<airs::wire::Request> out;
+  uint32_t w = 0;
+  while (::recv(fd, &w, sizeof w, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof w))
+    out.push_back(airs::wire::decode_request(w));
+  return out;
+}
+
+size_t waits_for(const std::vector<airs::wire::Request>& rs, uint32_t unit) {
+  size_t n = 0;
+  for (const auto& r : rs) n += r.kind == airs::wire::RequestKind::Wait && r.unit == unit ? 1 : 0;
+  return n;
+}
+
+// A streamed model's unit is read (READY) and dropped again (another
+// client's read needed the room) between the wake of a touch waiting for
+// it and its open. The daemon's read answered the touch's ask, so unless
+// the touch asks again nothing reads the unit and the thread waits for
+// ever (the soak saw three cooperative clients hang so under a budget cut
+// to the floor). It asks again, once per change of the page, and reads the
+// unit's bytes once it is ready. The child's waits are observed in
+// /proc, never timed.
+TEST(TouchGuardStreamed, AUnitReadAndDroppedBeforeTheTouchOpenedItIsAskedForAgain) {
+  Region r(wire::ModelLoadState::Streaming);
+  wire::StatusPageWriter w(r.status, r.status_len);
+  const uint32_t* word = w.generation_word();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  const uint64_t opened_len = wire::opened_bytes(kUnits);
+  void* opened = ::mmap(nullptr, opened_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(opened, MAP_FAILED);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(120);
+    void* base = ::mmap(nullptr, kUnits * r.unit, PROT_NONE, MAP_SHARED, r.fd, 0);
+    if (base == MAP_FAILED) _exit(20);
+    airs::client::TouchGuardSpec spec;
+    spec.base = base;
+    spec.size = kUnits * r.unit;
+    spec.status = wire::StatusPageView(r.status, r.status_len);
+    spec.gguf_fd = r.fd;
+    spec.region_fd = r.fd;
+    spec.request_fd = sv[1];
+    spec.opened = opened;
+    auto g = airs::client::TouchGuard::create(spec);
+    if (!g) _exit(21);
+    const auto* p = static_cast<volatile const unsigned char*>(base) + r.unit + 5;
+    _exit(*p == 0xab ? 4 : *p == 0 ? 3 : 5);
+  }
+  ::close(sv[1]);
+  ASSERT_TRUE(wait_asleep(pid, word)) << "the touch never waited on the status page";
+  auto rs = pending_requests(sv[0]);
+  EXPECT_EQ(waits_for(rs, 1), 1U) << "the touch did not ask for its unit once";
+  // Read, then dropped before the touch looked: one publish, so the touch
+  // cannot see the unit ready in between, however its wait slices fall.
+  w.set_ready(1, 0);
+  w.set_empty(1, 0);
+  w.publish();
+  airs::sys::futex_wake_all(w.generation_word());
+  ASSERT_TRUE(wait_asleep(pid, word)) << "the touch did not wait again";
+  rs = pending_requests(sv[0]);
+  EXPECT_EQ(waits_for(rs, 1), 1U) << "the unit, read and dropped before the touch opened it, was not asked for again";
+  // No change of the page, no ask: a wait slice that ends asks nothing.
+  ::usleep(3 * airs::client::TouchGuard::kSliceNs / 1000);
+  ASSERT_TRUE(wait_asleep(pid, word));
+  EXPECT_EQ(waits_for(pending_requests(sv[0]), 1), 0U) << "asked again with nothing changed";
+  // Now it is read for good: the touch opens it (and says so) and reads its bytes.
+  w.set_ready(1, 0);
+  w.publish();
+  airs::sys::futex_wake_all(w.generation_word());
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 4) << describe(st) << " (exit 3: zeros, 5: other bytes)";
+  rs = pending_requests(sv[0]);
+  bool said_opened = false;
+  for (const auto& q : rs) said_opened = said_opened || (q.kind == wire::RequestKind::Opened && q.unit == 1);
+  EXPECT_TRUE(said_opened) << "the touch opened unit 1 without telling the daemon";
+  ::close(sv[0]);
+  ::munmap(opened, opened_len);
 }
 
 }  // namespace

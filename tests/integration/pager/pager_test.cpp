@@ -953,6 +953,32 @@ TEST_P(PagerModeTest, TouchGuardClientsReadAStreamedModelRight) {
   EXPECT_EQ(run.last.stream.drops_refused, 0U) << "a client that answers never refuses";
 }
 
+// Three touch-guard clients, each reading the units in its own random
+// order, through a budget cut to the model's floor: a read for one of them
+// can drop the unit another was woken for before that one opened it. Each
+// asks again (the touch guard does at each change of the status page), so
+// all of them finish, every byte the file's. A touch that asked only once
+// waited for ever once its unit went so: the soak saw three cooperative
+// clients hang under a budget cut to the floor.
+TEST_P(PagerModeTest, TouchGuardClientsInRandomOrderAllFinishAtTheFloor) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  const uint64_t floor = d.pager->floor_bytes(id) / g_unit;
+  ASSERT_LT(floor, kStreamBudget);
+  ASSERT_TRUE(d.pager->set_budget(id, floor * g_unit));
+  ASSERT_TRUE(run_until(d, [&] { return !d.pager->budget_cut_pending(id); })) << "the cut did not end";
+  std::vector<Child> cs;
+  std::vector<pid_t> pids;
+  for (uint32_t i = 0; i < 3; ++i) {
+    cs.push_back(spawn("coop-touch:3:" + std::to_string(11 * (i + 1))));
+    ASSERT_TRUE(hand_out_touch(d, id, cs.back(), i + 1));
+    pids.push_back(cs.back().pid);
+  }
+  const StreamRun run = serve_streamed(d, id, pids);
+  EXPECT_LE(run.max_held, floor);
+  EXPECT_GT(run.last.stream.units_dropped, 0U) << "nothing was dropped: nothing streamed";
+}
+
 // A mixture of experts on the test file: the header and a dense layer
 // (attention, router) in units 0-1, then one MoE layer's three expert
 // tensors (gate, up, down) of five experts each, whose slices (2 units and
@@ -1209,6 +1235,10 @@ struct Follower {
     EXPECT_TRUE(st) << st.error().message;
     return st.ok();
   }
+  [[nodiscard]] bool ask(wire::RequestKind kind, uint32_t unit) const {
+    const uint32_t w = wire::encode_request({kind, unit});
+    return ::send(mine.get(), &w, sizeof w, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof w);
+  }
   [[nodiscard]] bool hint(uint32_t layer, uint32_t expert) const {
     alignas(uint32_t) std::byte buf[wire::kMaxHintBytes];
     const size_t n = wire::encode_hint(layer, std::span<const uint32_t>(&expert, 1), buf);
@@ -1284,6 +1314,44 @@ TEST_P(MoeStreamTest, AnExpertsUseIsCountedOnceHoweverManyOfItsUnitsAreTouched) 
   ASSERT_GT(reads.size(), reads0) << "expert 3 was in before: nothing tested";
   for (uint32_t u : moe_units(f, 3))
     EXPECT_EQ(std::count(reads.begin(), reads.end(), u), before.contains(u) ? 0 : 1) << "unit " << u;
+}
+
+// A cooperative client asks again for a unit it waits for (its touch
+// guard at each change of the status page, since the unit may be read and
+// dropped before it opens it; its range waits at each look): the same
+// wait, not another fault or expert use, and no second read of a unit in
+// or on its way. Its asks for a unit only expert 3 holds, one before the
+// read and one after, count one fault and one use, and read the unit once.
+TEST_P(MoeStreamTest, AnAskRepeatedWhileTheClientWaitsIsNotAnotherTouch) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const auto [f, budget, id, before] = load_settled(d);
+  Follower c;
+  ASSERT_TRUE(c.follow(d, id, 5));
+  const auto inner = [&](uint32_t e) {
+    const uint64_t u = (f.at(1, e, 0) + moe_unit() - 1) / moe_unit();
+    EXPECT_LE((u + 1) * moe_unit(), f.at(1, e, f.slice)) << "expert " << e << " has no unit of its own";
+    return static_cast<uint32_t>(u);
+  };
+  const uint32_t u = inner(3), v = inner(5);
+  ASSERT_FALSE(before.contains(u) || before.contains(v)) << "the units were in: nothing tested";
+  const auto s0 = stats(d, id);
+  const auto reads0 = d.pager->read_order(id).size();
+  ASSERT_TRUE(c.ask(wire::RequestKind::Wait, u));
+  ASSERT_TRUE(c.ask(wire::RequestKind::Wait, u));  // read with the first: the unit is not in yet
+  ASSERT_TRUE(run_until(d, [&, id = id] { return ready_units(d, id).contains(u); })) << "the unit was not read";
+  ASSERT_TRUE(c.ask(wire::RequestKind::Wait, u));
+  // One socket, read in order: once the ask for expert 5's unit counted,
+  // every ask before it was taken.
+  ASSERT_TRUE(c.ask(wire::RequestKind::Wait, v));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return stats(d, id).faults >= s0.faults + 2; }));
+  settle(d, id);
+  const auto s1 = stats(d, id);
+  EXPECT_EQ(s1.faults, s0.faults + 2) << "a repeated ask counted as a fault";
+  EXPECT_EQ(s1.faults_waited, s0.faults_waited + 2);
+  EXPECT_EQ(s1.stream.expert_uses, s0.stream.expert_uses + 2) << "a repeated ask counted as a use";
+  const auto reads = d.pager->read_order(id);
+  EXPECT_EQ(std::count(reads.begin() + static_cast<long>(reads0), reads.end(), u), 1) << "unit " << u;
+  EXPECT_EQ(std::count(reads.begin() + static_cast<long>(reads0), reads.end(), v), 1) << "unit " << v;
 }
 
 // An expert hint, before any touch: the hinted expert's three slices are

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -138,7 +139,10 @@ uint64_t pmd_mapped_kb(const void* addr) {
 //                fds), closes what the daemon asks to close (a watcher
 //                thread), and reads every unit N times in order, checking
 //                every byte. Exit 0: right bytes; 3 wrong; 60+ setup.
-int run_touch(uint32_t tokens, int sock, int region_fd, const airs::test::Hello& hello, wire::StatusPageView status) {
+// coop-touch:N:SEED  the same, each time in another order (shuffled with
+//                SEED): touches far from where the daemon saw it last.
+int run_touch(uint32_t tokens, uint32_t seed, int sock, int region_fd, const airs::test::Hello& hello,
+              wire::StatusPageView status) {
   const uint64_t units = status.unit_count();
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return 60;
@@ -177,10 +181,15 @@ int run_touch(uint32_t tokens, int sock, int region_fd, const airs::test::Hello&
     }
   });
   const std::byte* base = region->bytes();
+  std::vector<uint64_t> order(units);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::mt19937 rng(seed);
   int rc = 0;
-  for (uint32_t t = 0; t < tokens && rc == 0; ++t)
-    for (uint64_t u = 0; u < units && rc == 0; ++u)
-      if (!verify_unit(base, u)) rc = 3;
+  for (uint32_t t = 0; t < tokens && rc == 0; ++t) {
+    if (seed != 0) std::shuffle(order.begin(), order.end(), rng);
+    for (uint64_t i = 0; i < units && rc == 0; ++i)
+      if (!verify_unit(base, order[i])) rc = 3;
+  }
   stop.store(true);
   closer.join();
   if (rc == 0 && (*guard)->touches() == 0) rc = 67;  // nothing went through the guard: nothing tested
@@ -286,8 +295,12 @@ int coop_ranks(const std::byte* base, uint64_t units, int sock, wire::StatusPage
 int run_cooperative(const std::string& mode, int sock, int region_fd, const airs::test::Hello& hello,
                     wire::StatusPageView status) {
   if ((::fcntl(region_fd, F_GETFL) & O_ACCMODE) != O_RDONLY) return 50;
-  if (mode.starts_with("coop-touch:"))
-    return run_touch(static_cast<uint32_t>(std::stoul(mode.substr(11))), sock, region_fd, hello, status);
+  if (mode.starts_with("coop-touch:")) {
+    const std::string args = mode.substr(11);
+    const size_t colon = args.find(':');
+    const auto seed = colon == std::string::npos ? 0U : static_cast<uint32_t>(std::stoul(args.substr(colon + 1)));
+    return run_touch(static_cast<uint32_t>(std::stoul(args.substr(0, colon))), seed, sock, region_fd, hello, status);
+  }
   // A writable mapping must be refused on the O_RDONLY fd.
   if (::mmap(nullptr, hello.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0) != MAP_FAILED) return 51;
   auto m = airs::client::map_region_readonly(region_fd, hello.region_size);
