@@ -93,7 +93,9 @@ int airs_model_is_resident(const airs_model *model);
 int airs_model_wait_resident(airs_model *model, int timeout_ms);
 /* Cooperative mode: wait until load rank `rank` (0 = header and token
  * embeddings, N+1 = blk.N, last = output) or the byte range is resident.
- * Returns at once in the lazy modes, where faults do the waiting. */
+ * Returns at once in the lazy modes, where faults do the waiting. A model
+ * the daemon streams keeps no layer resident: waiting for a layer of it is
+ * -EFBIG at once; a range wait asks the daemon for its units. */
 int airs_model_wait_layer(airs_model *model, uint32_t rank, int timeout_ms);
 int airs_model_wait_range(airs_model *model, uint64_t offset, uint64_t len, int timeout_ms);
 /* "full", "small-pages" or "cooperative". */

@@ -625,6 +625,15 @@ static std::chrono::nanoseconds timeout_of(int ms) {
 int airs_model_wait_layer(airs_model* m, uint32_t rank, int timeout_ms) {
   if (m == nullptr) return fail(EINVAL, "airs_model_wait_layer: NULL model");
   if (m->mode != "cooperative") return 0;
+  // A streamed model keeps no layer: the daemon reads a unit when a client
+  // touches it or asks for it, and ahead of its clients only near where
+  // they are, so a layer nobody reads would never come and the wait would
+  // last its whole timeout, or for ever. The status page cannot ask for a
+  // layer (it does not say which units a rank has); a byte range can.
+  if (m->streamed && !m->serving_itself())
+    return fail(EFBIG, "airs_model_wait_layer: the model is bigger than its share of the pool and streams (its units "
+                       "come as they are read and go again): wait for the bytes read next (airs_model_wait_range), "
+                       "which asks the daemon for them, or just read them");
   if (auto r = airs::client::wait_rank(m->status, rank, timeout_of(timeout_ms), m->coop.get()); !r)
     return fail(r.error());
   return 0;

@@ -11,6 +11,8 @@
 //     --fork-child       fork; the child touches the mapping (must get SIGSEGV)
 //     --touch OFFSET     read the byte at OFFSET (SIGBUS → "sigbus", exit 7)
 //     --wait-resident MS wait until the model is resident before verifying
+//     --wait-layer RANK  airs_model_wait_layer(RANK) before verifying, with
+//                        a minute's timeout ("layer rc=")
 //     --hold             after verifying print "holding", wait for a stdin line
 //     --recheck          after --hold's line, read every tensor again (a
 //                        revoked mapping must give SIGBUS → exit 7, never zeros)
@@ -172,6 +174,7 @@ struct Options {
   bool mlock_all = false;
   long long touch = -1;
   int wait_resident_ms = -1;
+  int wait_layer = -1;
   int passes = 1;
   int pause_pass = 0;
   bool sigbus_ok = false;
@@ -203,6 +206,7 @@ int parse_args(int argc, char** argv, Options& o) {
     else if (a == "--on-touch") o.on_touch = true;
     else if (a == "--own-segv") o.own_segv = next();
     else if (a == "--wait-resident") o.wait_resident_ms = std::stoi(next());
+    else if (a == "--wait-layer") o.wait_layer = std::stoi(next());
     else if (a == "--passes") o.passes = std::max(1, std::stoi(next()));
     else if (a == "--pause") o.pause_pass = std::stoi(next());
     else if (a == "--sigbus-ok") o.sigbus_ok = true;
@@ -443,6 +447,10 @@ int main(int argc, char** argv) {
   if (o.wait_resident_ms >= 0) {
     const int rc = airs_model_wait_resident(c.model, o.wait_resident_ms);
     say("resident rc=%d", rc);
+  }
+  if (o.wait_layer >= 0) {
+    const int rc = airs_model_wait_layer(c.model, static_cast<uint32_t>(o.wait_layer), 60000);
+    say("layer rc=%d", rc);
   }
   if (int rc = verify_passes(c); rc != 0) return rc;
   return finish(c);

@@ -725,16 +725,23 @@ TEST_P(StreamedClients, AForcedUnloadMidStreamIsSigbusNeverZeros) {
 // with the budget full, is served (the wait asks for its units, as a touch
 // does), never left to time out. In the other modes the same reads fault.
 // A wait for the whole model to be resident, which it never is, is refused
-// at once (-EFBIG), not left to its minute.
+// at once (-EFBIG), not left to its minute, and so is a wait for a layer of
+// it in cooperative mode (no layer is kept, and nothing would read one
+// nobody touches: the wait lasted its whole timeout); in the other modes
+// a layer wait returns at once (faults do the waiting).
 TEST_P(StreamedClients, WaitsForRangesInAnyOrderAreServed) {
   ModelFile m;
   if (!start_streaming(m, "scattered-stream")) return;
-  Child c(client(m, {"--per-layer", "--order", "random:11", "--passes", "2", "--wait-resident", "60000"}));
+  Child c(client(m, {"--per-layer", "--order", "random:11", "--passes", "2", "--wait-resident", "60000",
+                     "--wait-layer", "7"}));
   auto o = c.expect_line("opened");
   ASSERT_TRUE(o) << c.transcript();
   auto r = c.expect_line("resident rc", 120s);
   ASSERT_TRUE(r) << c.transcript();
   EXPECT_EQ(field(*r, "rc"), std::to_string(-EFBIG)) << *r;
+  auto l = c.expect_line("layer rc", 120s);
+  ASSERT_TRUE(l) << c.transcript();
+  EXPECT_EQ(field(*l, "rc"), GetParam() == "cooperative" ? std::to_string(-EFBIG) : "0") << *l;
   expect_verified(c, m, "0", 120s);
   expect_verified(c, m, "0", 120s);
   EXPECT_EQ(c.wait(30s).exit_code, 0) << c.transcript();
