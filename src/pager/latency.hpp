@@ -23,7 +23,7 @@ struct LatencyHistogram {
 };
 
 struct LatencyStats {
-  uint64_t faults = 0;         // fault events and cooperative requests (duplicates included)
+  uint64_t faults = 0;         // fault events (duplicates included) and cooperative requests (not a repeated ask)
   uint64_t faults_waited = 0;  // on units not ready yet
   LatencyHistogram ready;      // faults on ready units
   LatencyHistogram waited;     // faults that waited for a read

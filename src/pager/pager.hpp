@@ -159,7 +159,7 @@ struct ModelStats {
   bool direct_io = false;         // O_DIRECT reads in use
   bool pin_failed = false;        // shmem: a unit could not be mlocked (its bytes may be swapped)
   bool copy_fill = false;         // filled by copy through a bounce buffer
-  uint64_t faults = 0;            // fault events and cooperative waits (duplicates included)
+  uint64_t faults = 0;            // fault events (duplicates included) and cooperative waits (not a repeated ask)
   uint64_t faults_waited = 0;     // faults on units not ready yet
   LatencyHistogram ready_latency; // faults on READY units
   LatencyHistogram wait_latency;  // faults that waited for a read
