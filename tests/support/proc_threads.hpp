@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a process that did not do what a test waited for is doing, from
-// /proc: for a failure message that says where it hangs.
+// /proc: for a failure message that says where it hangs; and whether a
+// thread sleeps on a futex word, to wait for that without a clock.
 #pragma once
 
+#include <sys/syscall.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,6 +45,23 @@ inline std::string describe_threads(pid_t pid) {
   }
   if (ec) out += "  (cannot list " + base + ": " + ec.message() + ")\n";
   return out;
+}
+
+// True when thread `tid` of process `pid` sleeps in futex(2) on `word` and
+// went to sleep after the word's last change: /proc/PID/task/TID/syscall
+// gives the call's number, then its arguments, the third being the value
+// the waiter expects. A waiter expects the value it read before it looked
+// at what the word guards, so a thread woken by a change but not yet back
+// in its wait (or asleep on an older value) does not count. `word` must be
+// at the same address in both processes (this one, or a mapping shared
+// across a fork).
+inline bool sleeps_on_futex(pid_t pid, pid_t tid, const uint32_t* word) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  std::string addr, op, val;
+  if (!(f >> nr >> addr >> op >> val) || nr != SYS_futex) return false;
+  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word) &&
+         std::stoull(val, nullptr, 16) == __atomic_load_n(word, __ATOMIC_ACQUIRE);
 }
 
 }  // namespace airs::test

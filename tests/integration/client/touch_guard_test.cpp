@@ -15,19 +15,18 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "client/touch_guard.hpp"
+#include "support/proc_threads.hpp"
 #include "sys/proc_handles.hpp"
 #include "wire/opened.hpp"
 #include "wire/requests.hpp"
@@ -123,24 +122,11 @@ TEST(TouchGuardUnloaded, ATruncatedRegionGivesTheKernelsSigbus) {
   }
 }
 
-// True when process `pid` (its main thread) sleeps in futex(2) on `word`
-// and went to sleep after the word's last change (the value it expects,
-// the third number of /proc/PID/syscall, is the word's value now): a thread
-// woken by a publish and not yet back in its wait does not count.
-bool sleeps_on(pid_t pid, const uint32_t* word) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/syscall");
-  long nr = -1;
-  std::string addr, op, val;
-  if (!(f >> nr >> addr >> op >> val) || nr != SYS_futex) return false;
-  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word) &&
-         std::stoull(val, nullptr, 16) == __atomic_load_n(word, __ATOMIC_ACQUIRE);
-}
-
 // Waits (on the event; the bound only ends a broken run) until `pid` sleeps
 // on `word` as it is now.
 bool wait_asleep(pid_t pid, const uint32_t* word) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!sleeps_on(pid, word)) {
+  while (!airs::test::sleeps_on_futex(pid, pid, word)) {
     if (std::chrono::steady_clock::now() > end) return false;
     std::this_thread::yield();
   }

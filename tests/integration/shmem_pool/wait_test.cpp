@@ -8,7 +8,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <chrono>
@@ -19,6 +18,7 @@
 
 #include "client/lazy_map.hpp"
 #include "wire/status_page.hpp"
+#include "support/proc_threads.hpp"
 #include "sys/proc_handles.hpp"
 
 namespace airs::client {
@@ -44,20 +44,8 @@ struct Page {
   wire::StatusPageWriter w;
 };
 
-// True when thread `tid` of this process sleeps in futex(2) on `word` and
-// went to sleep after the word's last change: /proc/self/task/TID/syscall
-// gives the call's number, then its arguments, the third being the value
-// the waiter expects. A waiter expects the generation it read before it
-// looked at the page, so a thread woken by a publish but not yet back in
-// its wait (or asleep on an older value) does not count.
-bool sleeps_on(pid_t tid, const uint32_t* word) {
-  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
-  long nr = -1;
-  std::string addr, op, val;
-  if (!(f >> nr >> addr >> op >> val) || nr != SYS_futex) return false;
-  return std::stoull(addr, nullptr, 16) == reinterpret_cast<uintptr_t>(word) &&
-         std::stoull(val, nullptr, 16) == __atomic_load_n(word, __ATOMIC_ACQUIRE);
-}
+// Thread `tid` of this process sleeps on `word` as it is now.
+bool sleeps_on(pid_t tid, const uint32_t* word) { return test::sleeps_on_futex(::getpid(), tid, word); }
 
 // Waits (on the event; the bound only ends a broken run) until every
 // thread of `tids` has published its id and sleeps on `word` as it is now.
