@@ -1327,9 +1327,9 @@ TEST_P(MoeStreamTest, AnAskRepeatedWhileTheClientWaitsIsNotAnotherTouch) {
   const auto [f, budget, id, before] = load_settled(d);
   Follower c;
   ASSERT_TRUE(c.follow(d, id, 5));
-  const auto inner = [&](uint32_t e) {
-    const uint64_t u = (f.at(1, e, 0) + moe_unit() - 1) / moe_unit();
-    EXPECT_LE((u + 1) * moe_unit(), f.at(1, e, f.slice)) << "expert " << e << " has no unit of its own";
+  const auto inner = [&file = f](uint32_t e) {
+    const uint64_t u = (file.at(1, e, 0) + moe_unit() - 1) / moe_unit();
+    EXPECT_LE((u + 1) * moe_unit(), file.at(1, e, file.slice)) << "expert " << e << " has no unit of its own";
     return static_cast<uint32_t>(u);
   };
   const uint32_t u = inner(3), v = inner(5);
