@@ -542,19 +542,39 @@ void Pager::on_close_timer() {
       for (ClientKey k : still) clients_.refused(id, k, u, m->res->policy().window() + 8);
     }
   }
+  continue_cuts();  // a unit a cut dropped stayed: the cut takes another
   arm_close_timer();
   pump();
+}
+
+// Every budget cut still on its way drops what it still needs to (a cut
+// waits for reads in flight, closes, refusals: each ends here or in
+// finish_drop). By id: the drain listener a finished cut calls may load
+// models.
+void Pager::continue_cuts() {
+  std::vector<ModelId> cuts;
+  for (const auto& [id, m] : models_)
+    if (m->shrink_to) cuts.push_back(id);
+  for (ModelId id : cuts)
+    if (Model* m = find(id); m != nullptr && m->shrink_to) shrink_to_target(*m);
 }
 
 void Pager::shrink_to_target(Model& m) {
   const uint32_t target = *m.shrink_to;
   Residency& r = *m.res;
-  while (r.held() > target) {
-    const auto busy = [&](uint32_t u) { return clients_.waits_for(m.id, u); };
+  // Units on their way out (cooperative clients closing them) count as
+  // gone: every drop the cut needs starts at once, and none twice (the cut
+  // goes on at each event, and it once started another drop at each while
+  // a close was on its way, past its budget).
+  const auto busy = [&](uint32_t u) { return clients_.waits_for(m.id, u); };
+  while (r.held() - static_cast<uint32_t>(r.closing_units().size()) > target) {
     const auto v = r.policy().victim(r.droppable(busy), 0, true);
-    if (!v || !drop(m, *v)) break;
+    if (!v) break;
+    (void)drop(m, *v);
   }
-  if (r.held() > target) return;  // drops on their way: finish_drop comes back here
+  // A drop that finished at once ended the cut in finish_drop already.
+  if (!m.shrink_to) return;
+  if (r.held() > target) return;  // drops and reads on their way: finish_drop and continue_cuts come back
   if (auto st = pool_.set_budget(*m.region, pool::pages_for(uint64_t{target} * m.unit, pool_.page_size())); !st) {
     spdlog::error("model '{}': a budget of {} units: {}", m.name, target, st.error().message);
   } else {
@@ -632,13 +652,8 @@ void Pager::reaped() {
   // the budget but cannot be dropped before they land) goes on now. It used
   // to wait for the next read a client asked for: for ever on a model that
   // nobody read, with the pages it was to give back kept, and the daemon's
-  // restore of the budget waiting for the cut to end. By id: the drain
-  // listener a finished cut calls may load models.
-  std::vector<ModelId> cuts;
-  for (const auto& [id, m] : models_)
-    if (m->shrink_to) cuts.push_back(id);
-  for (ModelId id : cuts)
-    if (Model* m = find(id); m != nullptr && m->shrink_to) shrink_to_target(*m);
+  // restore of the budget waiting for the cut to end.
+  continue_cuts();
   end_drains();
   pump();  // the slots the drained models held go to the others
   bool loading = false;

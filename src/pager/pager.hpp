@@ -369,6 +369,7 @@ class Pager final : FillListener, TouchListener {
   void on_close_timer();
   void arm_close_timer();
   void shrink_to_target(Model& m);
+  void continue_cuts();
   void map_ready();
   void publish(Model& m);
   void check_resident(Model& m);

@@ -1582,6 +1582,49 @@ TEST_P(PagerModeTest, ABudgetCutWhileReadsAreInFlightEndsOnceTheyLanded) {
   EXPECT_EQ(d.pool->counts().free_pages, free0 - floor) << "the pages of the cut are not back in the pool";
 }
 
+// A budget cut while reads are in flight, every unit open in a cooperative
+// client (the test), so each drop waits for the client's Closed: the cut
+// asks for the closes it needs, and the model never holds fewer units than
+// its new budget. The units still closing count as going: the cut goes on
+// at every event (reads landing, closes, refusals), and counted as held
+// they made it start another drop at each, past its budget. (The read-ahead
+// may swap a unit for one needed sooner meanwhile: one drop, one read.)
+TEST_P(PagerModeTest, ABudgetCutDropsOnlyWhatItMustWhileAClientClosesUnits) {
+  Daemon d = make_daemon(kPoolPages, {});
+  const ModelId id = load(d, g_src, "m", {}, false, kStreamBudget * g_unit);
+  Follower c;
+  ASSERT_TRUE(c.follow(d, id, 5));
+  const auto units = static_cast<uint32_t>(pool::pages_for(g_file_size, g_unit));
+  for (uint32_t u = 0; u < units; ++u) c.open_bits.set(u);
+  const auto s0 = stats(d, id);
+  ASSERT_GT(s0.units_in_flight, 0U) << "no read in flight: nothing tested";
+  const uint32_t held0 = s0.units_ready + s0.units_in_flight;
+  const uint64_t floor = d.pager->floor_bytes(id) / g_unit;
+  ASSERT_LT(floor, held0);
+  auto cut = d.pager->set_budget(id, floor * g_unit);
+  ASSERT_TRUE(cut) << cut.error().message;
+  ASSERT_EQ(*cut, pager::Pager::Drain::Pending);
+  uint64_t asked = 0, least_held = held0;
+  ASSERT_TRUE(run_until(d, [&] {
+    const auto s = stats(d, id);
+    least_held = std::min<uint64_t>(least_held, s.units_ready + s.units_in_flight);
+    uint32_t w = 0;
+    while (::recv(c.mine.get(), &w, sizeof w, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof w))
+      if (const auto q = wire::decode_request(w); q.kind == wire::RequestKind::Close) {
+        ++asked;
+        c.open_bits.clear(q.unit);
+        EXPECT_TRUE(c.ask(wire::RequestKind::Closed, q.unit));
+      }
+    return !d.pager->budget_cut_pending(id);
+  })) << "the cut never ended";
+  ASSERT_TRUE(run_until(d, [&] { return stats(d, id).units_in_flight == 0; }));
+  const auto s = stats(d, id);
+  EXPECT_GE(asked, held0 - floor) << "units asked to close";
+  EXPECT_GE(least_held, floor) << "the cut dropped past its budget";
+  EXPECT_EQ(s.units_ready, floor);
+  EXPECT_EQ(s.stream.units_dropped - s0.stream.units_dropped, asked) << "a unit asked to close was not dropped";
+}
+
 TEST_P(PagerModeTest, AReadErrorWhileStreamingGivesSigbusNotZeros) {
   // The file shrinks under the daemon: the units past its new end cannot
   // be read; a client that comes to them gets SIGBUS. It compares with the
