@@ -1124,11 +1124,17 @@ TEST_P(MoeStreamTest, TouchingOneByteOfAnExpertReadsItsThreeSlicesAndNotItsNeigh
   const uint64_t inner = (f.at(1, 1, 0) + moe_unit() - 1) / moe_unit();
   ASSERT_LE((inner + 1) * moe_unit(), f.at(1, 1, f.slice));
   const uint64_t off = inner * moe_unit() + moe_unit() / 2 + 7;
-  Child c = spawn("byte:" + std::to_string(off));
+  // The client stays until its expert's reads are done: the reads queued
+  // for a client go with it, and at quarter units the expert has more
+  // units than there are read slots.
+  Child c = spawn("byte-hold:" + std::to_string(off));
   ASSERT_TRUE(attach(d, id, c, 1));
+  ASSERT_TRUE(run_until(d, [&] { return ready_units(d, id).contains(static_cast<uint32_t>(inner)); }))
+      << "the touched unit was not read";
+  settle(d, id);
+  send_go(c);
   const int st = wait_child(&d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
-  settle(d, id);
   const std::set<uint32_t> after = ready_units(d, id);
   for (uint32_t u : mine) EXPECT_TRUE(after.contains(u)) << "unit " << u << " of expert 1 is not in";
   for (uint32_t e : {0U, 2U, 3U, 4U}) {
@@ -1271,11 +1277,15 @@ TEST_P(MoeStreamTest, ATouchedExpertsOtherUnitsNeverPushOutTheDensePart) {
   // One byte in the middle of a unit of expert 3's up slice.
   const uint64_t inner = (f.at(1, 3, 0) + moe_unit() - 1) / moe_unit();
   ASSERT_LE((inner + 1) * moe_unit(), f.at(1, 3, f.slice));
-  Child c = spawn("byte:" + std::to_string(inner * moe_unit() + moe_unit() / 2));
+  // Attached until the reads it caused are done (they go with the client).
+  Child c = spawn("byte-hold:" + std::to_string(inner * moe_unit() + moe_unit() / 2));
   ASSERT_TRUE(attach(d, id, c, 1));
+  ASSERT_TRUE(run_until(d, [&, id = id] { return ready_units(d, id).contains(static_cast<uint32_t>(inner)); }))
+      << "the touched unit was not read";
+  settle(d, id);
+  send_go(c);
   const int st = wait_child(&d, c.pid);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << describe(st);
-  settle(d, id);
   const std::set<uint32_t> after = ready_units(d, id);
   EXPECT_TRUE(after.contains(static_cast<uint32_t>(inner))) << "the touched unit is not in";
   for (uint32_t u : before) EXPECT_TRUE(after.contains(u)) << "dense unit " << u << " was pushed out";

@@ -561,7 +561,8 @@ int run_fallback(const LazyClient& c, useconds_t sleep_us) {
 }
 
 // The lazy modes: one per run, named by the test.
-// One byte at file offset `off`, nothing else: it must be the file's.
+// One byte at file offset `off`, nothing else: it must be the file's
+// ("byte:OFF"; "byte-hold:OFF" then stays attached until the test's go).
 int run_byte(const LazyClient& c, uint64_t off) {
   std::byte want{};
   if (off >= g_file_size || ::pread(g_src, &want, 1, static_cast<off_t>(off)) != 1) return 19;
@@ -624,6 +625,12 @@ int run_lazy(const std::string& mode, const LazyClient& c) {
   if (mode == "fork") return run_fork(c);
   if (mode.starts_with("touch:")) return verify_unit(c.base, std::stoull(mode.substr(6))) ? 0 : 3;
   if (mode.starts_with("byte:")) return run_byte(c, std::stoull(mode.substr(5)));
+  if (mode.starts_with("byte-hold:")) {
+    // The same, then attached until the test says go: the daemon reads
+    // ahead for a client only while it is there.
+    const int rc = run_byte(c, std::stoull(mode.substr(10)));
+    return rc == 0 && !wait_go(c.sock) ? 29 : rc;
+  }
   if (mode.starts_with("range:")) return run_ranges(c, mode.substr(6));
   if (mode == "loop") run_loop(c);
   if (mode.starts_with("fallback:")) return run_fallback(c, static_cast<useconds_t>(std::stoul(mode.substr(9))));
